@@ -1,0 +1,255 @@
+//! `fuse`: fuse sequences of BLAS calls into few GPU kernels. See `fuse --help`.
+
+mod npy;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+use fuse_core::data::fill_random_inputs;
+use fuse_core::{script, DataGraph, Library, Program};
+
+/// Exit status for bad input (scripts, library, sizes, files named on the command line).
+const EXIT_BAD_INPUT: u8 = 2;
+
+#[derive(Parser)]
+#[command(
+    name = "fuse",
+    version,
+    about = "Kernel fusion for sequences of BLAS calls",
+    long_about = "fuse reads a short YAML script of BLAS calls (sgemv, sdot, saxpy, …), builds \
+the data-dependency graph between the calls, and runs them — on the way to fusing calls that \
+share data into single GPU kernels.\n\nA script looks like this (scripts/bicgk.yaml):\n\n  \
+name: bicgk\n  precision: f32\n  sizes: {m: 4096, n: 4096}\n  inputs: {A: [m, n], p: [n], r: [m]}\n  \
+outputs: [q, s]\n  calls:\n    - q = sgemv(A, p)\n    - s = sgemtv(A, r)\n\nStart with \
+`fuse check scripts/*.yaml`, then `fuse run scripts/bicgk.yaml`.",
+    after_help = "Exit status: 0 on success, 2 on bad input (the message names the file, line and column)."
+)]
+struct Cli {
+    /// Folder of elementary-function metadata (*.yaml) to use instead of the built-in library.
+    #[arg(long, global = true, env = "FUSE_LIBRARY", value_name = "DIR")]
+    library: Option<PathBuf>,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Parse and validate scripts; print a one-line summary of each.
+    #[command(after_help = "Example: fuse check scripts/*.yaml")]
+    Check {
+        /// Script files.
+        #[arg(required = true, value_name = "SCRIPT")]
+        scripts: Vec<PathBuf>,
+    },
+    /// Print the data-dependency graph of a script as Graphviz DOT.
+    #[command(
+        long_about = "Print the data-dependency graph as Graphviz DOT: one box per call (double \
+border: it produces an output), a solid arrow where one call reads what another computes, a \
+dashed line where two calls read the same value (the data a fused kernel reads once).",
+        after_help = "Example: fuse graph scripts/gemver.yaml | dot -Tsvg > gemver.svg"
+    )]
+    Graph {
+        /// Script file.
+        script: PathBuf,
+    },
+    /// Run a script and print or save its outputs.
+    #[command(
+        long_about = "Run a script. Inputs come from DIR/<name>.npy when --inputs is given and \
+the file exists (float32 or float64 as the script's precision; scalars as 0-d arrays); every \
+other input is drawn uniformly from [-1, 1) with --seed. Outputs go to DIR/<name>.npy with \
+--outputs, or are summarised on the terminal.",
+        after_help = "Examples:\n  fuse run scripts/bicgk.yaml\n  fuse run scripts/gemver.yaml --size m=1000 --size n=300 --seed 7\n  \
+fuse run scripts/atax.yaml --inputs in/ --outputs out/"
+    )]
+    Run {
+        /// Script file.
+        script: PathBuf,
+        /// Where to run it; without it, the best backend available here.
+        #[arg(long, value_enum)]
+        backend: Option<Backend>,
+        /// Override a size of the script, e.g. --size m=1000 (repeatable).
+        #[arg(long = "size", value_name = "NAME=VALUE", value_parser = parse_size)]
+        sizes: Vec<(String, usize)>,
+        /// Folder with input arrays as <name>.npy.
+        #[arg(long, value_name = "DIR")]
+        inputs: Option<PathBuf>,
+        /// Folder to write outputs to as <name>.npy (created if missing).
+        #[arg(long, value_name = "DIR")]
+        outputs: Option<PathBuf>,
+        /// Seed for inputs not read from files.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+    },
+    /// List the library's elementary functions and their forms.
+    Functions,
+}
+
+/// Where a script runs.
+#[derive(Clone, Copy, ValueEnum)]
+enum Backend {
+    /// The f64 reference interpreter: call by call, no fusion, the ground truth.
+    Reference,
+}
+
+impl Backend {
+    fn best_available() -> (Backend, &'static str) {
+        (Backend::Reference, "the only backend in this build")
+    }
+}
+
+fn parse_size(s: &str) -> Result<(String, usize), String> {
+    let (name, value) = s
+        .split_once('=')
+        .ok_or_else(|| format!("`{s}`: expected NAME=VALUE, e.g. m=1000"))?;
+    let value = value
+        .trim()
+        .parse::<usize>()
+        .map_err(|_| format!("`{s}`: `{value}` is not a positive integer"))?;
+    Ok((name.trim().to_string(), value))
+}
+
+/// An error for the terminal, with its exit status.
+struct Failure {
+    code: u8,
+    message: String,
+}
+
+fn bad_input(message: impl ToString) -> Failure {
+    Failure {
+        code: EXIT_BAD_INPUT,
+        message: message.to_string(),
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(f) => {
+            eprintln!("error: {}", f.message);
+            ExitCode::from(f.code)
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<(), Failure> {
+    let library = match &cli.library {
+        Some(dir) => Library::load(dir),
+        None => Library::builtin(),
+    }
+    .map_err(bad_input)?;
+    match cli.command {
+        Command::Check { scripts } => check(&scripts, &library),
+        Command::Graph { script } => {
+            let program = load(&script, &library)?;
+            print!("{}", DataGraph::build(&program).to_dot(&program));
+            Ok(())
+        }
+        Command::Run {
+            script,
+            backend,
+            sizes,
+            inputs,
+            outputs,
+            seed,
+        } => {
+            let program = load(&script, &library)?;
+            let options = RunOptions {
+                backend,
+                sizes,
+                inputs,
+                outputs,
+                seed,
+            };
+            run_script(&program, &options)
+        }
+        Command::Functions => {
+            functions(&library);
+            Ok(())
+        }
+    }
+}
+
+fn load(path: &Path, library: &Library) -> Result<Program, Failure> {
+    script::load(path, library).map_err(bad_input)
+}
+
+fn check(scripts: &[PathBuf], library: &Library) -> Result<(), Failure> {
+    let mut failed = 0;
+    for path in scripts {
+        match script::load(path, library) {
+            Ok(program) => println!("ok  {}: {program}", path.display()),
+            Err(e) => {
+                eprintln!("error: {e}");
+                failed += 1;
+            }
+        }
+    }
+    match failed {
+        0 => Ok(()),
+        n => Err(bad_input(format!("{n} of {} scripts failed the check", scripts.len()))),
+    }
+}
+
+struct RunOptions {
+    backend: Option<Backend>,
+    sizes: Vec<(String, usize)>,
+    inputs: Option<PathBuf>,
+    outputs: Option<PathBuf>,
+    seed: u64,
+}
+
+fn run_script(program: &Program, options: &RunOptions) -> Result<(), Failure> {
+    let sizes = program.bind_sizes(&options.sizes).map_err(bad_input)?;
+    let (mut inputs, read) = match &options.inputs {
+        Some(dir) => npy::read_inputs(program, dir).map_err(bad_input)?,
+        None => Default::default(),
+    };
+    fuse_core::data::check_inputs_given(program, &sizes, &inputs).map_err(bad_input)?;
+    fill_random_inputs(program, &sizes, options.seed, &mut inputs);
+    let backend = match options.backend {
+        Some(b) => b,
+        None => {
+            let (b, why) = Backend::best_available();
+            eprintln!(
+                "backend: {} ({why})",
+                b.to_possible_value()
+                    .map(|v| v.get_name().to_string())
+                    .unwrap_or_default()
+            );
+            b
+        }
+    };
+    let results = match backend {
+        Backend::Reference => fuse_cpu::reference::evaluate(program, &sizes, &inputs).map_err(bad_input)?,
+    };
+    match &options.outputs {
+        Some(dir) => {
+            let written = npy::write_outputs(&results, program.precision, dir, &read).map_err(bad_input)?;
+            for path in written {
+                println!("wrote {}", path.display());
+            }
+        }
+        None => {
+            let width = results.keys().map(|k| k.len()).max().unwrap_or(0);
+            for (name, array) in &results {
+                println!("{name:width$}  {}", array.to_precision(program.precision));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn functions(library: &Library) {
+    println!("library: {}", library.origin);
+    for f in library.functions() {
+        let prefixes: String = f.precisions.iter().map(|p| p.prefix()).collect();
+        println!("[{prefixes}]{:<6} {:<13} {}", f.name, f.kind, f.description);
+        for form in &f.forms {
+            println!("         {}", form.formula_text);
+        }
+    }
+}

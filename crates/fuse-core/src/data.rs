@@ -1,0 +1,242 @@
+//! Host-side arrays bound to a program's inputs and outputs, shared by every backend.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use crate::program::Program;
+use crate::shape::{Precision, Sizes};
+
+/// Elements of a host array, in the script's precision.
+#[derive(Debug, Clone, PartialEq)]
+pub enum HostData {
+    /// 32-bit floats.
+    F32(Vec<f32>),
+    /// 64-bit floats.
+    F64(Vec<f64>),
+}
+
+/// A dense row-major array on the host; a scalar has no dimensions and one element.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HostArray {
+    /// Extents, outermost first.
+    pub dims: Vec<usize>,
+    /// The elements.
+    pub data: HostData,
+}
+
+impl HostArray {
+    /// An f64 array.
+    pub fn f64(dims: Vec<usize>, data: Vec<f64>) -> Self {
+        debug_assert_eq!(dims.iter().product::<usize>(), data.len());
+        HostArray {
+            dims,
+            data: HostData::F64(data),
+        }
+    }
+
+    /// An f32 array.
+    pub fn f32(dims: Vec<usize>, data: Vec<f32>) -> Self {
+        debug_assert_eq!(dims.iter().product::<usize>(), data.len());
+        HostArray {
+            dims,
+            data: HostData::F32(data),
+        }
+    }
+
+    /// The element precision.
+    pub fn precision(&self) -> Precision {
+        match self.data {
+            HostData::F32(_) => Precision::F32,
+            HostData::F64(_) => Precision::F64,
+        }
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        match &self.data {
+            HostData::F32(v) => v.len(),
+            HostData::F64(v) => v.len(),
+        }
+    }
+
+    /// Whether it holds no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The elements widened to f64.
+    pub fn to_f64(&self) -> Vec<f64> {
+        match &self.data {
+            HostData::F32(v) => v.iter().map(|&x| x as f64).collect(),
+            HostData::F64(v) => v.clone(),
+        }
+    }
+
+    /// The same values in `precision` (rounded when narrowing).
+    pub fn to_precision(&self, precision: Precision) -> HostArray {
+        let data = match (precision, &self.data) {
+            (Precision::F32, HostData::F64(v)) => HostData::F32(v.iter().map(|&x| x as f32).collect()),
+            (Precision::F64, HostData::F32(v)) => HostData::F64(v.iter().map(|&x| x as f64).collect()),
+            (_, d) => d.clone(),
+        };
+        HostArray {
+            dims: self.dims.clone(),
+            data,
+        }
+    }
+}
+
+/// Arrays by script name.
+pub type Bindings = BTreeMap<String, HostArray>;
+
+/// Why arrays do not fit a program.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum BindError {
+    /// An input has no array.
+    #[error("input `{0}` has no value")]
+    Missing(String),
+    /// An array has other extents than the script's shape under the bound sizes.
+    #[error("input `{name}` has shape {got:?} but {file} declares it {declared} = {want:?}")]
+    Shape {
+        /// The input.
+        name: String,
+        /// Its extents.
+        got: Vec<usize>,
+        /// The extents expected.
+        want: Vec<usize>,
+        /// The symbolic shape.
+        declared: String,
+        /// The script.
+        file: String,
+    },
+    /// An array has the other precision.
+    #[error("input `{name}` is {got} but the script is {want}")]
+    Precision {
+        /// The input.
+        name: String,
+        /// Its precision.
+        got: Precision,
+        /// The script's.
+        want: Precision,
+    },
+}
+
+/// Checks that `inputs` holds an array of the right shape and precision for every input.
+pub fn check_inputs(program: &Program, sizes: &Sizes, inputs: &Bindings) -> Result<(), BindError> {
+    for &id in &program.inputs {
+        let name = &program.values[id].variable;
+        if !inputs.contains_key(name) {
+            return Err(BindError::Missing(name.clone()));
+        }
+    }
+    check_inputs_given(program, sizes, inputs)
+}
+
+/// Checks the shape and precision of each array in `inputs` that is bound to an input.
+pub fn check_inputs_given(program: &Program, sizes: &Sizes, inputs: &Bindings) -> Result<(), BindError> {
+    for &id in &program.inputs {
+        let value = &program.values[id];
+        let Some(array) = inputs.get(&value.variable) else {
+            continue;
+        };
+        let want = value.shape.extents(sizes).unwrap_or_default();
+        if array.dims != want {
+            return Err(BindError::Shape {
+                name: value.variable.clone(),
+                got: array.dims.clone(),
+                want,
+                declared: value.shape.to_string(),
+                file: program.file.clone(),
+            });
+        }
+        if array.precision() != program.precision {
+            return Err(BindError::Precision {
+                name: value.variable.clone(),
+                got: array.precision(),
+                want: program.precision,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Draws every input of `program` that `given` lacks, uniformly from [-1, 1). Each input has
+/// its own stream of the seed, so a value does not change when another input is supplied.
+pub fn fill_random_inputs(program: &Program, sizes: &Sizes, seed: u64, given: &mut Bindings) {
+    for (k, &id) in program.inputs.iter().enumerate() {
+        let value = &program.values[id];
+        if given.contains_key(&value.variable) {
+            continue;
+        }
+        let dims = value.shape.extents(sizes).unwrap_or_default();
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        rng.set_stream(k as u64);
+        let count: usize = dims.iter().product();
+        let data: Vec<f64> = (0..count).map(|_| rng.random_range(-1.0..1.0)).collect();
+        given.insert(
+            value.variable.clone(),
+            HostArray::f64(dims, data).to_precision(program.precision),
+        );
+    }
+}
+
+/// Normwise relative error ‖got − want‖₂ / ‖want‖₂ (absolute when `want` is zero).
+pub fn relative_error(got: &[f64], want: &[f64]) -> f64 {
+    assert_eq!(got.len(), want.len(), "arrays compared must have equal length");
+    let diff: f64 = got.iter().zip(want).map(|(g, w)| (g - w) * (g - w)).sum::<f64>().sqrt();
+    let norm: f64 = want.iter().map(|w| w * w).sum::<f64>().sqrt();
+    if norm == 0.0 {
+        diff
+    } else {
+        diff / norm
+    }
+}
+
+impl fmt::Display for HostArray {
+    /// A short summary: shape, norm, range and the first elements.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let v = self.to_f64();
+        if self.dims.is_empty() {
+            return write!(
+                f,
+                "scalar {}  {}",
+                self.precision(),
+                v.first().copied().unwrap_or(f64::NAN)
+            );
+        }
+        let dims: Vec<String> = self.dims.iter().map(|d| d.to_string()).collect();
+        let norm = v.iter().map(|x| x * x).sum::<f64>().sqrt();
+        let min = v.iter().copied().fold(f64::INFINITY, f64::min);
+        let max = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let head: Vec<String> = v.iter().take(4).map(|x| format!("{x:.6}")).collect();
+        let more = if v.len() > 4 { ", …" } else { "" };
+        write!(
+            f,
+            "[{}] {}  ‖·‖₂={norm:.6e}  min={min:.6}  max={max:.6}  [{}{more}]",
+            dims.join("×"),
+            self.precision(),
+            head.join(", ")
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn relative_error_is_normwise() {
+        assert_eq!(relative_error(&[3.0, 4.0], &[3.0, 4.0]), 0.0);
+        assert!((relative_error(&[3.0, 4.5], &[3.0, 4.0]) - 0.1).abs() < 1e-12);
+        assert_eq!(relative_error(&[0.5], &[0.0]), 0.5);
+    }
+
+    #[test]
+    fn narrowing_rounds_to_f32() {
+        let a = HostArray::f64(vec![2], vec![0.1, 1.0]).to_precision(Precision::F32);
+        assert_eq!(a.data, HostData::F32(vec![0.1f32, 1.0]));
+    }
+}

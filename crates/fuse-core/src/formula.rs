@@ -1,0 +1,596 @@
+//! The index-notation language in which library metadata states what an elementary function
+//! computes, e.g. `out[i] = a * sum(j, A[i,j] * x[j]) + b * y[i]`.
+//!
+//! A [`Signature`] such as `(a, A[m,n], x[n], b, y[m]) -> [m]` gives the parameters in call
+//! order (a name alone is a scalar) and the result shape. A [`Formula`] is checked against its
+//! signature when the library is loaded, so every backend can rely on it: each array is indexed
+//! with as many indices as it has dimensions, each index variable ranges over exactly one
+//! dimension symbol, the left-hand side names the result's dimensions in order, and `sum`
+//! binds a variable not free outside it.
+
+use crate::shape::Shape;
+
+/// Parameters in call order and the result shape of one form of a function.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Signature {
+    /// The parameters, in the order a call passes them.
+    pub params: Vec<Param>,
+    /// The shape of the result.
+    pub result: Shape,
+}
+
+/// One formal parameter.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Param {
+    /// Its name in the formula.
+    pub name: String,
+    /// Its shape, in the function's own dimension symbols.
+    pub shape: Shape,
+}
+
+/// A checked formula: the result at each index tuple is `body`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Formula {
+    /// The index variables: their names and the dimension symbol each ranges over.
+    pub indices: Vec<IndexVar>,
+    /// Index variables of the result, outermost dimension first.
+    pub result_indices: Vec<usize>,
+    /// The expression giving one result element.
+    pub body: Expr,
+}
+
+/// An index variable and the dimension symbol it ranges over.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IndexVar {
+    /// The variable (`i`).
+    pub name: String,
+    /// The dimension symbol of the signature (`m`).
+    pub dim: String,
+}
+
+/// An expression over parameters and index variables.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Expr {
+    /// A constant.
+    Number(f64),
+    /// A scalar parameter, by position in the signature.
+    Scalar(usize),
+    /// An element of an array parameter; `index` holds index-variable numbers.
+    Element {
+        /// Position of the parameter in the signature.
+        param: usize,
+        /// Index variables, outermost dimension first.
+        index: Vec<usize>,
+    },
+    /// `-e`.
+    Neg(Box<Expr>),
+    /// A binary arithmetic operation.
+    Binary(BinOp, Box<Expr>, Box<Expr>),
+    /// `sum(i, body)`: the sum of `body` over the range of index variable `index`.
+    Sum {
+        /// The bound index variable.
+        index: usize,
+        /// The summand.
+        body: Box<Expr>,
+    },
+    /// A unary function such as `abs` or `sqrt`.
+    Call(Func, Box<Expr>),
+}
+
+/// Binary operators.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BinOp {
+    /// `+`
+    Add,
+    /// `-`
+    Sub,
+    /// `*`
+    Mul,
+    /// `/`
+    Div,
+}
+
+/// Unary functions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Func {
+    /// Absolute value.
+    Abs,
+    /// Square root.
+    Sqrt,
+}
+
+impl Expr {
+    /// Whether the expression contains a `sum`.
+    pub fn has_sum(&self) -> bool {
+        match self {
+            Expr::Sum { .. } => true,
+            Expr::Number(_) | Expr::Scalar(_) | Expr::Element { .. } => false,
+            Expr::Neg(e) | Expr::Call(_, e) => e.has_sum(),
+            Expr::Binary(_, a, b) => a.has_sum() || b.has_sum(),
+        }
+    }
+
+    /// Arithmetic operations per evaluation, counting each summand once per sum.
+    pub fn flops(&self) -> usize {
+        match self {
+            Expr::Number(_) | Expr::Scalar(_) | Expr::Element { .. } => 0,
+            Expr::Neg(e) | Expr::Call(_, e) => 1 + e.flops(),
+            Expr::Binary(_, a, b) => 1 + a.flops() + b.flops(),
+            Expr::Sum { body, .. } => 1 + body.flops(),
+        }
+    }
+}
+
+/// Parses a signature such as `(a, A[m,n], x[n]) -> [m]` or `(x[n], y[n]) -> scalar`.
+pub fn parse_signature(text: &str) -> Result<Signature, String> {
+    let mut p = Parser::new(text)?;
+    p.expect(&Token::LParen)?;
+    let mut params = Vec::new();
+    if !p.eat(&Token::RParen) {
+        loop {
+            let name = p.ident()?;
+            if params.iter().any(|q: &Param| q.name == name) {
+                return Err(format!("parameter `{name}` appears twice"));
+            }
+            let shape = if p.peek() == Some(&Token::LBracket) {
+                p.shape()?
+            } else {
+                Shape::Scalar
+            };
+            params.push(Param { name, shape });
+            if p.eat(&Token::RParen) {
+                break;
+            }
+            p.expect(&Token::Comma)?;
+        }
+    }
+    p.expect(&Token::Arrow)?;
+    let result = if p.peek() == Some(&Token::LBracket) {
+        p.shape()?
+    } else {
+        match p.ident()?.as_str() {
+            "scalar" => Shape::Scalar,
+            other => {
+                return Err(format!(
+                    "expected a result shape like `[m]` or `scalar`, found `{other}`"
+                ))
+            }
+        }
+    };
+    p.end()?;
+    Ok(Signature { params, result })
+}
+
+/// Parses `out[i, j] = expr` and checks it against `signature`.
+pub fn parse_formula(text: &str, signature: &Signature) -> Result<Formula, String> {
+    let mut p = Parser::new(text)?;
+    p.signature = Some(signature);
+    p.ident()?;
+    let mut lhs = Vec::new();
+    if p.eat(&Token::LBracket) {
+        loop {
+            lhs.push(p.ident()?);
+            if p.eat(&Token::RBracket) {
+                break;
+            }
+            p.expect(&Token::Comma)?;
+        }
+    }
+    p.expect(&Token::Equals)?;
+    let result_dims = signature.result.dims();
+    if lhs.len() != result_dims.len() {
+        return Err(format!(
+            "the left-hand side has {} indices but the result shape {} has {}",
+            lhs.len(),
+            signature.result,
+            result_dims.len()
+        ));
+    }
+    for (name, dim) in lhs.iter().zip(&result_dims) {
+        if p.indices.iter().any(|v| &v.name == name) {
+            return Err(format!("index `{name}` appears twice on the left-hand side"));
+        }
+        p.indices.push(IndexVar {
+            name: name.clone(),
+            dim: dim.to_string(),
+        });
+    }
+    p.free = (0..lhs.len()).collect();
+    let body = p.expr()?;
+    p.end()?;
+    Ok(Formula {
+        result_indices: (0..lhs.len()).collect(),
+        indices: p.indices,
+        body,
+    })
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum Token {
+    Ident(String),
+    Number(f64),
+    LParen,
+    RParen,
+    LBracket,
+    RBracket,
+    Comma,
+    Equals,
+    Arrow,
+    Op(BinOp),
+}
+
+fn tokenize(text: &str) -> Result<Vec<Token>, String> {
+    let mut tokens = Vec::new();
+    let chars: Vec<char> = text.chars().collect();
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        let single = match c {
+            '(' => Some(Token::LParen),
+            ')' => Some(Token::RParen),
+            '[' => Some(Token::LBracket),
+            ']' => Some(Token::RBracket),
+            ',' => Some(Token::Comma),
+            '=' => Some(Token::Equals),
+            '+' => Some(Token::Op(BinOp::Add)),
+            '*' => Some(Token::Op(BinOp::Mul)),
+            '/' => Some(Token::Op(BinOp::Div)),
+            _ => None,
+        };
+        if let Some(t) = single {
+            tokens.push(t);
+            i += 1;
+        } else if c == '-' {
+            let arrow = chars.get(i + 1) == Some(&'>');
+            tokens.push(if arrow { Token::Arrow } else { Token::Op(BinOp::Sub) });
+            i += 1 + arrow as usize;
+        } else if c.is_whitespace() {
+            i += 1;
+        } else if c.is_ascii_digit() || c == '.' {
+            let start = i;
+            while i < chars.len() && (chars[i].is_ascii_alphanumeric() || chars[i] == '.') {
+                i += 1;
+            }
+            let s: String = chars[start..i].iter().collect();
+            tokens.push(Token::Number(s.parse().map_err(|_| format!("`{s}` is not a number"))?));
+        } else if c.is_ascii_alphabetic() || c == '_' {
+            let start = i;
+            while i < chars.len() && (chars[i].is_ascii_alphanumeric() || chars[i] == '_') {
+                i += 1;
+            }
+            tokens.push(Token::Ident(chars[start..i].iter().collect()));
+        } else {
+            return Err(format!("unexpected character `{c}`"));
+        }
+    }
+    Ok(tokens)
+}
+
+struct Parser<'s> {
+    tokens: Vec<Token>,
+    pos: usize,
+    signature: Option<&'s Signature>,
+    indices: Vec<IndexVar>,
+    /// Index variables that may appear at this point (the result's and enclosing sums').
+    free: Vec<usize>,
+}
+
+impl<'s> Parser<'s> {
+    fn new(text: &str) -> Result<Self, String> {
+        Ok(Parser {
+            tokens: tokenize(text)?,
+            pos: 0,
+            signature: None,
+            indices: Vec::new(),
+            free: Vec::new(),
+        })
+    }
+
+    fn peek(&self) -> Option<&Token> {
+        self.tokens.get(self.pos)
+    }
+
+    fn next(&mut self) -> Option<Token> {
+        let t = self.tokens.get(self.pos).cloned();
+        self.pos += 1;
+        t
+    }
+
+    fn eat(&mut self, t: &Token) -> bool {
+        let hit = self.peek() == Some(t);
+        self.pos += hit as usize;
+        hit
+    }
+
+    fn expect(&mut self, t: &Token) -> Result<(), String> {
+        match self.next() {
+            Some(ref got) if got == t => Ok(()),
+            got => Err(format!(
+                "expected {}, found {}",
+                describe(Some(t)),
+                describe(got.as_ref())
+            )),
+        }
+    }
+
+    fn end(&self) -> Result<(), String> {
+        match self.peek() {
+            None => Ok(()),
+            t => Err(format!("unexpected {} after the end", describe(t))),
+        }
+    }
+
+    fn ident(&mut self) -> Result<String, String> {
+        match self.next() {
+            Some(Token::Ident(s)) => Ok(s),
+            got => Err(format!("expected a name, found {}", describe(got.as_ref()))),
+        }
+    }
+
+    /// `[m]` or `[m, n]`.
+    fn shape(&mut self) -> Result<Shape, String> {
+        self.expect(&Token::LBracket)?;
+        let mut dims = vec![self.ident()?];
+        while self.eat(&Token::Comma) {
+            dims.push(self.ident()?);
+        }
+        self.expect(&Token::RBracket)?;
+        match dims.as_slice() {
+            [n] => Ok(Shape::Vector(n.clone())),
+            [m, n] => Ok(Shape::Matrix(m.clone(), n.clone())),
+            _ => Err(format!("arrays have 1 or 2 dimensions, not {}", dims.len())),
+        }
+    }
+
+    fn expr(&mut self) -> Result<Expr, String> {
+        let mut lhs = self.term()?;
+        while let Some(Token::Op(op @ (BinOp::Add | BinOp::Sub))) = self.peek().cloned() {
+            self.pos += 1;
+            lhs = Expr::Binary(op, Box::new(lhs), Box::new(self.term()?));
+        }
+        Ok(lhs)
+    }
+
+    fn term(&mut self) -> Result<Expr, String> {
+        let mut lhs = self.unary()?;
+        while let Some(Token::Op(op @ (BinOp::Mul | BinOp::Div))) = self.peek().cloned() {
+            self.pos += 1;
+            lhs = Expr::Binary(op, Box::new(lhs), Box::new(self.unary()?));
+        }
+        Ok(lhs)
+    }
+
+    fn unary(&mut self) -> Result<Expr, String> {
+        if self.eat(&Token::Op(BinOp::Sub)) {
+            return Ok(Expr::Neg(Box::new(self.unary()?)));
+        }
+        match self.next() {
+            Some(Token::Number(v)) => Ok(Expr::Number(v)),
+            Some(Token::LParen) => {
+                let e = self.expr()?;
+                self.expect(&Token::RParen)?;
+                Ok(e)
+            }
+            Some(Token::Ident(name)) => self.named(name),
+            got => Err(format!("expected an operand, found {}", describe(got.as_ref()))),
+        }
+    }
+
+    /// A function call, a scalar parameter or an array element.
+    fn named(&mut self, name: String) -> Result<Expr, String> {
+        if self.peek() == Some(&Token::LParen) {
+            return self.call(&name);
+        }
+        let signature = self.signature.expect("formulas are parsed against a signature");
+        let param = signature
+            .params
+            .iter()
+            .position(|p| p.name == name)
+            .ok_or_else(|| format!("`{name}` is not a parameter of the signature"))?;
+        let dims: Vec<String> = signature.params[param]
+            .shape
+            .dims()
+            .iter()
+            .map(|d| d.to_string())
+            .collect();
+        if dims.is_empty() {
+            return Ok(Expr::Scalar(param));
+        }
+        self.expect(&Token::LBracket)?;
+        let mut index = Vec::new();
+        loop {
+            let var = self.ident()?;
+            let dim = dims
+                .get(index.len())
+                .ok_or_else(|| format!("`{name}` has {} dimensions but is indexed with more", dims.len()))?;
+            index.push(self.use_index(&var, dim)?);
+            if self.eat(&Token::RBracket) {
+                break;
+            }
+            self.expect(&Token::Comma)?;
+        }
+        if index.len() != dims.len() {
+            return Err(format!(
+                "`{name}` has {} dimensions but is indexed with {}",
+                dims.len(),
+                index.len()
+            ));
+        }
+        Ok(Expr::Element { param, index })
+    }
+
+    /// Resolves index variable `var` used over dimension `dim`.
+    fn use_index(&mut self, var: &str, dim: &str) -> Result<usize, String> {
+        let id = self
+            .free
+            .iter()
+            .copied()
+            .find(|&i| self.indices[i].name == var)
+            .ok_or_else(|| format!("index `{var}` is not bound here (use it on the left-hand side or in a sum)"))?;
+        let bound = &self.indices[id].dim;
+        if bound != dim {
+            return Err(format!("index `{var}` ranges over `{bound}` but is used over `{dim}`"));
+        }
+        Ok(id)
+    }
+
+    fn call(&mut self, name: &str) -> Result<Expr, String> {
+        self.expect(&Token::LParen)?;
+        let expr = match name {
+            "sum" => self.sum()?,
+            "abs" => Expr::Call(Func::Abs, Box::new(self.expr()?)),
+            "sqrt" => Expr::Call(Func::Sqrt, Box::new(self.expr()?)),
+            other => return Err(format!("unknown function `{other}`; expected sum, abs or sqrt")),
+        };
+        self.expect(&Token::RParen)?;
+        Ok(expr)
+    }
+
+    /// `sum(j, body)`: the range of `j` is the dimension it first indexes in `body`.
+    fn sum(&mut self) -> Result<Expr, String> {
+        let var = self.ident()?;
+        if self.free.iter().any(|&i| self.indices[i].name == var) {
+            return Err(format!("index `{var}` is already bound"));
+        }
+        self.expect(&Token::Comma)?;
+        let id = self.indices.len();
+        // The dimension is not known until the body indexes something with `var`; parse the
+        // body with a placeholder and fix it from the first use.
+        self.indices.push(IndexVar {
+            name: var.clone(),
+            dim: String::new(),
+        });
+        self.free.push(id);
+        let start = self.pos;
+        let dim = self.first_dim_of(&var, start)?;
+        self.indices[id].dim = dim;
+        let body = self.expr()?;
+        self.free.pop();
+        Ok(Expr::Sum {
+            index: id,
+            body: Box::new(body),
+        })
+    }
+
+    /// The dimension that `var` first indexes among the tokens from `start`.
+    fn first_dim_of(&self, var: &str, start: usize) -> Result<String, String> {
+        let signature = self.signature.expect("formulas are parsed against a signature");
+        let tokens = &self.tokens[start..];
+        for (k, t) in tokens.iter().enumerate() {
+            let (Token::Ident(name), Some(Token::LBracket)) = (t, tokens.get(k + 1)) else {
+                continue;
+            };
+            let Some(param) = signature.params.iter().find(|p| &p.name == name) else {
+                continue;
+            };
+            let dims = param.shape.dims();
+            let mut position = 0;
+            for inner in &tokens[k + 2..] {
+                match inner {
+                    Token::Ident(v) if v == var => {
+                        if let Some(d) = dims.get(position) {
+                            return Ok(d.to_string());
+                        }
+                    }
+                    Token::Comma => position += 1,
+                    Token::RBracket => break,
+                    _ => {}
+                }
+            }
+        }
+        Err(format!("summation index `{var}` never indexes an array"))
+    }
+}
+
+fn describe(t: Option<&Token>) -> String {
+    match t {
+        None => "the end".to_string(),
+        Some(Token::Ident(s)) => format!("`{s}`"),
+        Some(Token::Number(v)) => format!("`{v}`"),
+        Some(Token::LParen) => "`(`".into(),
+        Some(Token::RParen) => "`)`".into(),
+        Some(Token::LBracket) => "`[`".into(),
+        Some(Token::RBracket) => "`]`".into(),
+        Some(Token::Comma) => "`,`".into(),
+        Some(Token::Equals) => "`=`".into(),
+        Some(Token::Arrow) => "`->`".into(),
+        Some(Token::Op(op)) => format!("`{}`", op_symbol(*op)),
+    }
+}
+
+fn op_symbol(op: BinOp) -> char {
+    match op {
+        BinOp::Add => '+',
+        BinOp::Sub => '-',
+        BinOp::Mul => '*',
+        BinOp::Div => '/',
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gemv() -> Signature {
+        parse_signature("(a, A[m,n], x[n], b, y[m]) -> [m]").unwrap()
+    }
+
+    #[test]
+    fn signature_lists_params_in_call_order() {
+        let s = gemv();
+        let names: Vec<&str> = s.params.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(names, ["a", "A", "x", "b", "y"]);
+        assert_eq!(s.params[1].shape, Shape::Matrix("m".into(), "n".into()));
+        assert_eq!(s.result, Shape::Vector("m".into()));
+        assert_eq!(parse_signature("(x[n]) -> scalar").unwrap().result, Shape::Scalar);
+    }
+
+    #[test]
+    fn formula_binds_sum_index_to_its_dimension() {
+        let f = parse_formula("out[i] = a * sum(j, A[i,j] * x[j]) + b * y[i]", &gemv()).unwrap();
+        assert_eq!(
+            f.indices[0],
+            IndexVar {
+                name: "i".into(),
+                dim: "m".into()
+            }
+        );
+        assert_eq!(
+            f.indices[1],
+            IndexVar {
+                name: "j".into(),
+                dim: "n".into()
+            }
+        );
+        assert!(f.body.has_sum());
+    }
+
+    #[test]
+    fn formula_errors_are_specific() {
+        let s = gemv();
+        let cases = [
+            ("out[i] = A[j,i] * x[i]", "not bound"),
+            ("out[i] = sum(j, A[j,i] * x[j])", "ranges over"),
+            ("out[i] = z[i]", "not a parameter"),
+            ("out[i] = sum(j, A[i] * x[j])", "indexed with 1"),
+            ("out = a", "left-hand side has 0"),
+            ("out[i] = foo(y[i])", "unknown function"),
+            ("out[i] = y[i] +", "expected an operand"),
+            ("out[i] = y[i] $", "unexpected character"),
+        ];
+        for (text, want) in cases {
+            let err = parse_formula(text, &s).unwrap_err();
+            assert!(err.contains(want), "{text}: {err}");
+        }
+    }
+
+    #[test]
+    fn signature_errors_are_specific() {
+        assert!(parse_signature("(x[n], x[n]) -> [n]").unwrap_err().contains("twice"));
+        assert!(parse_signature("(x[n] -> [n]").unwrap_err().contains("expected"));
+        assert!(parse_signature("(x[n]) -> vector")
+            .unwrap_err()
+            .contains("result shape"));
+        assert!(parse_signature("(T[a,b,c]) -> scalar").unwrap_err().contains("1 or 2"));
+    }
+}

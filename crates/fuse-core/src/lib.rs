@@ -1,0 +1,40 @@
+//! The front end of fuse: the script language, the kernel library's metadata and the
+//! data-dependency graph.
+//!
+//! The pipeline starts here: [`script::parse`] turns a YAML script into a checked [`Program`]
+//! (using the [`Library`] for every function's signature), and [`DataGraph::build`] turns the
+//! program into the graph the explorer searches.
+//!
+//! ```
+//! use fuse_core::{script, DataGraph, Library};
+//!
+//! let library = Library::builtin().unwrap();
+//! let text = "
+//! sizes: {m: 64, n: 32}
+//! inputs: {A: [m, n], p: [n], r: [m]}
+//! outputs: [q, s]
+//! calls:
+//!   - q = sgemv(A, p)
+//!   - s = sgemtv(A, r)
+//! ";
+//! let program = script::parse("bicgk.yaml", text, &library).unwrap();
+//! assert_eq!(program.calls.len(), 2);
+//! let graph = DataGraph::build(&program);
+//! assert_eq!(graph.edges().count(), 1); // both calls read A
+//! ```
+
+pub mod data;
+pub mod error;
+pub mod formula;
+pub mod graph;
+pub mod library;
+pub mod program;
+pub mod script;
+pub mod shape;
+
+pub use data::{BindError, Bindings, HostArray, HostData};
+pub use error::{Diagnostic, Error, Location, Result};
+pub use graph::{DataGraph, Edge};
+pub use library::{ElementaryFunction, Form, HigherOrderKind, Library};
+pub use program::{Arg, Call, CallId, Program, Value, ValueId};
+pub use shape::{Precision, Shape, Sizes};

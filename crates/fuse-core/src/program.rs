@@ -1,0 +1,175 @@
+//! A checked script: every name resolved to a value in SSA form, every call to a library form,
+//! every shape checked. Stages after parsing work on this type only.
+
+use std::fmt;
+
+use crate::error::{Error, Location, Result};
+use crate::library::{Form, HigherOrderKind};
+use crate::shape::{Precision, Shape, Sizes};
+
+/// Index of a value in [`Program::values`].
+pub type ValueId = usize;
+/// Index of a call in [`Program::calls`].
+pub type CallId = usize;
+
+/// A value: an input, or the result of one call. Re-assigning a name makes a new value.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Value {
+    /// Unique name: the script's name for its first definition, `name.1`, `name.2`, … after.
+    pub name: String,
+    /// The name as written in the script.
+    pub variable: String,
+    /// Its shape in the script's size symbols.
+    pub shape: Shape,
+    /// The call that computes it, or `None` for an input.
+    pub producer: Option<CallId>,
+}
+
+/// An argument of a call.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Arg {
+    /// A value of the program.
+    Value(ValueId),
+    /// A compile-time constant such as `2.0`.
+    Literal(f64),
+}
+
+/// One call of an elementary function.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Call {
+    /// The function's name without prefix (`gemv`).
+    pub function: String,
+    /// The name as called (`sgemv`).
+    pub callee: String,
+    /// Its higher-order kind.
+    pub kind: HigherOrderKind,
+    /// The library form selected by the arity.
+    pub form: Form,
+    /// Arguments in signature order.
+    pub args: Vec<Arg>,
+    /// The value it defines.
+    pub result: ValueId,
+    /// Where the call is written.
+    pub location: Location,
+    /// The call as written, normalised: `q = sgemv(A, p)`.
+    pub text: String,
+}
+
+impl Call {
+    /// The values it reads (literals excluded), in argument order, without repeats.
+    pub fn reads(&self) -> Vec<ValueId> {
+        let mut out: Vec<ValueId> = Vec::new();
+        for arg in &self.args {
+            if let Arg::Value(v) = arg {
+                if !out.contains(v) {
+                    out.push(*v);
+                }
+            }
+        }
+        out
+    }
+}
+
+/// A parsed and checked script.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Program {
+    /// The script's `name`.
+    pub name: String,
+    /// The script file.
+    pub file: String,
+    /// Element precision.
+    pub precision: Precision,
+    /// Default sizes from the script.
+    pub sizes: Sizes,
+    /// All values, inputs first.
+    pub values: Vec<Value>,
+    /// Input values, in declaration order.
+    pub inputs: Vec<ValueId>,
+    /// Output values, in the order of `outputs`.
+    pub outputs: Vec<ValueId>,
+    /// Calls, in script order.
+    pub calls: Vec<Call>,
+}
+
+impl Program {
+    /// The value with unique name `name`.
+    pub fn value(&self, name: &str) -> Option<ValueId> {
+        self.values.iter().position(|v| v.name == name)
+    }
+
+    /// Whether `v` is one of the outputs.
+    pub fn is_output(&self, v: ValueId) -> bool {
+        self.outputs.contains(&v)
+    }
+
+    /// The default sizes with `overrides` applied, checked: every symbol known, every value
+    /// positive, every array of a sane byte size.
+    pub fn bind_sizes(&self, overrides: &[(String, usize)]) -> Result<Sizes> {
+        let mut sizes = self.sizes.clone();
+        for (symbol, value) in overrides {
+            if sizes.get(symbol).is_none() {
+                let known: Vec<&str> = self.sizes.iter().map(|(k, _)| k).collect();
+                return Err(Error::Sizes(format!(
+                    "--size {symbol}={value}: `{symbol}` is not a size of {} (it has {})",
+                    self.file,
+                    list_or_none(&known)
+                )));
+            }
+            if *value == 0 {
+                return Err(Error::Sizes(format!("--size {symbol}=0: sizes must be positive")));
+            }
+            sizes.set(symbol, *value);
+        }
+        for value in &self.values {
+            sizes
+                .array_bytes(&value.shape, self.precision)
+                .map_err(|e| Error::Sizes(format!("{}: `{}`: {e}", self.file, value.variable)))?;
+        }
+        Ok(sizes)
+    }
+
+    /// Bytes that must cross memory at least once: every input read once, every output
+    /// written once.
+    pub fn compulsory_bytes(&self, sizes: &Sizes) -> u64 {
+        self.inputs
+            .iter()
+            .chain(&self.outputs)
+            .map(|&v| sizes.array_bytes(&self.values[v].shape, self.precision).unwrap_or(0))
+            .sum()
+    }
+}
+
+/// `a, b and c`, or `none`.
+pub fn list_or_none(items: &[&str]) -> String {
+    match items {
+        [] => "none".to_string(),
+        [one] => format!("`{one}`"),
+        [init @ .., last] => {
+            let init: Vec<String> = init.iter().map(|s| format!("`{s}`")).collect();
+            format!("{} and `{last}`", init.join(", "))
+        }
+    }
+}
+
+impl fmt::Display for Program {
+    /// One line: `bicgk (f32, m=4096 n=4096): 2 calls, inputs A p r, outputs q s`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let names = |ids: &[ValueId]| -> String {
+            ids.iter()
+                .map(|&v| self.values[v].variable.as_str())
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        write!(
+            f,
+            "{} ({}, {}): {} call{}, inputs {}, outputs {}",
+            self.name,
+            self.precision,
+            self.sizes,
+            self.calls.len(),
+            if self.calls.len() == 1 { "" } else { "s" },
+            names(&self.inputs),
+            names(&self.outputs)
+        )
+    }
+}

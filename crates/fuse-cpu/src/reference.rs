@@ -1,0 +1,159 @@
+//! The f64 reference interpreter: evaluates a program call by call, each call straight from
+//! its library formula, in f64 whatever the script's precision. It is the ground truth every
+//! backend is compared with, so it is written for obviousness, with rayon across result rows.
+
+use std::collections::HashMap;
+
+use rayon::prelude::*;
+
+use fuse_core::data::{check_inputs, BindError};
+use fuse_core::formula::{BinOp, Expr, Func};
+use fuse_core::{Arg, Bindings, Call, HostArray, Program, Sizes};
+
+/// An f64 array during evaluation.
+struct Array {
+    dims: Vec<usize>,
+    data: Vec<f64>,
+}
+
+/// An argument as the formula sees it.
+enum Operand<'a> {
+    Scalar(f64),
+    Array(&'a Array),
+}
+
+/// Evaluates `program` at `sizes` on `inputs`; returns every output, in f64, by name.
+pub fn evaluate(program: &Program, sizes: &Sizes, inputs: &Bindings) -> Result<Bindings, BindError> {
+    check_inputs(program, sizes, inputs)?;
+    let mut values: HashMap<usize, Array> = HashMap::new();
+    for &id in &program.inputs {
+        let a = &inputs[&program.values[id].variable];
+        values.insert(
+            id,
+            Array {
+                dims: a.dims.clone(),
+                data: a.to_f64(),
+            },
+        );
+    }
+    for call in &program.calls {
+        let result = evaluate_call(call, &values);
+        values.insert(call.result, result);
+    }
+    Ok(program
+        .outputs
+        .iter()
+        .map(|&id| {
+            let a = &values[&id];
+            (
+                program.values[id].variable.clone(),
+                HostArray::f64(a.dims.clone(), a.data.clone()),
+            )
+        })
+        .collect())
+}
+
+fn evaluate_call(call: &Call, values: &HashMap<usize, Array>) -> Array {
+    let operands: Vec<Operand> = call
+        .args
+        .iter()
+        .map(|a| match a {
+            Arg::Literal(v) => Operand::Scalar(*v),
+            Arg::Value(id) => match values[id].dims.as_slice() {
+                [] => Operand::Scalar(values[id].data[0]),
+                _ => Operand::Array(&values[id]),
+            },
+        })
+        .collect();
+    let formula = &call.form.formula;
+    let mut extent_of_dim: HashMap<&str, usize> = HashMap::new();
+    for (param, operand) in call.form.signature.params.iter().zip(&operands) {
+        if let Operand::Array(a) = operand {
+            for (d, &e) in param.shape.dims().into_iter().zip(&a.dims) {
+                extent_of_dim.insert(d, e);
+            }
+        }
+    }
+    let extents: Vec<usize> = formula.indices.iter().map(|v| extent_of_dim[v.dim.as_str()]).collect();
+    let eval = Evaluator {
+        operands: &operands,
+        extents: &extents,
+    };
+    let dims: Vec<usize> = formula.result_indices.iter().map(|&i| extents[i]).collect();
+    let data = match dims.as_slice() {
+        [] => vec![eval.eval(&formula.body, &mut vec![0; extents.len()])],
+        [n] => (0..*n)
+            .into_par_iter()
+            .map_init(
+                || vec![0; extents.len()],
+                |idx, i| {
+                    idx[0] = i;
+                    eval.eval(&formula.body, idx)
+                },
+            )
+            .collect(),
+        [_, n] => {
+            let mut data = vec![0.0; dims.iter().product()];
+            data.par_chunks_mut(*n).enumerate().for_each(|(i, row)| {
+                let mut idx = vec![0; extents.len()];
+                idx[0] = i;
+                for (j, out) in row.iter_mut().enumerate() {
+                    idx[1] = j;
+                    *out = eval.eval(&formula.body, &mut idx);
+                }
+            });
+            data
+        }
+        _ => unreachable!("library forms have results of rank 0 to 2"),
+    };
+    Array { dims, data }
+}
+
+struct Evaluator<'a> {
+    operands: &'a [Operand<'a>],
+    /// Extent of each index variable.
+    extents: &'a [usize],
+}
+
+impl Evaluator<'_> {
+    /// The value of `e` with index variables at `idx`.
+    fn eval(&self, e: &Expr, idx: &mut [usize]) -> f64 {
+        match e {
+            Expr::Number(v) => *v,
+            Expr::Scalar(p) => match &self.operands[*p] {
+                Operand::Scalar(v) => *v,
+                Operand::Array(_) => unreachable!("checked: scalar parameters get scalars"),
+            },
+            Expr::Element { param, index } => match &self.operands[*param] {
+                Operand::Array(a) => {
+                    let offset = index
+                        .iter()
+                        .zip(&a.dims)
+                        .fold(0, |acc, (&var, &extent)| acc * extent + idx[var]);
+                    a.data[offset]
+                }
+                Operand::Scalar(_) => unreachable!("checked: array parameters get arrays"),
+            },
+            Expr::Neg(a) => -self.eval(a, idx),
+            Expr::Binary(op, a, b) => {
+                let (a, b) = (self.eval(a, idx), self.eval(b, idx));
+                match op {
+                    BinOp::Add => a + b,
+                    BinOp::Sub => a - b,
+                    BinOp::Mul => a * b,
+                    BinOp::Div => a / b,
+                }
+            }
+            Expr::Sum { index, body } => {
+                let mut total = 0.0;
+                for k in 0..self.extents[*index] {
+                    idx[*index] = k;
+                    total += self.eval(body, idx);
+                }
+                total
+            }
+            Expr::Call(Func::Abs, a) => self.eval(a, idx).abs(),
+            Expr::Call(Func::Sqrt, a) => self.eval(a, idx).sqrt(),
+        }
+    }
+}
