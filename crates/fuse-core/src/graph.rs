@@ -68,13 +68,16 @@ impl DataGraph {
         DataGraph { graph }
     }
 
-    /// The calls whose results `call` reads.
+    /// The calls whose results `call` reads, in call order.
     pub fn dependencies(&self, call: CallId) -> Vec<CallId> {
-        self.graph
+        let mut deps: Vec<CallId> = self
+            .graph
             .edges_directed(NodeIndex::new(call), petgraph::Direction::Incoming)
             .filter(|e| matches!(e.weight(), Edge::Dependency { .. }))
             .map(|e| e.source().index())
-            .collect()
+            .collect();
+        deps.sort_unstable();
+        deps
     }
 
     /// All edges as `(from, to, edge)` in insertion order.

@@ -75,7 +75,7 @@ fn parse_yaml(file: &str, text: &str) -> Result<Node, Diagnostic> {
             LoadError::DuplicateKey(d) => {
                 let first = d.prev_key.span().start().map(|m| m.line()).unwrap_or(0);
                 let loc = d.key.span().start().map(at).unwrap_or_else(|| Location::file(file));
-                let what = duplicate_context(text, &d.key);
+                let what = duplicate_context(text, &d.prev_key);
                 Diagnostic::new(
                     loc,
                     format!("duplicate {what} `{}` (first defined on line {first})", d.key.as_str()),
@@ -91,11 +91,13 @@ fn parse_yaml(file: &str, text: &str) -> Result<Node, Diagnostic> {
 }
 
 /// What a duplicated key is, from the section that holds it: `input`, `size` or `key`.
-fn duplicate_context(text: &str, key: &marked_yaml::types::MarkedScalarNode) -> &'static str {
+fn duplicate_context(text: &str, first: &marked_yaml::types::MarkedScalarNode) -> &'static str {
+    // Re-read permitting duplicates: the mapping keeps the first key, so find the section whose
+    // mapping holds a key at the first occurrence's position.
     let Ok(root) = marked_yaml::parse_yaml(0, text) else {
         return "key";
     };
-    let target = key.span().start();
+    let target = first.span().start();
     let holds = |node: &Node| {
         node.as_mapping()
             .is_some_and(|m| m.keys().any(|k| k.span().start() == target))
@@ -554,8 +556,8 @@ fn lookup_message(name: &str, precision: Precision, e: LookupError) -> String {
 /// Binds a form's dimension symbols to the script's size symbols.
 #[derive(Default)]
 struct Unifier {
-    /// Form symbol → (script symbol, the argument that bound it).
-    bound: BTreeMap<String, (String, String)>,
+    /// Form symbol → (script symbol, the argument that bound it and its shape).
+    bound: BTreeMap<String, (String, (String, Shape))>,
 }
 
 impl Unifier {
@@ -563,34 +565,20 @@ impl Unifier {
         for (formal, real) in param.dims().iter().zip(actual.dims()) {
             match self.bound.get(*formal) {
                 Some((bound, by)) if bound != real => {
+                    let (by, by_shape) = by.clone();
                     return Err(format!(
-                        "`{arg}` is {actual} but must be {}, because `{by}` fixed {formal} = {bound}",
-                        self.apply_partial(param, formal, bound),
+                        "`{arg}` is {actual} but must be {} to match `{by}` {by_shape}",
+                        self.apply(param)
                     ));
                 }
                 Some(_) => {}
                 None => {
-                    self.bound
-                        .insert(formal.to_string(), (real.to_string(), arg.to_string()));
+                    let by = (arg.to_string(), actual.clone());
+                    self.bound.insert(formal.to_string(), (real.to_string(), by));
                 }
             }
         }
         Ok(())
-    }
-
-    /// `param` with `formal` replaced by `bound` and other symbols as known so far.
-    fn apply_partial(&self, param: &Shape, formal: &str, bound: &str) -> Shape {
-        let map = |d: &str| -> String {
-            if d == formal {
-                bound.to_string()
-            } else {
-                self.bound
-                    .get(d)
-                    .map(|(s, _)| s.clone())
-                    .unwrap_or_else(|| d.to_string())
-            }
-        };
-        map_shape(param, map)
     }
 
     fn apply(&self, shape: &Shape) -> Shape {

@@ -1,0 +1,258 @@
+//! Every class of bad input gets a one-line message naming the file, line and column, the
+//! offending text and what was expected, and exit status 2 — never a panic.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+const BICGK: &str = "name: bicgk
+precision: f32
+sizes: {m: 40, n: 30}
+inputs:
+  A: [m, n]
+  p: [n]
+  r: [m]
+outputs: [q, s]
+calls:
+  - q = sgemv(A, p)
+  - s = sgemtv(A, r)
+";
+
+fn fuse(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_fuse"))
+        .args(args)
+        .output()
+        .expect("the fuse binary runs")
+}
+
+/// Runs `fuse check` on `text` saved as `script.yaml`; returns the stderr of a failure.
+fn check_fails(text: &str) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("script.yaml");
+    std::fs::write(&path, text).unwrap();
+    let out = fuse(&["check", path.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_eq!(out.status.code(), Some(2), "exit status for:\n{text}\nstderr: {stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    stderr.replace(path.to_str().unwrap(), "script.yaml")
+}
+
+/// Asserts that the first line of `stderr` starts with `script.yaml:LINE:COL:` and contains
+/// every fragment.
+fn assert_message(stderr: &str, line: usize, column: usize, fragments: &[&str]) {
+    let first = stderr.lines().next().unwrap_or_default();
+    let at = format!("error: script.yaml:{line}:{column}: ");
+    assert!(first.starts_with(&at), "expected `{at}…`, got: {first}");
+    for f in fragments {
+        assert!(first.contains(f), "missing `{f}` in: {first}");
+    }
+}
+
+#[test]
+fn valid_script_passes() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bicgk.yaml");
+    std::fs::write(&path, BICGK).unwrap();
+    let out = fuse(&["check", path.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("bicgk (f32, m=40 n=30): 2 calls, inputs A p r, outputs q s"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn yaml_syntax_error() {
+    let e = check_fails(&BICGK.replace("sizes: {m: 40, n: 30}", "sizes: {m: 40, n: 30"));
+    assert_message(&e, 4, 7, &["YAML syntax error"]);
+}
+
+#[test]
+fn unknown_top_level_key() {
+    let e = check_fails(&BICGK.replace("outputs:", "colour: red\noutputs:"));
+    assert_message(
+        &e,
+        8,
+        1,
+        &["unknown top-level key `colour`", "expected one of name, precision"],
+    );
+}
+
+#[test]
+fn unknown_function() {
+    let e = check_fails(&BICGK.replace("sgemtv(A, r)", "sgemtx(A, r)"));
+    assert_message(&e, 11, 9, &["unknown function `sgemtx`", "did you mean `sgemtv`"]);
+    let e = check_fails(&BICGK.replace("sgemtv(A, r)", "frobnicate(A, r)"));
+    assert_message(
+        &e,
+        11,
+        9,
+        &["unknown function `frobnicate`", "expected a library function"],
+    );
+}
+
+#[test]
+fn wrong_arity() {
+    let e = check_fails(&BICGK.replace("sgemv(A, p)", "sgemv(A, p, r, r)"));
+    assert_message(
+        &e,
+        10,
+        9,
+        &["wrong number of arguments", "sgemv takes 2, 3 or 5", "got 4"],
+    );
+}
+
+#[test]
+fn f64_function_in_f32_script() {
+    let e = check_fails(&BICGK.replace("sgemv(A, p)", "dgemv(A, p)"));
+    assert_message(
+        &e,
+        10,
+        9,
+        &["`dgemv` is the f64 variant", "script is f32", "expected `sgemv`"],
+    );
+}
+
+#[test]
+fn shape_mismatch() {
+    // x of length m where sgemv needs length n (A is m×n).
+    let e = check_fails(&BICGK.replace("sgemv(A, p)", "sgemv(A, r)"));
+    assert_message(
+        &e,
+        10,
+        18,
+        &[
+            "shape mismatch in argument 2 of sgemv",
+            "`r` is [m] but must be [n] to match `A` [m, n]",
+        ],
+    );
+    let e = check_fails(&BICGK.replace("sgemv(A, p)", "sgemv(p, A)"));
+    assert_message(&e, 10, 15, &["`p` is a vector [n]", "parameter `A` is a matrix"]);
+}
+
+#[test]
+fn name_used_before_assignment() {
+    let e = check_fails(&BICGK.replace("sgemtv(A, r)", "sgemtv(A, t)"));
+    assert_message(&e, 11, 19, &["`t` is used before it is assigned"]);
+}
+
+#[test]
+fn output_never_assigned() {
+    let e = check_fails(&BICGK.replace("outputs: [q, s]", "outputs: [q, z]"));
+    assert_message(&e, 8, 14, &["output `z` is never assigned"]);
+    let e = check_fails(&BICGK.replace("outputs: [q, s]", "outputs: [q, p]"));
+    assert_message(&e, 8, 14, &["output `p` is an input that no call assigns"]);
+}
+
+#[test]
+fn unknown_size_symbol() {
+    let e = check_fails(&BICGK.replace("p: [n]", "p: [k]"));
+    assert_message(&e, 6, 7, &["unknown size symbol `k`", "`sizes` defines `m` and `n`"]);
+}
+
+#[test]
+fn non_positive_and_absurd_sizes() {
+    let e = check_fails(&BICGK.replace("m: 40", "m: 0"));
+    assert_message(&e, 3, 12, &["size `m` is 0", "positive integers"]);
+    let e = check_fails(&BICGK.replace("m: 40", "m: -5"));
+    assert_message(&e, 3, 12, &["size `m` is `-5`", "expected a positive integer"]);
+    let e = check_fails(&BICGK.replace("m: 40", "m: 99999999999999999999999"));
+    assert_message(&e, 3, 12, &["absurdly large"]);
+    let e = check_fails(&BICGK.replace("m: 40", "m: 4000000000000"));
+    assert_message(&e, 5, 6, &["`A`", "more than"]);
+}
+
+#[test]
+fn duplicate_input() {
+    let e = check_fails(&BICGK.replace("  r: [m]\n", "  r: [m]\n  p: [m]\n"));
+    assert_message(&e, 8, 3, &["duplicate input `p`", "first defined on line 6"]);
+}
+
+#[test]
+fn bad_identifiers() {
+    let e = check_fails(&BICGK.replace("  r: [m]", "  2r: [m]"));
+    assert_message(&e, 7, 3, &["input name `2r` is not an identifier"]);
+    let e = check_fails(&BICGK.replace("- q = sgemv", "- q-1 = sgemv"));
+    assert_message(&e, 10, 5, &["`q-1` is not an identifier"]);
+}
+
+#[test]
+fn empty_call_list() {
+    let at = BICGK.find("calls:").unwrap();
+    let e = check_fails(&format!("{}calls: []\n", &BICGK[..at]));
+    assert_message(&e, 9, 8, &["empty call list"]);
+}
+
+#[test]
+fn malformed_call() {
+    let e = check_fails(&BICGK.replace("q = sgemv(A, p)", "q sgemv(A, p)"));
+    assert_message(&e, 10, 5, &["is not a call", "expected `name = function(arguments)`"]);
+}
+
+#[test]
+fn quoted_calls_report_columns_inside_the_quotes() {
+    let e = check_fails(&BICGK.replace("- s = sgemtv(A, r)", "- \"s = sgemtv(A, t)\""));
+    assert_message(&e, 11, 20, &["`t` is used before"]);
+}
+
+#[test]
+fn malformed_library_file_is_named() {
+    let lib = tempfile::tempdir().unwrap();
+    let builtin = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../library");
+    for entry in std::fs::read_dir(builtin).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "yaml") {
+            std::fs::copy(&path, lib.path().join(path.file_name().unwrap())).unwrap();
+        }
+    }
+    let bad = lib.path().join("gemv.yaml");
+    std::fs::write(
+        &bad,
+        "name: gemv\nkind: nested_reduce\nforms:\n  - signature: (A[m,n], x[n] -> [m]\n    formula: x\n",
+    )
+    .unwrap();
+    let scripts = tempfile::tempdir().unwrap();
+    let script = scripts.path().join("bicgk.yaml");
+    std::fs::write(&script, BICGK).unwrap();
+    let out = fuse(&[
+        "check",
+        "--library",
+        lib.path().to_str().unwrap(),
+        script.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!("{}: `gemv` form 1: signature", bad.display())),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn missing_script_file() {
+    let out = fuse(&["check", "no/such/script.yaml"]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("cannot read no/such/script.yaml"), "{stderr}");
+}
+
+#[test]
+fn bad_size_override() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bicgk.yaml");
+    std::fs::write(&path, BICGK).unwrap();
+    let p = path.to_str().unwrap();
+    for (arg, want) in [
+        ("k=3", "`k` is not a size of"),
+        ("m=0", "sizes must be positive"),
+        ("m=4000000000000", "more than"),
+    ] {
+        let out = fuse(&["run", p, "--backend", "reference", "--size", arg]);
+        assert_eq!(out.status.code(), Some(2), "{arg}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(want), "{arg}: {stderr}");
+    }
+    let out = fuse(&["run", p, "--size", "m"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("expected NAME=VALUE"));
+}

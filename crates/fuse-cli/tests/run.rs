@@ -1,0 +1,172 @@
+//! `fuse run`: inputs from .npy files, outputs to .npy files, checked against numpy
+//! (tests/numpy_check.py), and clear errors for bad input files.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn fuse(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_fuse"))
+        .args(args)
+        .output()
+        .expect("the fuse binary runs")
+}
+
+fn script(name: &str) -> String {
+    repo().join("scripts").join(name).display().to_string()
+}
+
+/// Writes a float32/float64 .npy file with numpy's header layout (format 1.0).
+fn write_npy(path: &Path, descr: &str, shape: &[usize], bytes: &[u8]) {
+    let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
+    let shape = match dims.len() {
+        1 => format!("({},)", dims[0]),
+        _ => format!("({})", dims.join(", ")),
+    };
+    let mut header = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape}, }}");
+    while (10 + header.len() + 1) % 64 != 0 {
+        header.push(' ');
+    }
+    header.push('\n');
+    let mut out = b"\x93NUMPY\x01\x00".to_vec();
+    out.extend((header.len() as u16).to_le_bytes());
+    out.extend(header.as_bytes());
+    out.extend(bytes);
+    std::fs::write(path, out).unwrap();
+}
+
+#[test]
+fn matches_numpy_on_all_sequences() {
+    let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
+    let out = Command::new(&python)
+        .arg(repo().join("tests/numpy_check.py"))
+        .arg(env!("CARGO_BIN_EXE_fuse"))
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {python}: {e}; install Python 3 with numpy (pip install numpy)"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "numpy check failed (is numpy installed? pip install numpy)\n{stdout}\n{stderr}"
+    );
+    assert_eq!(stdout.lines().filter(|l| l.starts_with("ok ")).count(), 16, "{stdout}");
+}
+
+#[test]
+fn summary_without_outputs_folder() {
+    let out = fuse(&[
+        "run",
+        &script("bicgk.yaml"),
+        "--size",
+        "m=33",
+        "--size",
+        "n=31",
+        "--seed",
+        "3",
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("q  [33] f32"), "{stdout}");
+    assert!(stdout.contains("s  [31] f32"), "{stdout}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("backend: reference"));
+}
+
+#[test]
+fn same_seed_same_outputs_and_outputs_keep_precision() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |sub: &str| {
+        let out_dir = dir.path().join(sub);
+        let out = fuse(&[
+            "run",
+            &script("axpydot.yaml"),
+            "--size",
+            "n=100",
+            "--seed",
+            "9",
+            "--outputs",
+            out_dir.to_str().unwrap(),
+        ]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        (
+            std::fs::read(out_dir.join("z.npy")).unwrap(),
+            std::fs::read(out_dir.join("r.npy")).unwrap(),
+        )
+    };
+    let (z1, r1) = run("a");
+    let (z2, r2) = run("b");
+    assert_eq!((z1.clone(), r1.clone()), (z2, r2));
+    let header = String::from_utf8_lossy(&z1[..128]);
+    assert!(
+        header.contains("'descr': '<f4'") && header.contains("'shape': (100,)"),
+        "{header}"
+    );
+    let header = String::from_utf8_lossy(&r1[..128]);
+    assert!(
+        header.contains("'shape': ()"),
+        "scalar outputs are 0-d arrays: {header}"
+    );
+}
+
+#[test]
+fn input_file_errors_are_clear() {
+    let dir = tempfile::tempdir().unwrap();
+    let inputs = dir.path().join("in");
+    std::fs::create_dir(&inputs).unwrap();
+    let bicgk = script("bicgk.yaml");
+    let sizes = ["--size", "m=3", "--size", "n=2"];
+    let run = || {
+        let mut args = vec!["run", bicgk.as_str(), "--inputs", inputs.to_str().unwrap()];
+        args.extend(sizes);
+        fuse(&args)
+    };
+    // Wrong shape: p must be [n] = [2].
+    write_npy(&inputs.join("p.npy"), "<f4", &[3], &[0; 12]);
+    let out = run();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("input `p` has shape [3] but") && stderr.contains("[n] = [2]"),
+        "{stderr}"
+    );
+    // Wrong precision: float64 in an f32 script.
+    write_npy(&inputs.join("p.npy"), "<f8", &[2], &[0; 16]);
+    let stderr = String::from_utf8_lossy(&run().stderr).to_string();
+    assert!(
+        stderr.contains("p.npy: expected a float32 .npy array (the script is f32)"),
+        "{stderr}"
+    );
+    // Not an .npy file at all.
+    std::fs::write(inputs.join("p.npy"), b"hello").unwrap();
+    let out = run();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("p.npy"));
+    // Missing folder.
+    let out = fuse(&["run", &bicgk, "--inputs", "no/such/dir"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--inputs no/such/dir: no such folder"));
+}
+
+#[test]
+fn never_overwrites_an_input_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let x = dir.path().join("x.npy");
+    write_npy(&x, "<f4", &[2], &1.5f32.to_le_bytes().repeat(2));
+    let before = std::fs::read(&x).unwrap();
+    let d = dir.path().to_str().unwrap();
+    let out = fuse(&[
+        "run",
+        &script("sscal.yaml"),
+        "--size",
+        "n=2",
+        "--inputs",
+        d,
+        "--outputs",
+        d,
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("refusing to overwrite input"));
+    assert_eq!(std::fs::read(&x).unwrap(), before);
+}
