@@ -13,10 +13,7 @@ fn bogus_library_path_is_not_found() {
     };
     assert!(searched[0].starts_with("/nonexistent/fuse-test/libnvrtc.so.13"));
     let message = err.to_string();
-    assert!(
-        message.contains("pip install 'nvidia-cuda-nvrtc==13.0.*'"),
-        "{message}"
-    );
+    assert!(message.contains("pip install 'nvidia-cuda-nvrtc==13.0.*'"), "{message}");
     assert!(message.contains("nvidia/cu13/lib"), "{message}");
     assert!(matches!(nvrtc::version(), Err(NvrtcError::NotFound { .. })));
 }

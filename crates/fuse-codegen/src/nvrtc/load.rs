@@ -56,8 +56,8 @@ pub fn load() -> Result<&'static str, NvrtcError> {
 fn probe() -> Result<Loaded, NvrtcError> {
     let mut searched = Vec::new();
     if let Some(value) = std::env::var_os(LIB_ENV).filter(|v| !v.is_empty()) {
-        let library = open_first(&candidates(Path::new(&value)), &mut searched)
-            .ok_or(NvrtcError::NotFound { searched })?;
+        let library =
+            open_first(&candidates(Path::new(&value)), &mut searched).ok_or(NvrtcError::NotFound { searched })?;
         return pin(library);
     }
     let dirs = std::env::var_os("LD_LIBRARY_PATH").unwrap_or_default();
@@ -126,10 +126,7 @@ fn open_builtins(library: &Path) -> Vec<Library> {
     entries
         .filter_map(|entry| Some(entry.ok()?.path()))
         .filter(|path| {
-            let name = path
-                .file_name()
-                .and_then(|n| n.to_str())
-                .unwrap_or_default();
+            let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
             name.starts_with("libnvrtc-builtins.so")
         })
         // SAFETY: as for libnvrtc itself.

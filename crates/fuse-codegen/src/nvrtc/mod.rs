@@ -194,9 +194,7 @@ impl CompileOptions {
 /// A define name must be an identifier; NUL bytes cannot cross the C API.
 fn check_define(name: &str, value: &str) -> Result<(), NvrtcError> {
     let mut chars = name.chars();
-    let identifier = chars
-        .next()
-        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+    let identifier = chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
     if !identifier || value.contains('\0') {
         return Err(NvrtcError::InvalidInput(format!(
@@ -234,9 +232,7 @@ pub fn compile(source: &str, opts: &CompileOptions) -> Result<Compiled, NvrtcErr
     let log = program.log()?;
     match status {
         Ok(()) => {}
-        Err(err) if err.0 == sys::nvrtcResult::NVRTC_ERROR_COMPILATION => {
-            return Err(NvrtcError::Compile { log })
-        }
+        Err(err) if err.0 == sys::nvrtcResult::NVRTC_ERROR_COMPILATION => return Err(NvrtcError::Compile { log }),
         Err(err) => {
             return Err(NvrtcError::Api {
                 call: "nvrtcCompileProgram",
@@ -292,10 +288,7 @@ fn supported_archs() -> Result<Vec<u32>, NvrtcError> {
             .map_err(api("nvrtcGetSupportedArchs"))?;
         archs
     };
-    Ok(archs
-        .into_iter()
-        .filter_map(|a| a.try_into().ok())
-        .collect())
+    Ok(archs.into_iter().filter_map(|a| a.try_into().ok()).collect())
 }
 
 /// An NVRTC program, destroyed on drop.
@@ -332,11 +325,7 @@ impl Drop for Program {
 
 /// NVRTC's NUL-terminated buffers as Rust text.
 fn text(buffer: &[c_char]) -> String {
-    let bytes: Vec<u8> = buffer
-        .iter()
-        .map(|&c| c as u8)
-        .take_while(|&b| b != 0)
-        .collect();
+    let bytes: Vec<u8> = buffer.iter().map(|&c| c as u8).take_while(|&b| b != 0).collect();
     String::from_utf8_lossy(&bytes).into_owned()
 }
 

@@ -60,9 +60,7 @@ pub(crate) struct Report {
 /// Reads the ptxas report out of an NVRTC log; lines it does not know are skipped.
 pub(crate) fn parse(log: &str) -> Report {
     let mut parser = Parser::default();
-    log.lines()
-        .filter_map(body)
-        .for_each(|line| parser.line(line));
+    log.lines().filter_map(body).for_each(|line| parser.line(line));
     parser.finish()
 }
 
@@ -241,15 +239,8 @@ ptxas         .     0 bytes stack frame, 24 bytes spill stores, 32 bytes spill l
         let names: Vec<_> = report.kernels.iter().map(|k| k.kernel.as_str()).collect();
         assert_eq!(names, ["dyn", "heavy"]);
         let heavy = &report.kernels[1];
-        assert_eq!(
-            (heavy.registers, heavy.stack_bytes),
-            (32, 1816),
-            "{heavy:?}"
-        );
-        assert_eq!(
-            (heavy.spill_stores_bytes, heavy.spill_loads_bytes),
-            (2128, 2684)
-        );
+        assert_eq!((heavy.registers, heavy.stack_bytes), (32, 1816), "{heavy:?}");
+        assert_eq!((heavy.spill_stores_bytes, heavy.spill_loads_bytes), (2128, 2684));
         assert_eq!(
             report.functions,
             vec![FunctionFrame {
