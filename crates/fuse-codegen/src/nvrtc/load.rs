@@ -9,8 +9,9 @@
 //! the process. glibc answers a later `dlopen("libnvrtc.so.13")` with an already loaded object
 //! whose `DT_SONAME` matches, so cudarc ends up with the very same object. We then check that
 //! claim instead of trusting it: cudarc's own `culib()` must resolve `nvrtcVersion` to the same
-//! address as our handle, else [`NvrtcError::Conflict`] (another libnvrtc earlier on the loader
-//! path, or a copy whose soname is not one of cudarc's names).
+//! address as our handle. If it does not, another libnvrtc came first on the loader path (a
+//! CUDA toolkit's `libnvrtc.so`, say): one of the same NVRTC release is accepted, and [`load`]
+//! names the file actually used; any other outcome is [`NvrtcError::Conflict`].
 //!
 //! libnvrtc in turn dlopens `libnvrtc-builtins.so.13.0` by bare name at compile time (and
 //! fails with `NVRTC_ERROR_BUILTIN_OPERATION_FAILURE` when the loader path lacks it), so the
@@ -18,6 +19,7 @@
 
 use super::NvrtcError;
 use libloading::Library;
+use std::ffi::c_int;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
@@ -95,24 +97,55 @@ fn open_first(paths: &[PathBuf], searched: &mut Vec<String>) -> Option<(Library,
     None
 }
 
-/// Keeps `library` and its builtins open and checks that cudarc resolves to the same object.
+/// Keeps `library` and its builtins open and checks what cudarc resolves to (see above).
 fn pin((library, path): (Library, PathBuf)) -> Result<Loaded, NvrtcError> {
-    let origin = path.display().to_string();
-    let ours = symbol_address(&library);
-    match cudarc_address() {
-        Some(theirs) if ours == Some(theirs) => {
-            let mut pinned = open_builtins(&path);
-            pinned.push(library);
-            Ok(Loaded {
-                _pinned: pinned,
-                origin,
-            })
-        }
-        theirs => Err(NvrtcError::Conflict {
-            wanted: origin,
-            loaded: theirs.and_then(mapped_file),
-        }),
+    let ours = version_of(&library);
+    let wanted = describe(&path.display().to_string(), ours);
+    let Some(theirs) = cudarc_address() else {
+        return Err(NvrtcError::Conflict { wanted, loaded: None });
+    };
+    let file = mapped_file(theirs).unwrap_or_else(|| "an unknown file".to_owned());
+    let origin = if symbol_address(&library) == Some(theirs) {
+        path.display().to_string()
+    } else if ours.is_some() && ours == cudarc_version() {
+        format!("{file} (same release as {}, which it shadows)", path.display())
+    } else {
+        let loaded = Some(describe(&file, cudarc_version()));
+        return Err(NvrtcError::Conflict { wanted, loaded });
+    };
+    let mut pinned = open_builtins(&path);
+    pinned.push(library);
+    Ok(Loaded {
+        _pinned: pinned,
+        origin,
+    })
+}
+
+/// `file (NVRTC 13.0)`.
+fn describe(file: &str, version: Option<(i32, i32)>) -> String {
+    match version {
+        Some((major, minor)) => format!("{file} (NVRTC {major}.{minor})"),
+        None => file.to_owned(),
     }
+}
+
+type VersionFn = unsafe extern "C" fn(*mut c_int, *mut c_int) -> c_int;
+
+fn version_of(library: &Library) -> Option<(i32, i32)> {
+    // SAFETY: `nvrtcVersion` has this signature and only writes the two ints.
+    unsafe {
+        let version = library.get::<VersionFn>(PROBE_SYMBOL).ok()?;
+        let (mut major, mut minor) = (0, 0);
+        (version(&mut major, &mut minor) == 0).then_some((major, minor))
+    }
+}
+
+/// Version of the library cudarc loaded; call only after `cudarc_address` found one.
+fn cudarc_version() -> Option<(i32, i32)> {
+    let (mut major, mut minor) = (0, 0);
+    // SAFETY: cudarc's library is loaded (checked by the caller); two valid out-pointers.
+    let status = unsafe { cudarc::nvrtc::sys::nvrtcVersion(&mut major, &mut minor) };
+    (status == cudarc::nvrtc::sys::nvrtcResult::NVRTC_SUCCESS).then_some((major, minor))
 }
 
 /// Opens each `libnvrtc-builtins.so.*` in the folder of the (symlink-resolved) libnvrtc.

@@ -54,17 +54,17 @@ pub enum NvrtcError {
         /// Each path or name tried, with the loader's reason where known.
         searched: Vec<String>,
     },
-    /// The library we found is not the one cudarc would use.
+    /// The library we found is not the one cudarc would use, nor of the same release.
     #[error(
-        "libnvrtc at {wanted} loads, but cudarc resolves libnvrtc to {}; cudarc opens only \
-         bare names (libnvrtc.so, libnvrtc.so.13, ...), so put {wanted}'s folder first in \
-         LD_LIBRARY_PATH before the process starts or remove the other copy",
-        loaded.as_deref().unwrap_or("nothing (soname not among its names)")
+        "libnvrtc {wanted} loads, but cudarc resolves libnvrtc to {}; cudarc opens only bare \
+         names (libnvrtc.so, libnvrtc.so.13, ...), so put the wanted folder first in \
+         LD_LIBRARY_PATH before the process starts, or remove the other copy",
+        loaded.as_deref().unwrap_or("nothing (its soname is not among those names)")
     )]
     Conflict {
-        /// The library chosen by `FUSE_NVRTC_LIB` or `LD_LIBRARY_PATH`.
+        /// The library chosen by `FUSE_NVRTC_LIB` or `LD_LIBRARY_PATH`, with its version.
         wanted: String,
-        /// The file cudarc loaded instead, if it loaded one.
+        /// The file cudarc loaded instead, with its version, if it loaded one.
         loaded: Option<String>,
     },
     /// A source, name, define or architecture that cannot be passed to NVRTC.
