@@ -399,10 +399,7 @@ inline void complete_warp_op(unsigned base, uint32_t group) {
                 base / kWarp, first.mask, op_name(first.op), first.line, op_name(f.op), f.line);
             return;
         }
-    }
-    for (uint32_t g = group; g; g &= g - 1) {
-        unsigned lane = __builtin_ctz(g);
-        if (rt.fibers[base + lane].in) votes |= 1u << lane;
+        if (f.in) votes |= 1u << __builtin_ctz(g);
     }
     for (uint32_t g = group; g; g &= g - 1) {
         unsigned lane = __builtin_ctz(g);
@@ -466,7 +463,8 @@ inline std::string describe_deadlock() {
         for (unsigned j = i; j < rt.threads; ++j) {
             const Fiber& g = rt.fibers[j];
             bool same = g.state == f.state && g.line == f.line &&
-                        (f.state != State::AtWarp || (g.op == f.op && g.mask == f.mask));
+                        (f.state != State::AtWarp ||
+                         (g.op == f.op && g.mask == f.mask && j / kWarp == i / kWarp));
             if (same && !told[j]) {
                 told[j] = true;
                 ++count;
