@@ -10,7 +10,9 @@ use fuse_core::{script, Bindings, Library, Program};
 use fuse_cpu::reference::evaluate;
 
 fn load(name: &str) -> Program {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts").join(format!("{name}.yaml"));
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../scripts")
+        .join(format!("{name}.yaml"));
     script::load(&path, &Library::builtin().unwrap()).unwrap()
 }
 
@@ -50,7 +52,10 @@ fn expected(name: &str, d: &Data, m: usize, n: usize) -> Vec<(&'static str, Vec<
             vec![("z", z), ("r", vec![r])]
         }
         "atax" => vec![("y", gemtv(d.v("A"), &gemv(d.v("A"), d.v("x"), m, n), m, n))],
-        "bicgk" => vec![("q", gemv(d.v("A"), d.v("p"), m, n)), ("s", gemtv(d.v("A"), d.v("r"), m, n))],
+        "bicgk" => vec![
+            ("q", gemv(d.v("A"), d.v("p"), m, n)),
+            ("s", gemtv(d.v("A"), d.v("r"), m, n)),
+        ],
         "sgemv" => {
             let ax = gemv(d.v("A"), d.v("x"), m, n);
             vec![("z", zip(&ax, d.v("y"), |a, y| d.s("alpha") * a + d.s("beta") * y))]
@@ -73,7 +78,15 @@ fn expected(name: &str, d: &Data, m: usize, n: usize) -> Vec<(&'static str, Vec<
             vec![("y", zip(&ax, &bx, |a, b| d.s("alpha") * a + d.s("beta") * b))]
         }
         "madd" => vec![("C", zip(d.v("A"), d.v("B"), |a, b| a + b))],
-        "vadd" => vec![("x", d.v("w").iter().zip(d.v("y")).zip(d.v("z")).map(|((w, y), z)| w + y + z).collect())],
+        "vadd" => vec![(
+            "x",
+            d.v("w")
+                .iter()
+                .zip(d.v("y"))
+                .zip(d.v("z"))
+                .map(|((w, y), z)| w + y + z)
+                .collect(),
+        )],
         "waxpby" => vec![("w", zip(d.v("x"), d.v("y"), |x, y| d.s("alpha") * x + d.s("beta") * y))],
         other => panic!("no expectation for {other}"),
     }
@@ -102,8 +115,9 @@ fn check(name: &str, m: usize, n: usize, seed: u64) {
     }
 }
 
-const ALL: [&str; 11] =
-    ["axpydot", "atax", "bicgk", "sgemv", "sgemvt", "sscal", "gemver", "gesummv", "madd", "vadd", "waxpby"];
+const ALL: [&str; 11] = [
+    "axpydot", "atax", "bicgk", "sgemv", "sgemvt", "sscal", "gemver", "gesummv", "madd", "vadd", "waxpby",
+];
 
 #[test]
 fn all_sequences_at_awkward_sizes() {

@@ -1,0 +1,120 @@
+//! Formula → CUDA expression: the compute routine of a call, element by element.
+//!
+//! Each library formula states one result element; the generator emits it with every array
+//! element replaced by the register that holds it under the kernel's thread-to-data mapping,
+//! every scalar by its register or literal, and (for reductions) the sum by its accumulator.
+
+use fuse_core::formula::{BinOp, Expr, Func};
+use fuse_core::{Arg, Call, Precision, ValueId};
+
+use super::GenerateError;
+
+/// How a formula's operands are named in the kernel being generated.
+pub trait Registers {
+    /// The register holding the element of value `value` indexed by index variables `index`
+    /// (of the call's formula).
+    fn element(&self, value: ValueId, index: &[usize]) -> String;
+}
+
+/// A floating-point literal of `precision`.
+pub fn literal(v: f64, precision: Precision) -> String {
+    let mut s = format!("{v:?}");
+    if !s.contains(['.', 'e']) {
+        s.push_str(".0");
+    }
+    match precision {
+        Precision::F32 => format!("{s}f"),
+        Precision::F64 => s,
+    }
+}
+
+/// Register name of scalar value `v`.
+pub fn scalar_register(v: ValueId) -> String {
+    format!("s{v}")
+}
+
+/// Emits `expr` of `call`; `sum` names the accumulator that replaces a `sum(...)`, if any.
+pub fn emit(
+    expr: &Expr,
+    call: &Call,
+    precision: Precision,
+    regs: &dyn Registers,
+    sum: Option<&str>,
+) -> Result<String, GenerateError> {
+    let recur = |e: &Expr| emit(e, call, precision, regs, sum);
+    Ok(match expr {
+        Expr::Number(v) => literal(*v, precision),
+        Expr::Scalar(p) => match call.args[*p] {
+            Arg::Literal(v) => literal(v, precision),
+            Arg::Value(v) => scalar_register(v),
+        },
+        Expr::Element { param, index } => match call.args[*param] {
+            Arg::Value(v) => regs.element(v, index),
+            Arg::Literal(_) => unreachable!("the checker gives array parameters values"),
+        },
+        Expr::Neg(a) => format!("(-{})", recur(a)?),
+        Expr::Binary(op, a, b) => {
+            let op = match op {
+                BinOp::Add => '+',
+                BinOp::Sub => '-',
+                BinOp::Mul => '*',
+                BinOp::Div => '/',
+            };
+            format!("({} {op} {})", recur(a)?, recur(b)?)
+        }
+        Expr::Call(Func::Abs, a) => format!("fuse_abs({})", recur(a)?),
+        Expr::Call(Func::Sqrt, a) => format!("fuse_sqrt({})", recur(a)?),
+        Expr::Sum { .. } => match sum {
+            Some(acc) => acc.to_string(),
+            None => return Err(unsupported(call, "a sum where no reduction is generated")),
+        },
+    })
+}
+
+/// The one `sum(index, body)` of a reduce formula.
+pub fn the_sum<'e>(call: &'e Call) -> Result<(usize, &'e Expr), GenerateError> {
+    let mut found = Vec::new();
+    collect_sums(&call.form.formula.body, &mut found);
+    match found.as_slice() {
+        [Expr::Sum { index, body }] if !body.has_sum() => Ok((*index, body)),
+        _ => Err(unsupported(call, "reductions must contain exactly one, unnested, sum")),
+    }
+}
+
+fn collect_sums<'e>(e: &'e Expr, out: &mut Vec<&'e Expr>) {
+    match e {
+        Expr::Sum { .. } => out.push(e),
+        Expr::Number(_) | Expr::Scalar(_) | Expr::Element { .. } => {}
+        Expr::Neg(a) | Expr::Call(_, a) => collect_sums(a, out),
+        Expr::Binary(_, a, b) => {
+            collect_sums(a, out);
+            collect_sums(b, out);
+        }
+    }
+}
+
+/// Whether the formula is the bare sum, so the accumulated partials are already the result.
+pub fn is_bare_sum(call: &Call) -> bool {
+    matches!(call.form.formula.body, Expr::Sum { .. })
+}
+
+pub fn unsupported(call: &Call, what: &str) -> GenerateError {
+    GenerateError::Unsupported {
+        call: call.text.clone(),
+        file: call.location.to_string(),
+        what: what.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn literals_carry_their_precision() {
+        assert_eq!(literal(-1.0, Precision::F32), "-1.0f");
+        assert_eq!(literal(2.5, Precision::F64), "2.5");
+        assert_eq!(literal(1e-30, Precision::F32), "1e-30f");
+        assert_eq!(literal(3.0, Precision::F64), "3.0");
+    }
+}

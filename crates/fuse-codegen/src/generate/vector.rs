@@ -1,0 +1,115 @@
+//! BLAS-1 kernels: maps and reductions over vectors, one element per thread per iteration.
+//!
+//! ```text
+//! scalars loaded once; reduction accumulators cleared          (invariant / accumulable)
+//! for each serial iteration:
+//!     i = (block · serial + iteration) · blockDim + thread
+//!     if i < n: load routines, compute routines in call order, store routines
+//! partial reductions: block sum, one atomic per block         (after the loop)
+//! ```
+
+use std::fmt::Write;
+
+use fuse_core::ValueId;
+
+use super::expr::{emit, the_sum, unsupported, Registers};
+use super::{pointer, size_param, GenerateError, Grid, KernelContext, Launch};
+
+struct VectorRegisters;
+
+impl Registers for VectorRegisters {
+    fn element(&self, value: ValueId, _index: &[usize]) -> String {
+        format!("v{value}")
+    }
+}
+
+/// The kernel's source and launch.
+pub(crate) fn generate(k: &KernelContext) -> Result<(String, Launch), GenerateError> {
+    let length = vector_length(k)?;
+    let ty = k.ty();
+    let n = size_param(&length);
+    let (params, args) = k.parameters(std::slice::from_ref(&length));
+    let mut s = String::new();
+    let _ = writeln!(s, "\n// Kernel {} fuses:\n{}", k.name, k.header_comment());
+    let _ = writeln!(
+        s,
+        "extern \"C\" __global__ void __launch_bounds__({}) {}({params}) {{",
+        k.block, k.name
+    );
+    s.push_str(&k.scalar_loads("    "));
+    for &r in &k.reduced() {
+        let _ = writeln!(s, "    {ty} acc{r} = {ty}(0);");
+    }
+    let _ = writeln!(
+        s,
+        "    const long long first = (long long)blockIdx.x * {} * blockDim.x + threadIdx.x;",
+        k.serial
+    );
+    let _ = writeln!(
+        s,
+        "    for (int iteration = 0; iteration < {}; ++iteration) {{",
+        k.serial
+    );
+    let _ = writeln!(
+        s,
+        "        const long long i = first + (long long)iteration * blockDim.x;"
+    );
+    let _ = writeln!(s, "        if (i < {n}) {{");
+    for v in k.loaded() {
+        if k.program.values[v].shape.rank() == 1 {
+            let _ = writeln!(s, "            const {ty} v{v} = {}[i];", pointer(k.program, v));
+        }
+    }
+    for &c in &k.calls {
+        let call = &k.program.calls[c];
+        let r = call.result;
+        if call.kind.is_reduce() {
+            let (_, term) = the_sum(call)?;
+            let _ = writeln!(
+                s,
+                "            acc{r} += {};  // {}",
+                emit(term, call, k.precision(), &VectorRegisters, None)?,
+                call.text
+            );
+        } else {
+            let body = emit(&call.form.formula.body, call, k.precision(), &VectorRegisters, None)?;
+            let _ = writeln!(s, "            const {ty} v{r} = {body};  // {}", call.text);
+        }
+    }
+    for v in k.stored() {
+        let _ = writeln!(s, "            {}[i] = v{v};", pointer(k.program, v));
+    }
+    s.push_str("        }\n    }\n");
+    for &r in &k.reduced() {
+        let _ = writeln!(s, "    fuse_block_sum_atomic(acc{r}, {});", pointer(k.program, r));
+    }
+    let _ = writeln!(s, "}}\nFUSE_EMU_EXPORT({})", k.name);
+    let launch = Launch {
+        kernel: k.name.clone(),
+        grid: Grid::Vector {
+            len: Some(length),
+            per_block: k.block * k.serial,
+        },
+        block: (k.block, 1, 1),
+        args,
+    };
+    Ok((s, launch))
+}
+
+/// The one length all vectors of the kernel share.
+fn vector_length(k: &KernelContext) -> Result<String, GenerateError> {
+    let mut length: Option<String> = None;
+    for &c in &k.calls {
+        let call = &k.program.calls[c];
+        for v in call.reads().into_iter().chain([call.result]) {
+            if let Some(&dim) = k.program.values[v].shape.dims().first() {
+                match &length {
+                    Some(l) if l != dim => return Err(unsupported(call, "vectors of different lengths in one kernel")),
+                    Some(_) => {}
+                    None => length = Some(dim.to_string()),
+                }
+            }
+        }
+    }
+    length.ok_or_else(|| GenerateError::InvalidPlan(format!("kernel {} reads no vector", k.name)))
+}

@@ -1,0 +1,119 @@
+//! The emulation backend: runs a generated CUDA module on host threads (fuse-emulate) with the
+//! same grids, blocks and arguments as a GPU launch, so generated kernels are tested without a
+//! GPU. Buffers that kernels write are poisoned with NaN first, so an element a kernel forgets
+//! to write shows up in the comparison with the reference.
+
+use std::collections::BTreeMap;
+
+use fuse_codegen::generate::{Generated, LaunchArg, Step};
+use fuse_core::data::{check_inputs, BindError};
+use fuse_core::{Bindings, HostArray, HostData, Precision, Program, Sizes, ValueId};
+use fuse_emulate::{EmulateError, EmulatedModule, KernelArg};
+
+/// Why an emulated run failed.
+#[derive(Debug, thiserror::Error)]
+pub enum EmulationError {
+    /// The inputs do not fit the program.
+    #[error(transparent)]
+    Bind(#[from] BindError),
+    /// The host compiler or a kernel failed.
+    #[error(transparent)]
+    Emulate(#[from] EmulateError),
+}
+
+/// A generated module compiled for emulation, reusable across runs.
+pub struct EmulatedPlan {
+    module: EmulatedModule,
+    generated: Generated,
+}
+
+impl EmulatedPlan {
+    /// Compiles `generated` with the host C++ compiler.
+    pub fn compile(generated: Generated) -> Result<Self, EmulationError> {
+        Ok(EmulatedPlan {
+            module: EmulatedModule::compile(&generated.source)?,
+            generated,
+        })
+    }
+
+    /// Runs the plan's steps on `inputs`; returns the outputs by name.
+    pub fn run(&self, program: &Program, sizes: &Sizes, inputs: &Bindings) -> Result<Bindings, EmulationError> {
+        check_inputs(program, sizes, inputs)?;
+        let mut buffers = self.allocate(program, sizes, inputs);
+        for step in &self.generated.steps {
+            match step {
+                Step::Zero(v) => fill(buffers.get_mut(v).expect("every reduction output has a buffer"), 0.0),
+                Step::Launch(launch) => {
+                    let mut args = kernel_args(&launch.args, &mut buffers, sizes);
+                    let grid = launch.grid.dims(sizes);
+                    self.module.launch(&launch.kernel, grid, launch.block, 0, &mut args)?;
+                }
+            }
+        }
+        Ok(program
+            .outputs
+            .iter()
+            .map(|&v| {
+                let dims = program.values[v].shape.extents(sizes).unwrap_or_default();
+                (
+                    program.values[v].variable.clone(),
+                    HostArray {
+                        dims,
+                        data: buffers[&v].clone(),
+                    },
+                )
+            })
+            .collect())
+    }
+
+    /// A buffer per global value: inputs hold their data, everything else NaN.
+    fn allocate(&self, program: &Program, sizes: &Sizes, inputs: &Bindings) -> BTreeMap<ValueId, HostData> {
+        self.generated
+            .buffers
+            .iter()
+            .map(|&v| {
+                let value = &program.values[v];
+                let data = match value.producer {
+                    None => inputs[&value.variable].data.clone(),
+                    Some(_) => {
+                        let len = value.shape.extents(sizes).unwrap_or_default().iter().product();
+                        poisoned(program.precision, len)
+                    }
+                };
+                (v, data)
+            })
+            .collect()
+    }
+}
+
+fn poisoned(precision: Precision, len: usize) -> HostData {
+    match precision {
+        Precision::F32 => HostData::F32(vec![f32::NAN; len]),
+        Precision::F64 => HostData::F64(vec![f64::NAN; len]),
+    }
+}
+
+fn fill(data: &mut HostData, value: f64) {
+    match data {
+        HostData::F32(v) => v.fill(value as f32),
+        HostData::F64(v) => v.fill(value),
+    }
+}
+
+/// Kernel arguments in launch order: buffers borrowed mutably (each at most once per launch).
+fn kernel_args<'a>(
+    args: &[LaunchArg],
+    buffers: &'a mut BTreeMap<ValueId, HostData>,
+    sizes: &Sizes,
+) -> Vec<KernelArg<'a>> {
+    let mut by_value: BTreeMap<ValueId, &'a mut HostData> = buffers.iter_mut().map(|(k, v)| (*k, v)).collect();
+    args.iter()
+        .map(|a| match a {
+            LaunchArg::Buffer(v) => match by_value.remove(v).expect("each buffer is passed once and exists") {
+                HostData::F32(d) => KernelArg::from(&mut d[..]),
+                HostData::F64(d) => KernelArg::from(&mut d[..]),
+            },
+            LaunchArg::Size(s) => KernelArg::from(sizes.get(s).unwrap_or(0) as i64),
+        })
+        .collect()
+}
