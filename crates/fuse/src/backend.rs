@@ -1,0 +1,227 @@
+//! Backends: where a checked [`Program`] runs. Compiling binds a program to sizes once
+//! (exploring and generating code where the backend does that) and gives a [`Compiled`] object
+//! that runs any number of times.
+//!
+//! A backend is an enum variant of [`Backend`] plus a private type implementing
+//! [`Executable`], built in [`Backend::compile`]. [`Compiled::run`] checks the inputs before
+//! handing them over, so an executable sees only inputs that fit its program.
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+
+use fuse_core::data::check_inputs;
+use fuse_core::{Bindings, Program, Sizes};
+
+use crate::error::{list, Error, Result};
+use crate::script::{Inputs, Outputs};
+
+/// Where programs run.
+///
+/// Only the reference interpreter exists today; fused CPU and CUDA backends will be further
+/// variants, so `match` on it with a wildcard arm.
+///
+/// ```
+/// use fuse::Backend;
+///
+/// let backend: Backend = "reference".parse()?;
+/// assert_eq!(backend, Backend::Reference);
+/// assert_eq!(Backend::default(), Backend::Reference); // the best one available here
+/// # Ok::<(), fuse::Error>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum Backend {
+    /// The f64 reference interpreter of `fuse-cpu`: every call straight from its library
+    /// formula, in f64 whatever the precision (results are rounded to the program's precision).
+    /// Unfused and slow, but the ground truth every other backend is tested against.
+    #[default]
+    Reference,
+}
+
+/// Names accepted by [`Backend::from_str`], in the order of [`Backend`]'s variants.
+const NAMES: [&str; 1] = ["reference"];
+
+impl Backend {
+    /// The backend's name, as `fuse run --backend` spells it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Backend::Reference => NAMES[0],
+        }
+    }
+
+    /// Compiles `program` for this backend at `sizes` (symbols not given keep the program's
+    /// defaults). The result runs any number of times on inputs of those sizes.
+    ///
+    /// ```
+    /// use fuse::{Backend, Inputs, Library};
+    ///
+    /// let library = Library::builtin()?;
+    /// let text = "sizes: {n: 8}\ninputs: {x: [n]}\noutputs: [y]\ncalls:\n  - y = sscal(2.0, x)";
+    /// let program = fuse_core::script::parse("double.yaml", text, &library)?;
+    /// let sizes = program.bind_sizes(&[("n".to_string(), 3)])?;
+    /// let compiled = Backend::Reference.compile(&program, &sizes)?;
+    /// let out = compiled.run(&Inputs::new().vector("x", vec![1.0f32, 2.0, 3.0])?)?;
+    /// assert_eq!(out.get::<f32>("y")?, [2.0, 4.0, 6.0]);
+    /// # Ok::<(), fuse::Error>(())
+    /// ```
+    pub fn compile(&self, program: &Program, sizes: &Sizes) -> Result<Compiled> {
+        let overrides: Vec<(String, usize)> = sizes.iter().map(|(k, v)| (k.to_string(), v)).collect();
+        let sizes = program.bind_sizes(&overrides)?;
+        let program = Arc::new(program.clone());
+        let executable: Box<dyn Executable> = match self {
+            Backend::Reference => Box::new(reference::Interpreter {
+                program: Arc::clone(&program),
+                sizes: sizes.clone(),
+            }),
+        };
+        Ok(Compiled {
+            backend: self.clone(),
+            program,
+            sizes,
+            executable,
+        })
+    }
+}
+
+impl fmt::Display for Backend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Backend {
+    type Err = Error;
+
+    /// Parses a backend name (`reference`).
+    fn from_str(name: &str) -> Result<Self> {
+        match name {
+            "reference" => Ok(Backend::Reference),
+            _ => Err(Error::UnknownBackend {
+                name: name.to_string(),
+                known: list(&NAMES),
+            }),
+        }
+    }
+}
+
+/// What a backend compiles a program into: runs it on inputs already checked against the
+/// program, returning every output by script name, in the program's precision.
+pub(crate) trait Executable: Send + Sync {
+    /// Runs once.
+    fn run(&self, inputs: &Bindings) -> Result<Bindings>;
+}
+
+/// A program compiled by a backend for fixed sizes; run it any number of times.
+///
+/// ```
+/// use fuse::{Backend, Inputs, Script};
+///
+/// let script = Script::from_str("waxpby.yaml", "
+/// precision: f64
+/// sizes: {n: 4}
+/// inputs: {x: [n], y: [n], alpha: scalar}
+/// outputs: [w]
+/// calls:
+///   - w = daxpby(alpha, x, 0.5, y)
+/// ")?;
+/// let compiled = script.compile(&Backend::Reference, &[("n", 2)])?;
+/// for alpha in [1.0, 2.0] {
+///     let inputs = Inputs::new()
+///         .vector("x", vec![1.0, 2.0])?
+///         .vector("y", vec![4.0, 4.0])?
+///         .scalar("alpha", alpha);
+///     let out = compiled.run(&inputs)?;
+///     assert_eq!(out.get::<f64>("w")?, [alpha + 2.0, 2.0 * alpha + 2.0]);
+/// }
+/// # Ok::<(), fuse::Error>(())
+/// ```
+pub struct Compiled {
+    backend: Backend,
+    program: Arc<Program>,
+    sizes: Sizes,
+    executable: Box<dyn Executable>,
+}
+
+impl Compiled {
+    /// Runs on `inputs`, an array per input name of the program's shape (at the compiled sizes)
+    /// and precision; returns every output by name, in the program's precision.
+    pub fn run(&self, inputs: &Inputs) -> Result<Outputs> {
+        self.check_names(inputs)?;
+        check_inputs(&self.program, &self.sizes, inputs)?;
+        Ok(Outputs::new(self.executable.run(inputs)?))
+    }
+
+    /// The backend that compiled it.
+    pub fn backend(&self) -> &Backend {
+        &self.backend
+    }
+
+    /// The program it runs.
+    pub fn program(&self) -> &Program {
+        &self.program
+    }
+
+    /// The sizes it was compiled for.
+    pub fn sizes(&self) -> &Sizes {
+        &self.sizes
+    }
+
+    /// Each input's name and extents at the compiled sizes, in declaration order.
+    pub fn inputs(&self) -> Vec<(String, Vec<usize>)> {
+        let p = &self.program;
+        p.inputs
+            .iter()
+            .map(|&v| {
+                let dims = p.values[v].shape.extents(&self.sizes).unwrap_or_default();
+                (p.values[v].variable.clone(), dims)
+            })
+            .collect()
+    }
+
+    /// Rejects a binding that names no input: a misspelt name would otherwise be ignored.
+    fn check_names(&self, inputs: &Bindings) -> Result<()> {
+        let p = &self.program;
+        let names: Vec<&str> = p.inputs.iter().map(|&v| p.values[v].variable.as_str()).collect();
+        match inputs.keys().find(|k| !names.contains(&k.as_str())) {
+            Some(name) => Err(Error::UnknownInput {
+                name: name.clone(),
+                program: p.name.clone(),
+                inputs: list(&names),
+            }),
+            None => Ok(()),
+        }
+    }
+}
+
+impl fmt::Debug for Compiled {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Compiled")
+            .field("backend", &self.backend)
+            .field("program", &self.program.name)
+            .field("sizes", &self.sizes)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The reference backend: `fuse_cpu::reference::evaluate`, outputs rounded to the program's
+/// precision so that every backend returns the same types.
+mod reference {
+    use super::*;
+
+    pub(super) struct Interpreter {
+        pub(super) program: Arc<Program>,
+        pub(super) sizes: Sizes,
+    }
+
+    impl Executable for Interpreter {
+        fn run(&self, inputs: &Bindings) -> Result<Bindings> {
+            let outputs = fuse_cpu::reference::evaluate(&self.program, &self.sizes, inputs)?;
+            let precision = self.program.precision;
+            Ok(outputs
+                .into_iter()
+                .map(|(name, a)| (name, a.to_precision(precision)))
+                .collect())
+        }
+    }
+}

@@ -1,0 +1,107 @@
+//! The element types `fuse` computes in, and checked host arrays of them.
+
+use std::fmt::{Debug, Display};
+
+use fuse_core::{HostArray, HostData, Precision};
+
+use crate::error::{Error, Result};
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for f32 {}
+    impl Sealed for f64 {}
+}
+
+/// An element type: `f32` (BLAS prefix `s`) or `f64` (prefix `d`). Sealed: scripts and kernels
+/// exist in these two precisions only.
+///
+/// ```
+/// use fuse::{Element, Precision};
+///
+/// assert_eq!(<f32 as Element>::PRECISION, Precision::F32);
+/// let a = fuse::array(vec![2], vec![1.0f64, 2.0])?;
+/// assert_eq!(f64::values(&a), Some(&[1.0, 2.0][..]));
+/// assert_eq!(f32::values(&a), None);
+/// # Ok::<(), fuse::Error>(())
+/// ```
+pub trait Element: sealed::Sealed + Copy + Debug + Display + PartialEq + Send + Sync + 'static {
+    /// The script precision of this type.
+    const PRECISION: Precision;
+
+    /// Wraps elements as host data of this precision.
+    fn into_data(values: Vec<Self>) -> HostData;
+
+    /// The elements of `array` if it has this precision.
+    fn values(array: &HostArray) -> Option<&[Self]>;
+
+    /// The value widened to f64 (exact).
+    fn to_f64(self) -> f64;
+}
+
+impl Element for f32 {
+    const PRECISION: Precision = Precision::F32;
+
+    fn into_data(values: Vec<Self>) -> HostData {
+        HostData::F32(values)
+    }
+
+    fn values(array: &HostArray) -> Option<&[Self]> {
+        match &array.data {
+            HostData::F32(v) => Some(v),
+            HostData::F64(_) => None,
+        }
+    }
+
+    fn to_f64(self) -> f64 {
+        f64::from(self)
+    }
+}
+
+impl Element for f64 {
+    const PRECISION: Precision = Precision::F64;
+
+    fn into_data(values: Vec<Self>) -> HostData {
+        HostData::F64(values)
+    }
+
+    fn values(array: &HostArray) -> Option<&[Self]> {
+        match &array.data {
+            HostData::F64(v) => Some(v),
+            HostData::F32(_) => None,
+        }
+    }
+
+    fn to_f64(self) -> f64 {
+        self
+    }
+}
+
+/// A row-major host array of `dims` holding `data`, checked: the data must fill the dimensions
+/// exactly and arrays are non-empty (`dims = []` is a scalar of one element).
+///
+/// ```
+/// let a = fuse::array(vec![2, 3], vec![0.0f32; 6])?;
+/// assert_eq!(a.dims, [2, 3]);
+/// assert!(fuse::array(vec![2, 3], vec![0.0f32; 5]).is_err());
+/// # Ok::<(), fuse::Error>(())
+/// ```
+pub fn array<T: Element>(dims: Vec<usize>, data: Vec<T>) -> Result<HostArray> {
+    checked_array("array", dims, data)
+}
+
+/// [`array`], naming `what` in the error.
+pub(crate) fn checked_array<T: Element>(what: &str, dims: Vec<usize>, data: Vec<T>) -> Result<HostArray> {
+    let want = dims.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d));
+    if want != Some(data.len()) || data.is_empty() {
+        return Err(Error::DataLength {
+            what: what.to_string(),
+            len: data.len(),
+            want: want.unwrap_or(usize::MAX),
+            dims,
+        });
+    }
+    Ok(HostArray {
+        dims,
+        data: T::into_data(data),
+    })
+}

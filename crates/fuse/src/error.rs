@@ -1,0 +1,125 @@
+//! The one error type of the crate: every problem with user input is a value, never a panic.
+
+use std::sync::Arc;
+
+use fuse_core::data::BindError;
+use fuse_core::Precision;
+
+/// Anything that can go wrong in `fuse`: a bad script, arrays that do not fit, a shape mismatch
+/// in a recorded call, a handle from another session, a failed run.
+///
+/// ```
+/// use fuse::{Backend, Error, Session};
+///
+/// let s = Session::<f64>::new(Backend::Reference)?;
+/// let a = s.matrix(2, 3, vec![0.0; 6])?;
+/// let x = s.vector(vec![1.0, 2.0])?; // A·x needs 3 elements
+/// let err = s.dgemv(&a, &x).unwrap_err();
+/// assert!(matches!(err, Error::Shape { .. }));
+/// assert_eq!(err.to_string(), "dgemv: argument `x` has shape [2] but needs [3] (n = 3 from `A` [2, 3])");
+/// # Ok::<(), fuse::Error>(())
+/// ```
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A script, library or size problem found by the front end (with file, line and column).
+    #[error(transparent)]
+    Script(#[from] fuse_core::Error),
+    /// Arrays bound to a program's inputs do not fit it: missing, wrong shape or wrong precision.
+    #[error(transparent)]
+    Bind(#[from] BindError),
+    /// A binding names no input of the program (a typo would otherwise be ignored).
+    #[error("`{name}` is not an input of {program} (its inputs are {inputs})")]
+    UnknownInput {
+        /// The name bound.
+        name: String,
+        /// The program's name.
+        program: String,
+        /// Its inputs, for the message.
+        inputs: String,
+    },
+    /// An output was asked for that the results do not hold.
+    #[error("there is no output `{name}` (the outputs are {outputs})")]
+    UnknownOutput {
+        /// The name asked for.
+        name: String,
+        /// The outputs there are.
+        outputs: String,
+    },
+    /// Values were read in another precision than they have.
+    #[error("`{name}` holds {got} values, not {want}")]
+    Precision {
+        /// The array.
+        name: String,
+        /// Its precision.
+        got: Precision,
+        /// The precision asked for.
+        want: Precision,
+    },
+    /// Host data whose length does not fill the dimensions given, or an empty array.
+    #[error("{what}: {len} elements given for dimensions {dims:?}, which need {want} (arrays are non-empty)")]
+    DataLength {
+        /// What was being built.
+        what: String,
+        /// The dimensions asked for.
+        dims: Vec<usize>,
+        /// Elements given.
+        len: usize,
+        /// Elements needed.
+        want: usize,
+    },
+    /// A recorded call whose argument does not have the shape its function needs.
+    #[error("{function}: argument `{argument}` has shape {got} but needs {expected}")]
+    Shape {
+        /// The call (`sgemv`).
+        function: String,
+        /// The parameter, as the library names it (`x`).
+        argument: String,
+        /// The argument's shape (`[2]`).
+        got: String,
+        /// What was needed, and why (`[3] (n = 3 from `A` [2, 3])`).
+        expected: String,
+    },
+    /// A literal scalar argument that is NaN or infinite.
+    #[error("{function}: argument `{argument}` is the literal {value}, which is not a finite number")]
+    NonFiniteLiteral {
+        /// The call.
+        function: String,
+        /// The parameter.
+        argument: String,
+        /// The literal.
+        value: f64,
+    },
+    /// A handle used with a session other than the one that made it.
+    #[error("{function}: argument `{argument}` belongs to session #{owner}, not to this session #{session}")]
+    ForeignHandle {
+        /// The call or method.
+        function: String,
+        /// The argument.
+        argument: String,
+        /// The session that made the handle.
+        owner: u64,
+        /// The session it was used with.
+        session: u64,
+    },
+    /// The run that should have computed a value failed; reading the value reports why.
+    #[error("the recorded calls computing this value failed: {0}")]
+    Failed(#[source] Arc<Error>),
+    /// A backend name that `fuse` does not know.
+    #[error("unknown backend `{name}` (known: {known})")]
+    UnknownBackend {
+        /// The name given.
+        name: String,
+        /// The names there are.
+        known: String,
+    },
+}
+
+/// `Result` with [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// `a, b and c`, or `none`, with names in backquotes.
+pub(crate) fn list<S: AsRef<str>>(items: &[S]) -> String {
+    let refs: Vec<&str> = items.iter().map(AsRef::as_ref).collect();
+    fuse_core::program::list_or_none(&refs)
+}

@@ -1,0 +1,283 @@
+//! The lazy BLAS-like API, in the style of an active library (DESOLA): a [`Session`] records
+//! calls on typed handles and runs them, fused, when a result is read or on [`Session::flush`].
+//!
+//! Calls keep the BLAS names and argument order of the script language (`sgemv(A, x)`,
+//! `saxpy(a, x, y)`, `sger(x, y, A)`; `d` names on a `Session<f64>`). A function with several
+//! forms gets one method per form, suffixed by the scalars it adds:
+//!
+//! | method | computes |
+//! |---|---|
+//! | `sgemv(A, x)` · `sgemv_a(a, A, x)` · `sgemv_ab(a, A, x, b, y)` | A·x · a·A·x · a·A·x + b·y |
+//! | `sgemtv(A, x)` · `sgemtv_a(a, A, x)` · `sgemtv_ab(a, A, x, b, y)` | Aᵀ·x · a·Aᵀ·x · a·Aᵀ·x + b·y |
+//! | `sger(x, y, A)` · `sger_a(a, x, y, A)` | A + x·yᵀ · A + a·x·yᵀ |
+//!
+//! At a flush, the recorded calls become one program — the same data graph a script of those
+//! calls would give — whose outputs are the results the user still holds a handle to; results
+//! whose handles were all dropped are temporaries, and calls nothing held depends on are not
+//! run. Compiled programs are cached by the program's canonical text (which includes the
+//! sizes), so the second iteration of a loop compiles nothing.
+
+mod blas;
+mod canonical;
+mod handle;
+mod record;
+mod state;
+
+use std::cell::RefCell;
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use fuse_core::{Diagnostic, Form, HostArray, Library, Location};
+
+use crate::backend::Backend;
+use crate::element::{checked_array, Element};
+use crate::error::{Error, Result};
+use canonical::PendingArg;
+use state::{not_computed, Data, State};
+
+use handle::{sealed::Sealed, Token};
+pub use handle::{Handle, Matrix, Scalar, ScalarArg, Vector};
+
+/// Session ids, unique in the process, so a handle used with another session is caught.
+static NEXT_SESSION: AtomicU64 = AtomicU64::new(1);
+
+/// The built-in function library, loaded once per process.
+pub(crate) fn builtin_library() -> Result<Arc<Library>> {
+    static BUILTIN: OnceLock<Arc<Library>> = OnceLock::new();
+    if let Some(library) = BUILTIN.get() {
+        return Ok(Arc::clone(library));
+    }
+    let library = Arc::new(Library::builtin()?);
+    Ok(Arc::clone(BUILTIN.get_or_init(|| library)))
+}
+
+/// What a session has done so far.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Flushes that ran something.
+    pub flushes: u64,
+    /// Programs compiled (explored, generated and built where the backend does that).
+    pub compilations: u64,
+    /// Flushes whose program was found compiled in the cache.
+    pub cache_hits: u64,
+    /// Recorded calls run.
+    pub calls: u64,
+}
+
+/// A lazy BLAS session in precision `T` (`f32` or `f64`) on a [`Backend`].
+///
+/// Calls return handles at once, shape-checked; nothing runs until a result is read or the
+/// session is flushed. Then every recorded call that a held handle depends on runs as one fused
+/// program. A session is single-threaded (`!Sync`); its handles may travel between threads.
+///
+/// ```
+/// use fuse::{Backend, Session};
+///
+/// let s = Session::<f32>::new(Backend::Reference)?;
+/// let a = s.matrix(2, 3, vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0])?;
+/// let p = s.vector(vec![1.0, 0.0, 1.0])?;
+/// let r = s.vector(vec![1.0, 1.0])?;
+/// let q = s.sgemv(&a, &p)?; // BiCGK: q = A·p, s = Aᵀ·r, fused into one program
+/// let t = s.sgemtv(&a, &r)?;
+/// assert_eq!(s.stats().flushes, 0); // nothing ran yet
+/// assert_eq!(s.read(&q)?, [4.0, 10.0]);
+/// assert_eq!(s.read(&t)?, [5.0, 7.0, 9.0]); // computed by the same flush
+/// assert_eq!(s.stats().flushes, 1);
+/// # Ok::<(), fuse::Error>(())
+/// ```
+pub struct Session<T: Element> {
+    id: u64,
+    backend: Backend,
+    library: Arc<Library>,
+    state: RefCell<State>,
+    _element: PhantomData<fn() -> T>,
+}
+
+/// A call's argument, untyped.
+enum Operand<'a> {
+    Value(&'a Arc<Token>),
+    Literal(f64),
+}
+
+impl<'a, T: Element> From<ScalarArg<'a, T>> for Operand<'a> {
+    fn from(arg: ScalarArg<'a, T>) -> Self {
+        match arg {
+            ScalarArg::Value(s) => Operand::Value(s.token()),
+            ScalarArg::Literal(v) => Operand::Literal(v.to_f64()),
+        }
+    }
+}
+
+impl<T: Element> Session<T> {
+    /// A session running on `backend`, with the built-in function library.
+    pub fn new(backend: Backend) -> Result<Self> {
+        let id = NEXT_SESSION.fetch_add(1, Ordering::Relaxed);
+        Ok(Session {
+            id,
+            backend,
+            library: builtin_library()?,
+            state: RefCell::new(State::new(id)),
+            _element: PhantomData,
+        })
+    }
+
+    /// The backend the session runs on.
+    pub fn backend(&self) -> &Backend {
+        &self.backend
+    }
+
+    /// The session's id, unique in the process (it appears in messages about handles).
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// A `rows × cols` matrix of row-major `data`, which must hold `rows · cols` elements.
+    pub fn matrix(&self, rows: usize, cols: usize, data: Vec<T>) -> Result<Matrix<T>> {
+        self.host("matrix", vec![rows, cols], data).map(Matrix::new)
+    }
+
+    /// A vector of `data` (non-empty).
+    pub fn vector(&self, data: Vec<T>) -> Result<Vector<T>> {
+        let dims = vec![data.len()];
+        self.host("vector", dims, data).map(Vector::new)
+    }
+
+    /// A scalar of run-time value `value`.
+    pub fn scalar(&self, value: T) -> Scalar<T> {
+        let array = HostArray {
+            dims: Vec::new(),
+            data: T::into_data(vec![value]),
+        };
+        Scalar::new(self.state.borrow_mut().insert(Vec::new(), Data::Ready(array)))
+    }
+
+    fn host(&self, what: &str, dims: Vec<usize>, data: Vec<T>) -> Result<Arc<Token>> {
+        let array = checked_array(what, dims, data)?;
+        Ok(self.state.borrow_mut().insert(array.dims.clone(), Data::Ready(array)))
+    }
+
+    /// The elements of `handle`'s value (row-major for a matrix), running the recorded calls
+    /// first if it is not computed yet.
+    pub fn read(&self, handle: &impl Handle<T>) -> Result<Vec<T>> {
+        self.with_value("read", handle.token(), |values| values.to_vec())
+    }
+
+    /// The value of `scalar`, running the recorded calls first if it is not computed yet.
+    pub fn read_scalar(&self, scalar: &Scalar<T>) -> Result<T> {
+        let first = self.with_value("read_scalar", scalar.token(), |values| values.first().copied())?;
+        first.ok_or_else(|| not_computed(scalar.token().id))
+    }
+
+    /// Runs every recorded call that a held handle depends on, as one fused program, and
+    /// forgets the others. An error is also kept by each value the run should have computed.
+    pub fn flush(&self) -> Result<()> {
+        let precision = T::PRECISION;
+        self.state.borrow_mut().flush(&self.backend, &self.library, precision)
+    }
+
+    /// Counts of flushes, compilations, cache hits and calls run.
+    pub fn stats(&self) -> Stats {
+        self.state.borrow().stats
+    }
+
+    /// Number of calls recorded since the last flush.
+    pub fn pending_calls(&self) -> usize {
+        self.state.borrow().pending_calls()
+    }
+
+    /// The script the next flush would run (`fuse check`, `fuse graph` and the explorer read
+    /// it too), or `None` if no held handle waits for a result.
+    pub fn pending_script(&self) -> Option<String> {
+        self.state.borrow().pending_script(T::PRECISION)
+    }
+
+    /// Calls `f` on the values of `token`, flushing first if they are pending.
+    fn with_value<R>(&self, method: &str, token: &Token, f: impl FnOnce(&[T]) -> R) -> Result<R> {
+        self.check_owner(method, "handle", token)?;
+        if matches!(self.state.borrow().data(token.id), Some(Data::Pending)) {
+            self.flush()?;
+        }
+        let state = self.state.borrow();
+        match state.data(token.id) {
+            Some(Data::Ready(array)) => T::values(array).map(f).ok_or_else(|| Error::Precision {
+                name: format!("v{}", token.id),
+                got: array.precision(),
+                want: T::PRECISION,
+            }),
+            Some(Data::Failed(e)) => Err(Error::Failed(Arc::clone(e))),
+            _ => Err(not_computed(token.id)),
+        }
+    }
+
+    fn check_owner(&self, function: &str, argument: &str, token: &Token) -> Result<()> {
+        if token.session == self.id {
+            return Ok(());
+        }
+        Err(Error::ForeignHandle {
+            function: function.to_string(),
+            argument: argument.to_string(),
+            owner: token.session,
+            session: self.id,
+        })
+    }
+
+    /// Records a call of library function `function` (no prefix); returns its result's token.
+    fn call(&self, function: &str, args: &[Operand<'_>]) -> Result<Arc<Token>> {
+        let callee = format!("{}{function}", T::PRECISION.prefix());
+        let form = self.form(&callee, args.len())?;
+        let mut dims: Vec<&[usize]> = Vec::new();
+        let mut recorded = Vec::new();
+        for (arg, param) in args.iter().zip(&form.signature.params) {
+            match *arg {
+                Operand::Literal(value) if !value.is_finite() => {
+                    return Err(Error::NonFiniteLiteral {
+                        function: callee,
+                        argument: param.name.clone(),
+                        value,
+                    })
+                }
+                Operand::Literal(value) => {
+                    dims.push(&[]);
+                    recorded.push(PendingArg::Literal(value));
+                }
+                Operand::Value(token) => {
+                    self.check_usable(&callee, &param.name, token)?;
+                    dims.push(&token.dims);
+                    recorded.push(PendingArg::Value(token.id));
+                }
+            }
+        }
+        let result = record::result_dims(&callee, form, &dims)?;
+        Ok(self.state.borrow_mut().record(function, recorded, result))
+    }
+
+    /// The library form of `callee` taking `arity` arguments.
+    fn form(&self, callee: &str, arity: usize) -> Result<&Form> {
+        let function = self.library.lookup(callee, T::PRECISION).ok();
+        function.and_then(|f| f.form(arity)).ok_or_else(|| {
+            let message = format!("the function library has no `{callee}` taking {arity} arguments");
+            Error::Script(Diagnostic::new(Location::file(&self.library.origin), message).into())
+        })
+    }
+
+    /// Whether a handle passed as `argument` is this session's and not a failed value.
+    fn check_usable(&self, function: &str, argument: &str, token: &Token) -> Result<()> {
+        self.check_owner(function, argument, token)?;
+        match self.state.borrow().data(token.id) {
+            Some(Data::Failed(e)) => Err(Error::Failed(Arc::clone(e))),
+            _ => Ok(()),
+        }
+    }
+}
+
+impl<T: Element> std::fmt::Debug for Session<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("id", &self.id)
+            .field("precision", &T::PRECISION)
+            .field("backend", &self.backend)
+            .field("stats", &self.stats())
+            .finish_non_exhaustive()
+    }
+}
