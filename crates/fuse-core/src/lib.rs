@@ -25,15 +25,19 @@
 
 pub mod data;
 pub mod error;
+pub mod explore;
 pub mod formula;
 pub mod graph;
 pub mod library;
 pub mod program;
 pub mod script;
 pub mod shape;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 
 pub use data::{BindError, Bindings, HostArray, HostData};
 pub use error::{Diagnostic, Error, Location, Result};
+pub use explore::{explore, Exploration, Kernel, Limits, Plan, TimingTable};
 pub use graph::{DataGraph, Edge};
 pub use library::{ElementaryFunction, Form, HigherOrderKind, Library};
 pub use program::{Arg, Call, CallId, Program, Value, ValueId};

@@ -1,0 +1,2 @@
+//! Explorer benchmarks (filled in with the explorer).
+fn main() {}

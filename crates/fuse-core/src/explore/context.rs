@@ -1,0 +1,97 @@
+//! What every explorer pass needs to know about a program, computed once: each call's
+//! block-to-data mapping, who produces and who reads each value, and which calls share arrays.
+
+use crate::explore::callset::CallSet;
+use crate::explore::mapping::{call_mapping, CallMapping, Role};
+use crate::program::{Arg, CallId, Program, ValueId};
+use crate::shape::{Shape, Sizes};
+
+/// A program with concrete sizes and the relations the explorer works on.
+#[derive(Debug, Clone)]
+pub struct Context<'p> {
+    /// The program explored.
+    pub program: &'p Program,
+    /// Its sizes.
+    pub sizes: Sizes,
+    /// The mapping of each call.
+    pub mappings: Vec<CallMapping>,
+    /// For each value, the calls that read it, in call order.
+    pub readers: Vec<Vec<CallId>>,
+    /// For each call, the calls that read its result.
+    pub consumers: Vec<CallSet>,
+    /// For each call, the calls sharing an array with it (a dependency or a common input).
+    pub array_neighbours: Vec<CallSet>,
+}
+
+impl<'p> Context<'p> {
+    /// Analyses `program` under `sizes`.
+    pub fn new(program: &'p Program, sizes: &Sizes) -> Self {
+        let n = program.calls.len();
+        let mut readers = vec![Vec::new(); program.values.len()];
+        for (c, call) in program.calls.iter().enumerate() {
+            for v in call.reads() {
+                readers[v].push(c);
+            }
+        }
+        let mut consumers = vec![CallSet::empty(n); n];
+        let mut array_neighbours = vec![CallSet::empty(n); n];
+        for (v, value) in program.values.iter().enumerate() {
+            if let Some(p) = value.producer {
+                readers[v].iter().for_each(|&r| consumers[p].insert(r));
+            }
+            if value.shape == Shape::Scalar {
+                continue;
+            }
+            let touching: Vec<CallId> = value.producer.into_iter().chain(readers[v].iter().copied()).collect();
+            for &a in &touching {
+                for &b in touching.iter().filter(|&&b| b != a) {
+                    array_neighbours[a].insert(b);
+                }
+            }
+        }
+        Context {
+            program,
+            sizes: sizes.clone(),
+            mappings: program.calls.iter().map(|c| call_mapping(program, c)).collect(),
+            readers,
+            consumers,
+            array_neighbours,
+        }
+    }
+
+    /// Number of calls.
+    pub fn calls(&self) -> usize {
+        self.program.calls.len()
+    }
+
+    /// The call as written, for messages.
+    pub fn text(&self, call: CallId) -> &str {
+        &self.program.calls[call].text
+    }
+
+    /// The value's name as written in the script.
+    pub fn name(&self, value: ValueId) -> &str {
+        &self.program.values[value].variable
+    }
+
+    /// The role of value `v` in call `c`, which reads or produces it.
+    pub fn role(&self, c: CallId, v: ValueId) -> Role {
+        let call = &self.program.calls[c];
+        if call.result == v {
+            return self.mappings[c].result;
+        }
+        let position = call.args.iter().position(|a| *a == Arg::Value(v));
+        position.map_or(Role::Scalar, |k| self.mappings[c].args[k])
+    }
+
+    /// Whether `v` is a run-time scalar input, passed as a kernel argument rather than loaded.
+    pub fn is_parameter(&self, v: ValueId) -> bool {
+        let value = &self.program.values[v];
+        value.producer.is_none() && value.shape == Shape::Scalar
+    }
+
+    /// Whether `c`'s result exists only after a global barrier (it reduces).
+    pub fn is_reduce(&self, c: CallId) -> bool {
+        self.program.calls[c].kind.is_reduce()
+    }
+}

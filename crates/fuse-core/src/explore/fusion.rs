@@ -1,0 +1,156 @@
+//! Enumeration of fusions (paper §4.2): sets of calls, connected through the arrays they share,
+//! that the rules of [`crate::explore::rules`] allow in one kernel. Every single call is a
+//! (trivial) fusion, so every script has at least one plan.
+//!
+//! Sets grow one call at a time, smallest first, so that when the limit on candidates stops
+//! the enumeration on a large script, every small fusion has been seen.
+
+use std::collections::BTreeSet;
+
+use serde::{Deserialize, Serialize};
+
+use crate::explore::callset::CallSet;
+use crate::explore::context::Context;
+use crate::explore::rules;
+use crate::explore::Limits;
+use crate::program::CallId;
+
+/// A legal set of calls for one kernel.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Fusion {
+    /// The calls, in increasing order.
+    pub calls: Vec<CallId>,
+}
+
+/// The fusions of a program.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fusions {
+    /// Legal fusions, by size then calls.
+    pub list: Vec<Fusion>,
+    /// Whether the candidate limit stopped the enumeration early.
+    pub truncated: bool,
+}
+
+/// Enumerates the fusions of `ctx`'s program within `limits`.
+pub fn enumerate(ctx: &Context, limits: &Limits) -> Fusions {
+    let n = ctx.calls();
+    let conflicts = conflict_sets(ctx);
+    let mut level: BTreeSet<CallSet> = (0..n).map(|c| CallSet::of(n, &[c])).collect();
+    let mut candidates: Vec<CallSet> = level.iter().cloned().collect();
+    let mut seen: BTreeSet<CallSet> = level.clone();
+    let mut truncated = false;
+    for _size in 2..=limits.max_fusion_calls.max(1) {
+        let mut next = BTreeSet::new();
+        'grow: for set in &level {
+            for w in extensions(ctx, set, &conflicts) {
+                let mut grown = set.clone();
+                grown.insert(w);
+                if seen.len() >= limits.max_fusions {
+                    truncated = true;
+                    break 'grow;
+                }
+                if seen.insert(grown.clone()) {
+                    next.insert(grown);
+                }
+            }
+        }
+        candidates.extend(next.iter().cloned());
+        level = next;
+        if level.is_empty() || truncated {
+            break;
+        }
+    }
+    // Stopping at the size limit truncates too when some set could still grow.
+    truncated |= level.iter().any(|s| !extensions(ctx, s, &conflicts).is_empty());
+    let list = candidates
+        .into_iter()
+        .filter(|s| s.len() == 1 || rules::check(ctx, s).is_ok())
+        .map(|s| Fusion {
+            calls: s.iter().collect(),
+        })
+        .collect();
+    Fusions { list, truncated }
+}
+
+/// For each call, the calls it may never share a kernel with (pairwise rules).
+fn conflict_sets(ctx: &Context) -> Vec<CallSet> {
+    let n = ctx.calls();
+    let mut out = vec![CallSet::empty(n); n];
+    for a in 0..n {
+        for b in a + 1..n {
+            if rules::pair(ctx, a, b).is_err() {
+                out[a].insert(b);
+                out[b].insert(a);
+            }
+        }
+    }
+    out
+}
+
+/// Calls that share an array with `set` and conflict with none of its members.
+fn extensions(ctx: &Context, set: &CallSet, conflicts: &[CallSet]) -> Vec<CallId> {
+    let mut around = CallSet::empty(ctx.calls());
+    let mut blocked = CallSet::empty(ctx.calls());
+    for m in set.iter() {
+        around.union_with(&ctx.array_neighbours[m]);
+        blocked.union_with(&conflicts[m]);
+    }
+    blocked.union_with(set);
+    around.difference(&blocked).iter().collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{script, Library};
+
+    fn fusions(path: &str, limits: Limits) -> Fusions {
+        let program = script::load(std::path::Path::new(path), &Library::builtin().unwrap()).unwrap();
+        enumerate(&Context::new(&program, &program.sizes), &limits)
+    }
+
+    fn calls(f: &Fusions) -> Vec<Vec<CallId>> {
+        f.list.iter().map(|f| f.calls.clone()).collect()
+    }
+
+    #[test]
+    fn gemver_fusions_respect_barrier_and_convexity() {
+        let f = fusions("../../scripts/gemver.yaml", Limits::default());
+        assert_eq!(
+            calls(&f),
+            [
+                vec![0],
+                vec![1],
+                vec![2],
+                vec![3],
+                vec![0, 1],
+                vec![1, 2],
+                vec![0, 1, 2]
+            ]
+        );
+        assert!(!f.truncated);
+    }
+
+    #[test]
+    fn atax_uses_of_a_never_fuse() {
+        let f = fusions("../../scripts/atax.yaml", Limits::default());
+        assert_eq!(calls(&f), [vec![0], vec![1]]);
+    }
+
+    #[test]
+    fn axpydot_fuses_all_three() {
+        let f = fusions("../../scripts/axpydot.yaml", Limits::default());
+        assert!(calls(&f).contains(&vec![0, 1, 2]));
+    }
+
+    #[test]
+    fn the_candidate_limit_truncates_but_keeps_singletons() {
+        let limits = Limits {
+            max_fusions: 5,
+            ..Limits::default()
+        };
+        let f = fusions("../../scripts/gemver.yaml", limits);
+        assert!(f.truncated);
+        assert!(calls(&f).starts_with(&[vec![0], vec![1], vec![2], vec![3]]));
+    }
+}

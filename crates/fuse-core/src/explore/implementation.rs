@@ -1,0 +1,702 @@
+//! Implementations of a fusion (paper §4.2): the order its calls run in, the routine variant
+//! of each call, the block size, the serial iterations per block (and, for tile grids, the
+//! direction blocks walk), and how each partial reduction is finished. Each is predicted, and
+//! dominated ones are pruned: an order that needs more on-chip memory per instance than
+//! another for the same work, and any implementation predicted no faster than another that
+//! uses no more shared memory and no more threads. Implementations that cannot launch (too
+//! many threads or too much shared memory per block) are dropped.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::explore::callset::CallSet;
+use crate::explore::context::Context;
+use crate::explore::mapping::{Axis, Role, ELEMENT_SIDE};
+use crate::explore::predict::{Environment, FinishWork, KernelTime, Predictor, RoutineRun, Work};
+use crate::explore::timing::RoutineKey;
+use crate::explore::Limits;
+use crate::program::{Arg, CallId, ValueId};
+
+/// Instances per block tried for BLAS-1 fusions (each instance is one warp on a sub-vector).
+pub const BLAS1_INSTANCES: [u32; 6] = [1, 2, 4, 8, 16, 32];
+/// Threads per instance of a BLAS-1 routine.
+pub const BLAS1_THREADS_PER_INSTANCE: u32 = 32;
+/// Threads per block tried for nested fusions (one tile instance per block).
+pub const NESTED_THREADS: [u32; 5] = [64, 128, 256, 512, 1024];
+/// Serial iterations tried, besides the whole extent along the walk.
+pub const SERIAL_ITERATIONS: [u32; 8] = [1, 2, 4, 8, 16, 32, 64, 128];
+/// The variant every function has until library metadata lists others.
+pub const DEFAULT_VARIANT: &str = "default";
+/// Above this many partial reductions, all are finished the same way instead of every mix.
+const MAX_MIXED_FINISHES: usize = 3;
+
+/// The shape of a block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Block {
+    /// Threads per block.
+    pub threads: u32,
+    /// Instances (sub-vectors or tiles) per block.
+    pub instances: u32,
+}
+
+/// How a reduction's partial results become its result.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Finish {
+    /// One block sees the whole reduced dimension: its result is complete, a plain store.
+    Complete,
+    /// Blocks add their partials to the zeroed result with atomics.
+    Atomic,
+    /// Blocks store partials; a finishing kernel adds them up.
+    Kernel,
+}
+
+/// A reduce call of a kernel and how its result is finished.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Reduction {
+    /// The reduce call.
+    pub call: CallId,
+    /// Its result.
+    pub value: ValueId,
+    /// How its partial results are combined.
+    pub finish: Finish,
+}
+
+/// Where the values a fusion touches live.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Dataflow {
+    /// Values read from global memory.
+    pub loads: Vec<ValueId>,
+    /// Values written to global memory (outputs, and results read by later kernels).
+    pub stores: Vec<ValueId>,
+    /// Results passed between calls of the kernel on chip.
+    pub on_chip: Vec<ValueId>,
+    /// Run-time scalar inputs, passed as kernel arguments.
+    pub parameters: Vec<ValueId>,
+}
+
+/// One way to run a fusion as a kernel.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Implementation {
+    /// The calls in the order they run.
+    pub order: Vec<CallId>,
+    /// The routine variant of each call, by position in `order`.
+    pub variants: Vec<String>,
+    /// Block shape.
+    pub block: Block,
+    /// Serial iterations per block.
+    pub serial_iterations: u32,
+    /// For tile grids, the direction blocks walk their iterations in.
+    pub walk: Option<Axis>,
+    /// Blocks in the grid.
+    pub blocks: u64,
+    /// Shared memory per block, bytes.
+    pub shared_bytes: u64,
+    /// How each reduce call's result is finished.
+    pub reductions: Vec<Reduction>,
+    /// Predicted time.
+    pub time: KernelTime,
+}
+
+/// The implementations of one fusion that survived pruning.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Implemented {
+    /// Survivors, fastest first.
+    pub list: Vec<Implementation>,
+    /// Pruned as dominated.
+    pub dominated: usize,
+    /// Dropped because a block would not fit on the device.
+    pub unlaunchable: usize,
+}
+
+/// The routine variants of call `c`. Library metadata has no variants yet, so every function
+/// has [`DEFAULT_VARIANT`]; timing tables already key routines by variant.
+pub fn variants(_ctx: &Context, _c: CallId) -> Vec<String> {
+    vec![DEFAULT_VARIANT.to_string()]
+}
+
+/// Where the values of the calls in `order` live.
+pub fn dataflow(ctx: &Context, order: &[CallId]) -> Dataflow {
+    let members = CallSet::of(ctx.calls(), order);
+    let program = ctx.program;
+    let inside = |v: ValueId| program.values[v].producer.is_some_and(|p| members.contains(p));
+    let mut flow = Dataflow::default();
+    for &c in order {
+        for v in program.calls[c].reads() {
+            let list = match () {
+                _ if inside(v) => &mut flow.on_chip,
+                _ if ctx.is_parameter(v) => &mut flow.parameters,
+                _ => &mut flow.loads,
+            };
+            if !list.contains(&v) {
+                list.push(v);
+            }
+        }
+        let result = program.calls[c].result;
+        if program.is_output(result) || ctx.readers[result].iter().any(|&r| !members.contains(r)) {
+            flow.stores.push(result);
+        }
+    }
+    flow
+}
+
+/// Enumerates, predicts and prunes the implementations of the fusion of `calls`.
+pub fn implement(ctx: &Context, calls: &[CallId], predictor: &Predictor, limits: &Limits) -> Implemented {
+    let nested = ctx.program.calls[calls[0]].kind.nesting_level() == 2;
+    let walks = if nested {
+        vec![Some(Axis::Rows), Some(Axis::Columns)]
+    } else {
+        vec![None]
+    };
+    let mut out = Implemented::default();
+    let mut candidates = Vec::new();
+    for walk in walks {
+        let (order, peak, worse) = best_order(ctx, calls, walk, limits.max_orders);
+        out.dominated += worse;
+        let kernel = KernelRoutines::new(ctx, &order);
+        for variants in variant_choices(ctx, &order) {
+            for block in blocks(nested, predictor) {
+                let shared = peak * block.instances as u64;
+                let probe = Environment {
+                    threads: block.threads,
+                    serial_iterations: 1,
+                    shared_bytes: shared,
+                    blocks: 1,
+                };
+                if predictor.resident_blocks(&probe) == 0 {
+                    out.unlaunchable += 1;
+                    continue;
+                }
+                let setting = Setting {
+                    block,
+                    walk,
+                    shared,
+                    variants: &variants,
+                };
+                candidates.extend(kernel.candidates(ctx, predictor, &setting));
+            }
+        }
+    }
+    let (kept, dominated) = pareto(candidates);
+    out.dominated += dominated;
+    out.list = kept;
+    out
+}
+
+/// Fixed choices of one candidate family.
+struct Setting<'a> {
+    block: Block,
+    walk: Option<Axis>,
+    shared: u64,
+    variants: &'a [String],
+}
+
+/// The routines a fusion runs, in a given order, independent of the launch configuration.
+struct KernelRoutines<'c> {
+    order: Vec<CallId>,
+    /// (position in order, routine name, role) of each load.
+    loads: Vec<(usize, String, Role)>,
+    /// (position, role) of each stored map result.
+    stores: Vec<(usize, Role)>,
+    /// (position, call, value) of each reduce.
+    reduces: Vec<(usize, CallId, ValueId)>,
+    tiles: (u64, u64),
+    ctx: &'c Context<'c>,
+}
+
+impl<'c> KernelRoutines<'c> {
+    fn new(ctx: &'c Context<'c>, order: &[CallId]) -> Self {
+        let flow = dataflow(ctx, order);
+        let program = ctx.program;
+        let position = |c: CallId| order.iter().position(|&o| o == c).unwrap_or(0);
+        let loads = flow
+            .loads
+            .iter()
+            .map(|&v| {
+                let reader = *order
+                    .iter()
+                    .find(|&&c| program.calls[c].reads().contains(&v))
+                    .unwrap_or(&order[0]);
+                let call = &program.calls[reader];
+                let k = call.args.iter().position(|a| *a == Arg::Value(v)).unwrap_or(0);
+                let param = call.form.signature.params.get(k).map_or("x", |p| p.name.as_str());
+                (position(reader), format!("load.{param}"), ctx.role(reader, v))
+            })
+            .collect();
+        let producer = |v: ValueId| program.values[v].producer.unwrap_or(0);
+        let stores = flow
+            .stores
+            .iter()
+            .filter(|&&v| !ctx.is_reduce(producer(v)))
+            .map(|&v| (position(producer(v)), ctx.role(producer(v), v)))
+            .collect();
+        let reduces = order
+            .iter()
+            .enumerate()
+            .filter(|&(_, &c)| ctx.is_reduce(c))
+            .map(|(p, &c)| (p, c, program.calls[c].result))
+            .collect();
+        KernelRoutines {
+            order: order.to_vec(),
+            loads,
+            stores,
+            reduces,
+            tiles: ctx.mappings[order[0]].space.tiles(&ctx.sizes),
+            ctx,
+        }
+    }
+
+    /// Every serial-iteration count and finish choice of `setting`, predicted.
+    fn candidates(&self, ctx: &Context, predictor: &Predictor, setting: &Setting) -> Vec<Implementation> {
+        let mut out = Vec::new();
+        for serial in serial_options(self.tiles, setting.block, setting.walk) {
+            let grid = Grid::new(self.tiles, setting.block, serial, setting.walk);
+            let complete: Vec<bool> = self.reduces.iter().map(|&(_, c, _)| grid.complete(ctx, c)).collect();
+            for finishes in finish_choices(&complete) {
+                out.push(self.predict(predictor, setting, &grid, finishes));
+            }
+        }
+        out
+    }
+
+    fn predict(&self, predictor: &Predictor, setting: &Setting, grid: &Grid, finishes: Vec<Finish>) -> Implementation {
+        let program = self.ctx.program;
+        let precision = program.precision;
+        let bytes = precision.bytes();
+        let key = |pos: usize, routine: &'static str| RoutineKey {
+            function: &program.calls[self.order[pos]].function,
+            variant: &setting.variants[pos],
+            routine,
+            precision,
+        };
+        let mut runs: Vec<RoutineRun> = Vec::new();
+        for (pos, routine, role) in &self.loads {
+            runs.push(RoutineRun {
+                key: RoutineKey {
+                    routine,
+                    ..key(*pos, "")
+                },
+                runs: grid.transfers(*role),
+                work: Work::Bytes(role.numbers() * bytes),
+            });
+        }
+        for (pos, &c) in self.order.iter().enumerate() {
+            runs.push(RoutineRun {
+                key: key(pos, "compute"),
+                runs: grid.instances(),
+                work: Work::Flops(self.ctx.mappings[c].flops_per_instance),
+            });
+        }
+        for &(pos, role) in &self.stores {
+            runs.push(RoutineRun {
+                key: key(pos, "store"),
+                runs: grid.transfers(role),
+                work: Work::Bytes(role.numbers() * bytes),
+            });
+        }
+        let mut finish = FinishWork::default();
+        let (mut memset, mut second_kernel) = (false, false);
+        let atomic_cost = predictor.table().model.atomic_cost;
+        for (&(pos, c, _), &how) in self.reduces.iter().zip(&finishes) {
+            let (partials, per) = grid.partials(self.ctx, c);
+            let per_bytes = per * bytes;
+            let result_bytes = grid.result_numbers(self.ctx, c) * bytes;
+            let (routine, work) = match how {
+                Finish::Atomic => ("accumulate", (per_bytes as f64 * atomic_cost).round() as u64),
+                _ => ("store", per_bytes),
+            };
+            runs.push(RoutineRun {
+                key: key(pos, routine),
+                runs: partials,
+                work: Work::Bytes(work),
+            });
+            match how {
+                Finish::Complete => {}
+                Finish::Atomic => (memset, finish.bytes) = (true, finish.bytes + result_bytes),
+                Finish::Kernel => {
+                    (second_kernel, finish.bytes) = (true, finish.bytes + partials * per_bytes + result_bytes)
+                }
+            }
+        }
+        finish.launches = memset as u32 + second_kernel as u32;
+        let env = Environment {
+            threads: setting.block.threads,
+            serial_iterations: grid.serial,
+            shared_bytes: setting.shared,
+            blocks: grid.blocks,
+        };
+        Implementation {
+            order: self.order.clone(),
+            variants: setting.variants.to_vec(),
+            block: setting.block,
+            serial_iterations: grid.serial,
+            walk: setting.walk,
+            blocks: grid.blocks,
+            shared_bytes: setting.shared,
+            reductions: self
+                .reduces
+                .iter()
+                .zip(&finishes)
+                .map(|(&(_, call, value), &finish)| Reduction { call, value, finish })
+                .collect(),
+            time: predictor.kernel(&runs, &env, finish),
+        }
+    }
+}
+
+/// The grid of one launch configuration.
+struct Grid {
+    /// Instances along (rows, columns): `(1, n/32)` for BLAS-1.
+    tiles: (u64, u64),
+    walk: Option<Axis>,
+    serial: u32,
+    blocks: u64,
+}
+
+impl Grid {
+    fn new(tiles: (u64, u64), block: Block, serial: u32, walk: Option<Axis>) -> Self {
+        let s = serial as u64;
+        let blocks = match walk {
+            None => tiles.1.div_ceil(block.instances as u64 * s),
+            Some(Axis::Rows) => tiles.0.div_ceil(s) * tiles.1,
+            Some(Axis::Columns) => tiles.0 * tiles.1.div_ceil(s),
+        };
+        Grid {
+            tiles,
+            walk,
+            serial,
+            blocks,
+        }
+    }
+
+    fn instances(&self) -> u64 {
+        self.tiles.0 * self.tiles.1
+    }
+
+    fn along(&self, axis: Axis) -> u64 {
+        match axis {
+            Axis::Rows => self.tiles.0,
+            Axis::Columns => self.tiles.1,
+        }
+    }
+
+    /// Executions of a load or store of an element of `role`: once per block for invariants
+    /// (and device scalars), once per instance otherwise.
+    fn transfers(&self, role: Role) -> u64 {
+        if role == Role::Scalar || role.invariant_along(self.walk) {
+            self.blocks
+        } else {
+            self.instances()
+        }
+    }
+
+    /// (partial results, numbers per partial) of reduce call `c`: one per block where the walk
+    /// runs along the reduced dimension (accumulated over iterations), else one per instance.
+    fn partials(&self, ctx: &Context, c: CallId) -> (u64, u64) {
+        match ctx.mappings[c].reduced {
+            None => (self.blocks, 1),
+            Some(r) if self.walk == Some(r) => (self.blocks, ELEMENT_SIDE),
+            Some(_) => (self.instances(), ELEMENT_SIDE),
+        }
+    }
+
+    /// Whether one block sees all of reduce `c`'s reduced dimension.
+    fn complete(&self, ctx: &Context, c: CallId) -> bool {
+        match ctx.mappings[c].reduced {
+            None => self.blocks == 1,
+            Some(r) if self.walk == Some(r) => self.along(r).div_ceil(self.serial as u64) == 1,
+            Some(r) => self.along(r) == 1,
+        }
+    }
+
+    /// Numbers in reduce `c`'s result.
+    fn result_numbers(&self, ctx: &Context, c: CallId) -> u64 {
+        match ctx.mappings[c].reduced {
+            None => 1,
+            Some(r) => self.along(r.other()) * ELEMENT_SIDE,
+        }
+    }
+}
+
+fn blocks(nested: bool, predictor: &Predictor) -> Vec<Block> {
+    let max = predictor.table().device.max_threads_per_block;
+    let all: Vec<Block> = if nested {
+        NESTED_THREADS
+            .iter()
+            .map(|&threads| Block { threads, instances: 1 })
+            .collect()
+    } else {
+        BLAS1_INSTANCES
+            .iter()
+            .map(|&instances| Block {
+                threads: instances * BLAS1_THREADS_PER_INSTANCE,
+                instances,
+            })
+            .collect()
+    };
+    let fitting: Vec<Block> = all.iter().copied().filter(|b| b.threads <= max).collect();
+    // A device too small for every option still gets the smallest, to be reported unlaunchable.
+    if fitting.is_empty() {
+        all[..1].to_vec()
+    } else {
+        fitting
+    }
+}
+
+/// Serial iterations worth trying: powers of two below the extent the walk covers, and the
+/// whole extent (which completes reductions along it).
+fn serial_options(tiles: (u64, u64), block: Block, walk: Option<Axis>) -> Vec<u32> {
+    let extent = match walk {
+        None => tiles.1.div_ceil(block.instances as u64),
+        Some(Axis::Rows) => tiles.0,
+        Some(Axis::Columns) => tiles.1,
+    };
+    let extent = extent.min(u32::MAX as u64) as u32;
+    let mut out: Vec<u32> = SERIAL_ITERATIONS.iter().copied().filter(|&s| s < extent).collect();
+    out.push(extent.max(1));
+    out
+}
+
+/// Finish choices for reductions whose completeness is `complete`.
+fn finish_choices(complete: &[bool]) -> Vec<Vec<Finish>> {
+    let partial: Vec<usize> = (0..complete.len()).filter(|&k| !complete[k]).collect();
+    let base: Vec<Finish> = complete
+        .iter()
+        .map(|&c| if c { Finish::Complete } else { Finish::Atomic })
+        .collect();
+    let with = |pick: &dyn Fn(usize) -> bool| {
+        let mut f = base.clone();
+        for (bit, &k) in partial.iter().enumerate() {
+            if pick(bit) {
+                f[k] = Finish::Kernel;
+            }
+        }
+        f
+    };
+    if partial.len() > MAX_MIXED_FINISHES {
+        return vec![with(&|_| false), with(&|_| true)];
+    }
+    (0..1u32 << partial.len())
+        .map(|mask| with(&|bit| mask & (1 << bit) != 0))
+        .collect()
+}
+
+/// Every combination of the calls' variants (one while the library has only defaults).
+fn variant_choices(ctx: &Context, order: &[CallId]) -> Vec<Vec<String>> {
+    order.iter().fold(vec![Vec::new()], |acc, &c| {
+        let options = variants(ctx, c);
+        acc.iter()
+            .flat_map(|prefix| {
+                options.iter().map(move |v| {
+                    let mut next = prefix.clone();
+                    next.push(v.clone());
+                    next
+                })
+            })
+            .collect()
+    })
+}
+
+/// The topological order of `calls` with the least on-chip memory per instance for `walk`,
+/// that memory, and how many other orders were pruned (more memory, or the same as the kept one).
+fn best_order(ctx: &Context, calls: &[CallId], walk: Option<Axis>, cap: usize) -> (Vec<CallId>, u64, usize) {
+    let orders = topological_orders(ctx, calls, cap.max(1));
+    let pruned = orders.len() - 1;
+    let (peak, order) = orders
+        .into_iter()
+        .map(|o| (peak_bytes(ctx, &o, walk), o))
+        .min_by_key(|(peak, _)| *peak)
+        .unwrap_or_default();
+    (order, peak, pruned)
+}
+
+/// Up to `cap` orders of `calls` that respect their dependencies, lexicographically first.
+fn topological_orders(ctx: &Context, calls: &[CallId], cap: usize) -> Vec<Vec<CallId>> {
+    let members = CallSet::of(ctx.calls(), calls);
+    let inner_producers: Vec<Vec<CallId>> = calls
+        .iter()
+        .map(|&c| {
+            let reads = ctx.program.calls[c].reads();
+            let producers = reads.iter().filter_map(|&v| ctx.program.values[v].producer);
+            producers.filter(|&p| members.contains(p)).collect()
+        })
+        .collect();
+    let mut out = Vec::new();
+    let mut prefix = Vec::new();
+    extend_orders(calls, &inner_producers, &mut prefix, &mut out, cap);
+    out
+}
+
+fn extend_orders(
+    calls: &[CallId],
+    producers: &[Vec<CallId>],
+    prefix: &mut Vec<CallId>,
+    out: &mut Vec<Vec<CallId>>,
+    cap: usize,
+) {
+    if prefix.len() == calls.len() {
+        out.push(prefix.clone());
+        return;
+    }
+    for (k, &c) in calls.iter().enumerate() {
+        let ready = !prefix.contains(&c) && producers[k].iter().all(|p| prefix.contains(p));
+        if ready && out.len() < cap {
+            prefix.push(c);
+            extend_orders(calls, producers, prefix, out, cap);
+            prefix.pop();
+        }
+    }
+}
+
+/// Peak bytes on chip per instance when `order` runs with `walk`: each value is live from its
+/// load or production to its last use; invariant loads and accumulated partial results live
+/// through the whole serial loop.
+fn peak_bytes(ctx: &Context, order: &[CallId], walk: Option<Axis>) -> u64 {
+    let program = ctx.program;
+    let bytes = program.precision.bytes();
+    let last = order.len().saturating_sub(1);
+    let mut live: BTreeMap<ValueId, (usize, usize, u64)> = BTreeMap::new();
+    let mut touch = |v: ValueId, from: usize, to: usize, size: u64| {
+        let e = live.entry(v).or_insert((from, to, size));
+        e.0 = e.0.min(from);
+        e.1 = e.1.max(to);
+    };
+    for (p, &c) in order.iter().enumerate() {
+        for v in program.calls[c].reads().into_iter().filter(|&v| !ctx.is_parameter(v)) {
+            let role = ctx.role(c, v);
+            let whole = role.invariant_along(walk) && program.values[v].producer.is_none_or(|q| !order.contains(&q));
+            let from = if whole { 0 } else { p };
+            touch(v, from, if whole { last } else { p }, role.numbers() * bytes);
+        }
+        let result = program.calls[c].result;
+        let role = ctx.mappings[c].result;
+        let accumulates = ctx.is_reduce(c) && ctx.mappings[c].reduced.is_none_or(|r| walk == Some(r));
+        let (from, to) = if accumulates { (0, last) } else { (p, p) };
+        touch(result, from, to, role.numbers() * bytes);
+    }
+    (0..order.len())
+        .map(|p| {
+            live.values()
+                .filter(|(a, b, _)| *a <= p && p <= *b)
+                .map(|(_, _, s)| s)
+                .sum()
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+/// Keeps the implementations no other beats on time, shared memory and threads at once;
+/// returns them fastest first and how many were dropped.
+fn pareto(mut candidates: Vec<Implementation>) -> (Vec<Implementation>, usize) {
+    candidates.sort_by(|a, b| {
+        a.time
+            .total_us
+            .total_cmp(&b.time.total_us)
+            .then(a.shared_bytes.cmp(&b.shared_bytes))
+            .then(a.block.threads.cmp(&b.block.threads))
+    });
+    let total = candidates.len();
+    let mut kept: Vec<Implementation> = Vec::new();
+    for c in candidates {
+        let beaten = kept
+            .iter()
+            .any(|k| k.shared_bytes <= c.shared_bytes && k.block.threads <= c.block.threads);
+        if !beaten {
+            kept.push(c);
+        }
+    }
+    let dropped = total - kept.len();
+    (kept, dropped)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::explore::timing::TimingTable;
+    use crate::{script, Library, Program};
+
+    fn load(name: &str) -> Program {
+        let path = format!("../../scripts/{name}.yaml");
+        script::load(std::path::Path::new(&path), &Library::builtin().unwrap()).unwrap()
+    }
+
+    fn implemented(p: &Program, calls: &[CallId]) -> Implemented {
+        let table = TimingTable::builtin().unwrap();
+        let ctx = Context::new(p, &p.sizes);
+        implement(&ctx, calls, &Predictor::new(&table, true), &Limits::default())
+    }
+
+    #[test]
+    fn bicgk_reads_a_once_and_finishes_its_partial_reductions() {
+        let p = load("bicgk");
+        let ctx = Context::new(&p, &p.sizes);
+        let flow = dataflow(&ctx, &[0, 1]);
+        let names = |ids: &[ValueId]| ids.iter().map(|&v| ctx.name(v).to_string()).collect::<Vec<_>>();
+        assert_eq!(names(&flow.loads), ["A", "p", "r"]);
+        assert_eq!(names(&flow.stores), ["q", "s"]);
+        // The walk runs along one reduced dimension only, so at most one result is complete.
+        for imp in &implemented(&p, &[0, 1]).list {
+            let complete = imp.reductions.iter().filter(|r| r.finish == Finish::Complete).count();
+            assert!(imp.reductions.len() == 2 && complete <= 1, "{imp:?}");
+        }
+    }
+
+    #[test]
+    fn temporaries_stay_on_chip() {
+        let p = load("axpydot");
+        let ctx = Context::new(&p, &p.sizes);
+        let flow = dataflow(&ctx, &[0, 1, 2]);
+        assert_eq!(flow.on_chip, [p.value("t").unwrap(), p.value("z").unwrap()]);
+        assert_eq!(flow.stores, [p.value("z").unwrap(), p.value("r").unwrap()]);
+        assert_eq!(flow.parameters, [p.value("alpha").unwrap()]);
+    }
+
+    #[test]
+    fn survivors_are_pareto_optimal_and_fastest_first() {
+        let p = load("gemver");
+        let imps = implemented(&p, &[0, 1, 2]);
+        assert!(!imps.list.is_empty() && imps.dominated > 0);
+        for w in imps.list.windows(2) {
+            assert!(w[0].time.total_us <= w[1].time.total_us);
+            assert!(w[1].shared_bytes < w[0].shared_bytes || w[1].block.threads < w[0].block.threads);
+        }
+    }
+
+    #[test]
+    fn the_order_with_least_on_chip_memory_is_kept() {
+        // Loading x early for the last call keeps it live across the others.
+        let text = "sizes: {n: 4096}\ninputs: {x: [n], y: [n], z: [n]}\noutputs: [c]\ncalls:\n  - a = sadd(x, y)\n  - b = sadd(y, z)\n  - c = sadd(a, b)\n";
+        let p = script::parse("t.yaml", text, &Library::builtin().unwrap()).unwrap();
+        let ctx = Context::new(&p, &p.sizes);
+        let (order, peak, pruned) = best_order(&ctx, &[0, 1, 2], None, 16);
+        assert_eq!((order.len(), pruned), (3, 1));
+        assert_eq!(
+            peak,
+            peak_bytes(&ctx, &[0, 1, 2], None).min(peak_bytes(&ctx, &[1, 0, 2], None))
+        );
+    }
+
+    #[test]
+    fn blocks_that_do_not_fit_are_dropped() {
+        let p = load("bicgk");
+        let table = TimingTable::parse(
+            "small.yaml",
+            &std::fs::read_to_string("../../library/timings/h100-analytic.yaml")
+                .unwrap()
+                .replace("max_shared_per_block: 232448", "max_shared_per_block: 1024"),
+        )
+        .unwrap();
+        let ctx = Context::new(&p, &p.sizes);
+        let imps = implement(&ctx, &[0, 1], &Predictor::new(&table, true), &Limits::default());
+        assert!(imps.list.is_empty());
+        assert_eq!(imps.unlaunchable, 2 * NESTED_THREADS.len());
+    }
+
+    #[test]
+    fn finish_choices_cover_every_mix_of_partials() {
+        assert_eq!(finish_choices(&[true]), [vec![Finish::Complete]]);
+        assert_eq!(finish_choices(&[false, true]).len(), 2);
+        assert_eq!(finish_choices(&[false; 5]).len(), 2);
+    }
+}

@@ -1,0 +1,237 @@
+//! Prediction (paper §4.2): a kernel's time is the sum of its routines' times, transfers and
+//! compute summed separately, `max(transfer, compute)` for their overlap, **plus the launch
+//! overhead** (the paper ignored it and ranked unfused AXPYDOT first), plus the work that
+//! finishes partial reductions after the kernel.
+//!
+//! A routine's time comes from the timing table: its measurement in the nearest environment,
+//! or the analytic model: bytes over bandwidth (loads, stores) or flops over peak (compute),
+//! divided by an efficiency of the environment: the share of SMs the grid keeps busy times the
+//! resident warps per SM (limited by threads and shared memory per block) against the warps
+//! needed to saturate the unit. Everything here is a pure function of its inputs.
+
+use serde::{Deserialize, Serialize};
+
+use crate::explore::timing::{RoutineKey, TimingTable};
+
+/// Warps are 32 threads.
+const WARP: f64 = 32.0;
+
+/// The launch configuration a routine runs in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Environment {
+    /// Threads per block.
+    pub threads: u32,
+    /// Serial iterations per block.
+    pub serial_iterations: u32,
+    /// Shared memory per block, bytes.
+    pub shared_bytes: u64,
+    /// Blocks in the grid.
+    pub blocks: u64,
+}
+
+/// The predicted time of one kernel, µs.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct KernelTime {
+    /// Loads and stores (including atomic accumulation).
+    pub transfer_us: f64,
+    /// Compute routines.
+    pub compute_us: f64,
+    /// Launch overhead: the kernel's, plus a memset or finishing kernel where one is needed.
+    pub launch_us: f64,
+    /// Memory work of zeroing atomically accumulated outputs or of the finishing kernel.
+    pub finish_us: f64,
+    /// `max(transfer, compute) + launch + finish`.
+    pub total_us: f64,
+}
+
+impl KernelTime {
+    /// Adds up the parts.
+    pub fn new(transfer_us: f64, compute_us: f64, launch_us: f64, finish_us: f64) -> Self {
+        KernelTime {
+            transfer_us,
+            compute_us,
+            launch_us,
+            finish_us,
+            total_us: transfer_us.max(compute_us) + launch_us + finish_us,
+        }
+    }
+}
+
+/// What one execution of a routine does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Work {
+    /// Moves this many bytes between global memory and the chip.
+    Bytes(u64),
+    /// Performs this many arithmetic operations.
+    Flops(u64),
+}
+
+/// A routine of a kernel and how many times the kernel runs it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RoutineRun<'a> {
+    /// Which routine.
+    pub key: RoutineKey<'a>,
+    /// Executions in the whole grid.
+    pub runs: u64,
+    /// Work per execution.
+    pub work: Work,
+}
+
+/// Work after the kernel proper, to finish its partial reductions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct FinishWork {
+    /// Extra launches (a memset before atomics, a finishing kernel).
+    pub launches: u32,
+    /// Bytes those move.
+    pub bytes: u64,
+}
+
+/// Predicts routine and kernel times from a timing table.
+#[derive(Debug, Clone, Copy)]
+pub struct Predictor<'t> {
+    table: &'t TimingTable,
+    measured: bool,
+}
+
+impl<'t> Predictor<'t> {
+    /// A predictor over `table`; `use_measurements` is false when the table was measured on
+    /// another library.
+    pub fn new(table: &'t TimingTable, use_measurements: bool) -> Self {
+        Predictor {
+            table,
+            measured: use_measurements && !table.routines.is_empty(),
+        }
+    }
+
+    /// The table predictions come from.
+    pub fn table(&self) -> &'t TimingTable {
+        self.table
+    }
+
+    /// Blocks of `env` that fit on one SM at once, 0 when a block does not fit at all.
+    pub fn resident_blocks(&self, env: &Environment) -> u64 {
+        let d = &self.table.device;
+        if env.threads > d.max_threads_per_block || env.shared_bytes > d.max_shared_per_block {
+            return 0;
+        }
+        let by_threads = (d.max_threads_per_sm / env.threads.max(1)) as u64;
+        let by_shared = d.shared_per_sm.checked_div(env.shared_bytes).unwrap_or(u64::MAX);
+        by_threads.min(by_shared).min(d.max_blocks_per_sm as u64)
+    }
+
+    /// The fraction of a unit's peak a kernel in `env` reaches when `saturating_warps`
+    /// resident warps per SM saturate it.
+    pub fn efficiency(&self, env: &Environment, saturating_warps: f64) -> f64 {
+        let resident = self.resident_blocks(env).max(1) as f64;
+        let per_sm = env.blocks.max(1) as f64 / self.table.device.sms as f64;
+        let busy_sms = per_sm.min(1.0);
+        let warps = resident.min(per_sm.max(1.0)) * (env.threads as f64 / WARP);
+        busy_sms * (warps / saturating_warps).min(1.0)
+    }
+
+    /// The time of all runs of one routine, µs.
+    pub fn routine_us(&self, run: &RoutineRun, env: &Environment) -> f64 {
+        if self.measured {
+            if let Some(ns) = self
+                .table
+                .measured(&run.key, env.threads, env.serial_iterations, env.shared_bytes)
+            {
+                return run.runs as f64 * ns / 1000.0;
+            }
+        }
+        let model = &self.table.model;
+        match run.work {
+            Work::Bytes(b) => {
+                let per_us = model.bandwidth_gb_s * 1e3 * self.efficiency(env, model.warps_to_saturate_memory);
+                (run.runs * b) as f64 / per_us
+            }
+            Work::Flops(f) => {
+                let peak = model.peak_gflop_s.get(run.key.precision);
+                let per_us = peak * 1e3 * self.efficiency(env, model.warps_to_saturate_compute);
+                (run.runs * f) as f64 / per_us
+            }
+        }
+    }
+
+    /// The time of a kernel running `routines` in `env`, then `finish`.
+    pub fn kernel(&self, routines: &[RoutineRun], env: &Environment, finish: FinishWork) -> KernelTime {
+        let (mut transfer, mut compute) = (0.0, 0.0);
+        for run in routines {
+            let t = self.routine_us(run, env);
+            match run.work {
+                Work::Bytes(_) => transfer += t,
+                Work::Flops(_) => compute += t,
+            }
+        }
+        let model = &self.table.model;
+        let launch = model.launch_us * (1 + finish.launches) as f64;
+        let finish_us = finish.bytes as f64 / (model.bandwidth_gb_s * 1e3);
+        KernelTime::new(transfer, compute, launch, finish_us)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::shape::Precision;
+
+    fn env(threads: u32, shared: u64, blocks: u64) -> Environment {
+        Environment {
+            threads,
+            serial_iterations: 1,
+            shared_bytes: shared,
+            blocks,
+        }
+    }
+
+    #[test]
+    fn efficiency_follows_occupancy_and_grid_size() {
+        let table = TimingTable::builtin().unwrap();
+        let p = Predictor::new(&table, true);
+        // Plenty of blocks, 64 resident warps per SM: saturated.
+        assert_eq!(p.efficiency(&env(256, 4096, 100_000), 32.0), 1.0);
+        // Shared memory limits residency to 2 blocks of 2 warps.
+        let starved = p.efficiency(&env(64, 100_000, 100_000), 32.0);
+        assert!((starved - 4.0 / 32.0).abs() < 1e-12, "{starved}");
+        // Half the SMs idle.
+        assert!((p.efficiency(&env(1024, 0, 66), 32.0) - 0.5).abs() < 1e-12);
+        assert_eq!(p.resident_blocks(&env(2048, 0, 1)), 0);
+    }
+
+    #[test]
+    fn a_kernel_overlaps_transfer_and_compute_and_pays_its_launch() {
+        let table = TimingTable::builtin().unwrap();
+        let p = Predictor::new(&table, true);
+        let key = RoutineKey {
+            function: "copy",
+            variant: "default",
+            routine: "load.x",
+            precision: Precision::F32,
+        };
+        let load = RoutineRun {
+            key,
+            runs: 1000,
+            work: Work::Bytes(3_000_000),
+        };
+        let compute = RoutineRun {
+            key: RoutineKey {
+                routine: "compute",
+                ..key
+            },
+            runs: 1000,
+            work: Work::Flops(1000),
+        };
+        let t = p.kernel(&[load, compute], &env(256, 0, 100_000), FinishWork::default());
+        assert!((t.transfer_us - 1000.0).abs() < 1e-9, "{t:?}");
+        assert!((t.total_us - 1003.0).abs() < 1e-9, "{t:?}");
+        let f = p.kernel(
+            &[load],
+            &env(256, 0, 100_000),
+            FinishWork {
+                launches: 1,
+                bytes: 3000,
+            },
+        );
+        assert!((f.total_us - (1000.0 + 6.0 + 0.001)).abs() < 1e-9, "{f:?}");
+    }
+}
