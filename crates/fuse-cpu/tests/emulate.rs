@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use fuse_codegen::generate::{generate, KernelGroup};
+use fuse_codegen::generate::{generate, KernelGroup, Walk};
 use fuse_core::data::{fill_random_inputs, relative_error};
 use fuse_core::{script, Bindings, Library, Precision, Program};
 use fuse_cpu::emulate::EmulatedPlan;
@@ -36,6 +36,7 @@ fn unfused(p: &Program) -> Vec<KernelGroup> {
             calls: vec![c],
             block: 128,
             serial_iterations: 2,
+            walk: Walk::Columns,
         })
         .collect()
 }
@@ -60,6 +61,7 @@ fn greedy(p: &Program) -> Vec<KernelGroup> {
                 calls: vec![c],
                 block: 256,
                 serial_iterations: 3,
+                walk: Walk::Rows,
             }),
         }
     }

@@ -46,6 +46,19 @@ pub struct KernelGroup {
     pub block: u32,
     /// Elements (BLAS-1) or tiles (BLAS-2) each thread block processes in sequence.
     pub serial_iterations: u32,
+    /// The direction BLAS-2 blocks walk their serial iterations in.
+    pub walk: Walk,
+}
+
+/// The direction a BLAS-2 block's serial iterations walk over the tiles.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Walk {
+    /// Down a column of tiles: column sub-vectors are invariant, column sums accumulate.
+    #[default]
+    Rows,
+    /// Along a row of tiles: row sub-vectors are invariant, row sums accumulate.
+    Columns,
 }
 
 /// Why a plan cannot be turned into CUDA.
@@ -77,14 +90,17 @@ pub enum Grid {
         /// Elements each block covers.
         per_block: u32,
     },
-    /// `ceil(cols / 32)` × `ceil(rows / (32 · serial))` blocks.
+    /// One block per `serial` tiles along the walk: `ceil(cols / 32)` × `ceil(rows / (32 · serial))`
+    /// blocks walking down rows, `ceil(cols / (32 · serial))` × `ceil(rows / 32)` along columns.
     Tiles {
         /// Size symbol of the rows.
         rows: String,
         /// Size symbol of the columns.
         cols: String,
-        /// Tiles each block walks down its column.
+        /// Tiles each block walks.
         serial: u32,
+        /// The direction of the walk.
+        walk: Walk,
     },
 }
 
@@ -98,7 +114,18 @@ impl Grid {
                 let n = len.as_deref().map_or(1, get);
                 (blocks(n, *per_block as u64), 1, 1)
             }
-            Grid::Tiles { rows, cols, serial } => (blocks(get(cols), 32), blocks(get(rows), 32 * *serial as u64), 1),
+            Grid::Tiles {
+                rows,
+                cols,
+                serial,
+                walk,
+            } => {
+                let along = 32 * *serial as u64;
+                match walk {
+                    Walk::Rows => (blocks(get(cols), 32), blocks(get(rows), along), 1),
+                    Walk::Columns => (blocks(get(cols), along), blocks(get(rows), 32), 1),
+                }
+            }
         }
     }
 }
@@ -248,6 +275,7 @@ pub(crate) struct KernelContext<'a> {
     pub level: u8,
     pub block: u32,
     pub serial: u32,
+    pub walk: Walk,
     pub global: &'a BTreeSet<ValueId>,
 }
 
@@ -284,6 +312,7 @@ impl<'a> KernelContext<'a> {
             level,
             block: group.block,
             serial: group.serial_iterations,
+            walk: group.walk,
             global,
         })
     }

@@ -1,13 +1,16 @@
 //! BLAS-2 kernels: nested maps and reductions over 32×32 tiles of the matrices.
 //!
 //! ```text
-//! scalars and column sub-vectors loaded once; column accumulators cleared   (invariants)
-//! for each serial iteration (the next tile down this block's column of tiles):
+//! scalars and the sub-vectors along the walk loaded once; accumulators cleared (invariants)
+//! for each serial iteration (the next tile down a column of tiles, or along a row of tiles):
+//!     sub-vectors across the walk loaded
 //!     for each of the thread's 4 rows of the tile:
-//!         row sub-vector and matrix loads, compute routines in call order, stores,
-//!         row reductions: warp sum, one atomic per row                   (gemv-like)
-//! column reductions: sum over the block's 8 thread rows, one atomic per column (gemtv-like)
+//!         matrix loads, compute routines in call order, stores, partial sums
+//!     partial sums across the walk: one atomic per row or column of the tile
+//! partial sums along the walk: one atomic per row or column, after the loop
 //! ```
+//! Row sums (gemv-like) use a warp sum, column sums (gemtv-like) a sum over the block's 8
+//! thread rows in shared memory.
 //! Every routine sees element (row, col) in the same thread, so fused values stay in registers
 //! and no barrier is needed between routines (paper §3.2.3); only the column reduction uses
 //! shared memory, after the loop.
@@ -17,7 +20,7 @@ use std::fmt::Write;
 use fuse_core::{Call, Shape, ValueId};
 
 use super::expr::{emit, the_sum, unsupported, Registers};
-use super::{element_uses, pointer, size_param, GenerateError, Grid, KernelContext, Launch};
+use super::{element_uses, pointer, size_param, GenerateError, Grid, KernelContext, Launch, Walk};
 
 /// How a call's index variables map onto the tile: which one walks rows, which columns.
 struct TileRegisters {
@@ -28,7 +31,7 @@ impl Registers for TileRegisters {
     fn element(&self, value: ValueId, index: &[usize]) -> String {
         match index {
             [_, _] => format!("v{value}"),
-            [i] if *i == self.row_var => format!("r{value}"),
+            [i] if *i == self.row_var => format!("r{value}[k]"),
             _ => format!("c{value}"),
         }
     }
@@ -107,9 +110,11 @@ pub(crate) fn generate(k: &KernelContext) -> Result<(String, Launch), GenerateEr
         sizes.push(cols.clone());
     }
     let (m, n) = (size_param(&rows), size_param(&cols));
-    let ty = k.ty();
+    let (ty, serial) = (k.ty(), k.serial);
+    let down = k.walk == Walk::Rows;
     let u = uses(k)?;
     let (params, args) = k.parameters(&sizes);
+    let accumulated = accumulated_reductions(k)?;
     let mut s = String::new();
     let _ = writeln!(s, "\n// Kernel {} fuses:\n{}", k.name, k.header_comment());
     let _ = writeln!(
@@ -118,48 +123,59 @@ pub(crate) fn generate(k: &KernelContext) -> Result<(String, Launch), GenerateEr
         k.name
     );
     s.push_str(&k.scalar_loads("    "));
-    let _ = writeln!(
-        s,
-        "    const long long col = (long long)blockIdx.x * FUSE_TILE + threadIdx.x;"
-    );
-    let _ = writeln!(s, "    const bool col_ok = col < {n};");
-    for &v in &u.column_vectors {
-        let _ = writeln!(
-            s,
-            "    const {ty} c{v} = fuse_load({}, col, col_ok);",
-            pointer(k.program, v)
-        );
+    // The walk fixes one of the block's coordinates; sub-vectors along it are invariant.
+    let (fixed, moving, along, limit) = if down {
+        (
+            "const long long col = (long long)blockIdx.x * FUSE_TILE + threadIdx.x;",
+            "row0",
+            &m,
+            "blockIdx.y",
+        )
+    } else {
+        (
+            "const long long row0 = (long long)blockIdx.y * FUSE_TILE;",
+            "col0",
+            &n,
+            "blockIdx.x",
+        )
+    };
+    let _ = writeln!(s, "    {fixed}");
+    if down {
+        let _ = writeln!(s, "    const bool col_ok = col < {n};");
+        s.push_str(&column_vector_loads(k, &u, "    "));
+    } else {
+        s.push_str(&row_vector_loads(k, &u, &m, "    "));
     }
-    let column_reductions = column_reductions(k)?;
-    for &r in &column_reductions {
-        let _ = writeln!(s, "    {ty} acc{r} = {ty}(0);");
+    for &r in &accumulated {
+        let _ = writeln!(s, "    {ty} acc{r}[FUSE_TILE / FUSE_TILE_ROWS] = {{}};");
     }
+    let _ = writeln!(s, "    for (int iteration = 0; iteration < {serial}; ++iteration) {{");
     let _ = writeln!(
         s,
-        "    for (int iteration = 0; iteration < {}; ++iteration) {{",
-        k.serial
+        "        const long long {moving} = ((long long){limit} * {serial} + iteration) * FUSE_TILE;"
     );
     let _ = writeln!(
         s,
-        "        const long long row0 = ((long long)blockIdx.y * {} + iteration) * FUSE_TILE;",
-        k.serial
+        "        if ({moving} >= {along}) break;  // uniform across the block"
     );
-    let _ = writeln!(s, "        if (row0 >= {m}) break;  // uniform across the block");
+    if down {
+        s.push_str(&row_vector_loads(k, &u, &m, "        "));
+    } else {
+        let _ = writeln!(s, "        const long long col = col0 + threadIdx.x;");
+        let _ = writeln!(s, "        const bool col_ok = col < {n};");
+        s.push_str(&column_vector_loads(k, &u, "        "));
+    }
+    let per_tile: Vec<ValueId> = k.reduced().into_iter().filter(|r| !accumulated.contains(r)).collect();
+    for &r in &per_tile {
+        let _ = writeln!(s, "        {ty} part{r}[FUSE_TILE / FUSE_TILE_ROWS] = {{}};");
+    }
     s.push_str("#pragma unroll\n        for (int k = 0; k < FUSE_TILE / FUSE_TILE_ROWS; ++k) {\n");
     let _ = writeln!(
         s,
         "            const long long row = row0 + threadIdx.y + k * FUSE_TILE_ROWS;"
     );
-    let _ = writeln!(s, "            const bool row_ok = row < {m};");
-    s.push_str("            const bool ok = row_ok && col_ok;\n");
+    let _ = writeln!(s, "            const bool ok = row < {m} && col_ok;");
     let at = format!("row * {n} + col");
-    for &v in &u.rows_vectors {
-        let _ = writeln!(
-            s,
-            "            const {ty} r{v} = fuse_load({}, row, row_ok);",
-            pointer(k.program, v)
-        );
-    }
     for &v in &u.matrices {
         let _ = writeln!(
             s,
@@ -168,24 +184,25 @@ pub(crate) fn generate(k: &KernelContext) -> Result<(String, Launch), GenerateEr
         );
     }
     for &c in &k.calls {
-        s.push_str(&compute(k, &k.program.calls[c])?);
+        s.push_str(&compute(k, &k.program.calls[c], &accumulated)?);
     }
     for v in k.stored() {
         let _ = writeln!(s, "            fuse_store({}, {at}, ok, v{v});", pointer(k.program, v));
     }
-    s.push_str("        }\n    }\n");
-    for &r in &column_reductions {
-        let _ = writeln!(
-            s,
-            "    fuse_column_sum_atomic(acc{r}, {}, col, col_ok);",
-            pointer(k.program, r)
-        );
+    s.push_str("        }\n");
+    for &r in &per_tile {
+        s.push_str(&reduction_store(k, r, "part", "        ")?);
+    }
+    s.push_str("    }\n");
+    for &r in &accumulated {
+        s.push_str(&reduction_store(k, r, "acc", "    ")?);
     }
     let _ = writeln!(s, "}}\nFUSE_EMU_EXPORT({})", k.name);
     let grid = Grid::Tiles {
         rows,
         cols,
-        serial: k.serial,
+        serial,
+        walk: k.walk,
     };
     let launch = Launch {
         kernel: k.name.clone(),
@@ -196,36 +213,103 @@ pub(crate) fn generate(k: &KernelContext) -> Result<(String, Launch), GenerateEr
     Ok((s, launch))
 }
 
-/// Reductions summing over rows (their result is indexed by column), accumulated in a register
-/// across all tiles of the block's column.
-fn column_reductions(k: &KernelContext) -> Result<Vec<ValueId>, GenerateError> {
+/// Row sub-vectors: each thread's 4 rows, `r{v}[k]`.
+fn row_vector_loads(k: &KernelContext, u: &Uses, m: &str, indent: &str) -> String {
+    let mut s = String::new();
+    for &v in &u.rows_vectors {
+        let _ = writeln!(s, "{indent}{} r{v}[FUSE_TILE / FUSE_TILE_ROWS];", k.ty());
+        let _ = writeln!(s, "{indent}for (int k = 0; k < FUSE_TILE / FUSE_TILE_ROWS; ++k) {{");
+        let _ = writeln!(
+            s,
+            "{indent}    const long long row = row0 + threadIdx.y + k * FUSE_TILE_ROWS;"
+        );
+        let _ = writeln!(
+            s,
+            "{indent}    r{v}[k] = fuse_load({}, row, row < {m});\n{indent}}}",
+            pointer(k.program, v)
+        );
+    }
+    s
+}
+
+/// Column sub-vectors: the thread's column, `c{v}`.
+fn column_vector_loads(k: &KernelContext, u: &Uses, indent: &str) -> String {
+    u.column_vectors
+        .iter()
+        .map(|&v| {
+            format!(
+                "{indent}const {} c{v} = fuse_load({}, col, col_ok);\n",
+                k.ty(),
+                pointer(k.program, v)
+            )
+        })
+        .collect()
+}
+
+/// Adds the partial sums `{prefix}{r}[k]` of reduction `r` to its global buffer.
+fn reduction_store(k: &KernelContext, r: ValueId, prefix: &str, indent: &str) -> Result<String, GenerateError> {
+    let call = &k.program.calls[k.program.values[r].producer.expect("reductions are call results")];
+    let p = pointer(k.program, r);
+    let (m, n) = matrix_dims(k)?;
+    Ok(if is_column_sum(call)? {
+        let mut s = format!("{indent}{} total{r} = {}(0);\n", k.ty(), k.ty());
+        let _ = writeln!(
+            s,
+            "{indent}for (int k = 0; k < FUSE_TILE / FUSE_TILE_ROWS; ++k) total{r} += {prefix}{r}[k];"
+        );
+        let _ = writeln!(
+            s,
+            "{indent}fuse_column_sum_atomic(total{r}, {p}, col, col < {});",
+            size_param(&n)
+        );
+        s
+    } else {
+        let mut s = format!("{indent}for (int k = 0; k < FUSE_TILE / FUSE_TILE_ROWS; ++k) {{\n");
+        let _ = writeln!(
+            s,
+            "{indent}    const long long row = row0 + threadIdx.y + k * FUSE_TILE_ROWS;"
+        );
+        let _ = writeln!(
+            s,
+            "{indent}    fuse_row_sum_atomic({prefix}{r}[k], {p}, row, row < {});\n{indent}}}",
+            size_param(&m)
+        );
+        s
+    })
+}
+
+/// Whether reduce call `call` sums over rows (its result is indexed by column).
+fn is_column_sum(call: &Call) -> Result<bool, GenerateError> {
+    Ok(the_sum(call)?.0 == tile_vars(call)?.row_var)
+}
+
+/// Reductions whose partial sums stay in the same threads along the walk, so they accumulate in
+/// registers across iterations and reach memory once: column sums when walking down rows, row
+/// sums when walking along columns.
+fn accumulated_reductions(k: &KernelContext) -> Result<Vec<ValueId>, GenerateError> {
     let mut out = Vec::new();
     for &c in &k.calls {
         let call = &k.program.calls[c];
-        if call.kind.is_reduce() && the_sum(call)?.0 == tile_vars(call)?.row_var {
+        if call.kind.is_reduce() && is_column_sum(call)? == (k.walk == Walk::Rows) {
             out.push(call.result);
         }
     }
     Ok(out)
 }
 
-/// The compute routine of one call inside the per-row loop.
-fn compute(k: &KernelContext, call: &Call) -> Result<String, GenerateError> {
+/// The compute routine of one call inside the per-row loop; reductions add their term to the
+/// thread's partial sum for this row (`acc` when accumulated along the walk, else `part`).
+fn compute(k: &KernelContext, call: &Call, accumulated: &[ValueId]) -> Result<String, GenerateError> {
     let regs = tile_vars(call)?;
     let (ty, r, p) = (k.ty(), call.result, k.precision());
     if !call.kind.is_reduce() {
         let body = emit(&call.form.formula.body, call, p, &regs, None)?;
         return Ok(format!("            const {ty} v{r} = {body};  // {}\n", call.text));
     }
-    let (sum_var, term) = the_sum(call)?;
-    let term = emit(term, call, p, &regs, None)?;
-    Ok(if sum_var == regs.row_var {
-        format!("            if (ok) acc{r} += {term};  // {}\n", call.text)
-    } else {
-        format!(
-            "            fuse_row_sum_atomic(ok ? {term} : {ty}(0), {}, row, row_ok);  // {}\n",
-            pointer(k.program, r),
-            call.text
-        )
-    })
+    let term = emit(the_sum(call)?.1, call, p, &regs, None)?;
+    let prefix = if accumulated.contains(&r) { "acc" } else { "part" };
+    Ok(format!(
+        "            if (ok) {prefix}{r}[k] += {term};  // {}\n",
+        call.text
+    ))
 }
