@@ -1,5 +1,7 @@
 //! `fuse`: fuse sequences of BLAS calls into few GPU kernels. See `fuse --help`.
 
+mod compile;
+mod explore;
 mod npy;
 
 use std::path::{Path, PathBuf};
@@ -83,8 +85,47 @@ fuse run scripts/atax.yaml --inputs in/ --outputs out/"
         #[arg(long, default_value_t = 0)]
         seed: u64,
     },
+    /// Generate the CUDA source of a plan; compile it with NVRTC where available.
+    #[command(
+        long_about = "Generate the CUDA source of the best predicted plan (or of --plan RANK) and \
+write it to DIR: <name>.cu, plan.yaml (kernels, launch steps, argument order) and, where NVRTC \
+is available, <name>.<arch>.ptx and resources.txt (registers, spills and shared memory per \
+kernel, from ptxas). Without NVRTC the source is still written, with a note.",
+        after_help = "Example: fuse compile scripts/gemver.yaml -o out/gemver"
+    )]
+    Compile {
+        /// Script file.
+        script: PathBuf,
+        /// Folder to write to (created if missing).
+        #[arg(short = 'o', long = "out", value_name = "DIR")]
+        out: PathBuf,
+        /// Which plan, by predicted rank (1 = best).
+        #[arg(long, default_value_t = 1, value_name = "RANK")]
+        plan: usize,
+        /// Override a size of the script, e.g. --size m=1000 (repeatable).
+        #[arg(long = "size", value_name = "NAME=VALUE", value_parser = parse_size)]
+        sizes: Vec<(String, usize)>,
+        /// Timing table to predict with instead of the shipped one.
+        #[arg(long, value_name = "FILE")]
+        timings: Option<PathBuf>,
+        /// GPU architecture to compile for.
+        #[arg(long, default_value = "sm_90")]
+        arch: String,
+    },
     /// List the library's elementary functions and their forms.
     Functions,
+    /// Rank fusion plans by predicted time: which calls share a kernel, and how fast.
+    #[command(
+        long_about = "Enumerate the legal fusions of a script's calls, predict each implementation's \
+time from a timing table (transfers and compute summed per kernel, plus launch overhead), and \
+print the best plans. The header states how many plans exist and which timing table was used.",
+        after_help = "Examples:\n  fuse explore scripts/bicgk.yaml\n  fuse explore scripts/gemver.yaml --all\n  \
+fuse explore scripts/atax.yaml --top 1 --json --timings my-gpu.yaml"
+    )]
+    Explore(explore::ExploreArgs),
+    /// For every pair of calls that share data: fused in the best plan, or which rule kept them apart.
+    #[command(after_help = "Example: fuse explain scripts/gemver.yaml")]
+    Explain(explore::ExplainArgs),
 }
 
 /// Where a script runs.
@@ -92,6 +133,8 @@ fuse run scripts/atax.yaml --inputs in/ --outputs out/"
 enum Backend {
     /// The f64 reference interpreter: call by call, no fusion, the ground truth.
     Reference,
+    /// The generated CUDA of the best plan, run on host threads (slow; for testing kernels).
+    Emulate,
 }
 
 impl Backend {
@@ -120,6 +163,14 @@ struct Failure {
 fn bad_input(message: impl ToString) -> Failure {
     Failure {
         code: EXIT_BAD_INPUT,
+        message: message.to_string(),
+    }
+}
+
+/// A failure that is fuse's fault, not the input's.
+fn internal(message: impl ToString) -> Failure {
+    Failure {
+        code: 1,
         message: message.to_string(),
     }
 }
@@ -158,6 +209,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
         } => {
             let program = load(&script, &library)?;
             let options = RunOptions {
+                library: &library,
                 backend,
                 sizes,
                 inputs,
@@ -165,6 +217,26 @@ fn run(cli: Cli) -> Result<(), Failure> {
                 seed,
             };
             run_script(&program, &options)
+        }
+        Command::Explore(args) => explore::run_explore(&args, &library),
+        Command::Explain(args) => explore::run_explain(&args, &library),
+        Command::Compile {
+            script,
+            out,
+            plan,
+            sizes,
+            timings,
+            arch,
+        } => {
+            let program = load(&script, &library)?;
+            let bound = program.bind_sizes(&sizes).map_err(bad_input)?;
+            let args = compile::CompileArgs {
+                out,
+                rank: plan,
+                timings,
+                arch,
+            };
+            compile::compile(&program, &bound, &library, &args)
         }
         Command::Functions => {
             functions(&library);
@@ -194,7 +266,8 @@ fn check(scripts: &[PathBuf], library: &Library) -> Result<(), Failure> {
     }
 }
 
-struct RunOptions {
+struct RunOptions<'a> {
+    library: &'a Library,
     backend: Option<Backend>,
     sizes: Vec<(String, usize)>,
     inputs: Option<PathBuf>,
@@ -225,6 +298,12 @@ fn run_script(program: &Program, options: &RunOptions) -> Result<(), Failure> {
     };
     let results = match backend {
         Backend::Reference => fuse_cpu::reference::evaluate(program, &sizes, &inputs).map_err(bad_input)?,
+        Backend::Emulate => {
+            let plan = compile::plan(program, &sizes, options.library, None, 1)?;
+            let generated = compile::generate(program, &plan)?;
+            let emulated = fuse_cpu::emulate::EmulatedPlan::compile(generated).map_err(internal)?;
+            emulated.run(program, &sizes, &inputs).map_err(internal)?
+        }
     };
     match &options.outputs {
         Some(dir) => {

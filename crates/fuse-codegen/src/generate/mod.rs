@@ -50,6 +50,28 @@ pub struct KernelGroup {
     pub walk: Walk,
 }
 
+impl From<&fuse_core::Kernel> for KernelGroup {
+    /// The generator's view of a planned kernel. BLAS-2 kernels always use 32×8 threads per
+    /// tile, whatever block the plan names.
+    fn from(kernel: &fuse_core::Kernel) -> Self {
+        KernelGroup {
+            calls: kernel.calls.clone(),
+            block: kernel.block.threads,
+            serial_iterations: kernel.serial_iterations,
+            walk: match kernel.walk {
+                Some(fuse_core::explore::mapping::Axis::Columns) => Walk::Columns,
+                _ => Walk::Rows,
+            },
+        }
+    }
+}
+
+/// Generates the module of a whole plan.
+pub fn generate_plan(program: &Program, plan: &fuse_core::Plan) -> Result<Generated, GenerateError> {
+    let kernels: Vec<KernelGroup> = plan.kernels.iter().map(KernelGroup::from).collect();
+    generate(program, &kernels)
+}
+
 /// The direction a BLAS-2 block's serial iterations walk over the tiles.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 #[serde(rename_all = "snake_case")]

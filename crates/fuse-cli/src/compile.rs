@@ -1,0 +1,122 @@
+//! `fuse compile` and the plan-to-CUDA path shared with `fuse run --backend emulate`.
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use fuse_codegen::generate::{generate_plan, Generated, Step};
+use fuse_codegen::nvrtc::{self, Arch, CompileOptions, NvrtcError};
+use fuse_core::{explore, Library, Limits, Plan, Program, Sizes, TimingTable};
+
+use crate::{bad_input, Failure};
+
+/// The plan of rank `rank` (1 = best predicted) of `program` at `sizes`.
+pub fn plan(
+    program: &Program,
+    sizes: &Sizes,
+    library: &Library,
+    timings: Option<&Path>,
+    rank: usize,
+) -> Result<Plan, Failure> {
+    let table = match timings {
+        Some(path) => TimingTable::load(path),
+        None => TimingTable::builtin(),
+    }
+    .map_err(bad_input)?;
+    let exploration = explore(program, sizes, &table, library, Limits::default()).map_err(bad_input)?;
+    if rank == 0 {
+        return Err(bad_input("--plan 0: plans are ranked from 1 (the best predicted)"));
+    }
+    let count = exploration.count();
+    exploration
+        .plans()
+        .nth(rank - 1)
+        .ok_or_else(|| bad_input(format!("--plan {rank}: {} has only {count} plan(s)", program.file)))
+}
+
+/// CUDA source and launch steps of `plan`.
+pub fn generate(program: &Program, plan: &Plan) -> Result<Generated, Failure> {
+    generate_plan(program, plan).map_err(bad_input)
+}
+
+/// What `plan.yaml` holds: the plan, and how to launch its kernels.
+#[derive(Serialize)]
+struct PlanFile<'a> {
+    script: &'a str,
+    sizes: Vec<(&'a str, usize)>,
+    plan: &'a Plan,
+    buffers: Vec<&'a str>,
+    steps: &'a [Step],
+}
+
+/// Options of `fuse compile`.
+pub struct CompileArgs {
+    pub out: PathBuf,
+    pub rank: usize,
+    pub timings: Option<PathBuf>,
+    pub arch: String,
+}
+
+/// Writes source, plan and (where NVRTC is available) PTX and resource report to `args.out`.
+pub fn compile(program: &Program, sizes: &Sizes, library: &Library, args: &CompileArgs) -> Result<(), Failure> {
+    let arch: Arch = args.arch.parse().map_err(bad_input)?;
+    let plan = plan(program, sizes, library, args.timings.as_deref(), args.rank)?;
+    let generated = generate(program, &plan)?;
+    let out = &args.out;
+    std::fs::create_dir_all(out).map_err(|e| bad_input(format!("-o {}: {e}", out.display())))?;
+    let write = |name: String, text: &str| -> Result<PathBuf, Failure> {
+        let path = out.join(name);
+        std::fs::write(&path, text).map_err(|e| Failure {
+            code: 1,
+            message: format!("cannot write {}: {e}", path.display()),
+        })?;
+        println!("wrote {}", path.display());
+        Ok(path)
+    };
+    write(format!("{}.cu", program.name), &generated.source)?;
+    let file = PlanFile {
+        script: &program.file,
+        sizes: sizes.iter().collect(),
+        plan: &plan,
+        buffers: generated
+            .buffers
+            .iter()
+            .map(|&v| program.values[v].name.as_str())
+            .collect(),
+        steps: &generated.steps,
+    };
+    let yaml = serde_yaml::to_string(&file).map_err(|e| bad_input(format!("cannot serialise the plan: {e}")))?;
+    write("plan.yaml".to_string(), &yaml)?;
+    let options = CompileOptions {
+        arch,
+        name: format!("{}.cu", program.name),
+        ..CompileOptions::default()
+    };
+    match nvrtc::compile(&generated.source, &options) {
+        Ok(compiled) => {
+            write(format!("{}.{arch}.ptx", program.name), &compiled.ptx)?;
+            write("resources.txt".to_string(), &resource_report(&compiled.resources))?;
+            Ok(())
+        }
+        Err(NvrtcError::NotFound { .. }) => {
+            eprintln!("note: NVRTC is not available here, so the source was written but not compiled (set FUSE_NVRTC_LIB; see tests/requirements.txt)");
+            Ok(())
+        }
+        Err(e) => Err(Failure {
+            code: 1,
+            message: format!("generated source failed to compile (a fuse bug, please report): {e}"),
+        }),
+    }
+}
+
+fn resource_report(resources: &[nvrtc::KernelResources]) -> String {
+    let mut s =
+        String::from("kernel                                   arch   regs  smem_B  stack_B  spill_st_B  spill_ld_B\n");
+    for r in resources {
+        s.push_str(&format!(
+            "{:<40} {:<6} {:>4}  {:>6}  {:>7}  {:>10}  {:>10}\n",
+            r.kernel, r.arch, r.registers, r.shared_bytes, r.stack_bytes, r.spill_stores_bytes, r.spill_loads_bytes
+        ));
+    }
+    s
+}
