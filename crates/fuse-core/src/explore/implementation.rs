@@ -52,6 +52,16 @@ pub enum Finish {
     Kernel,
 }
 
+impl std::fmt::Display for Finish {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Finish::Complete => "complete in each block",
+            Finish::Atomic => "partials added by atomics",
+            Finish::Kernel => "partials summed by a finishing kernel",
+        })
+    }
+}
+
 /// A reduce call of a kernel and how its result is finished.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Reduction {

@@ -136,12 +136,12 @@ fn describe_kernel(out: &mut String, program: &Program, number: usize, k: &Kerne
             .reductions
             .iter()
             .find(|r| r.call == *c)
-            .map(|r| format!(", result {:?}", r.finish));
+            .map(|r| format!("; {}", r.finish));
         let _ = writeln!(
             out,
             "    {}  [{variant}{}]",
             program.calls[*c].text,
-            finish.unwrap_or_default().to_lowercase()
+            finish.unwrap_or_default()
         );
     }
     let _ = writeln!(

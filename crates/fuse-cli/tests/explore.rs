@@ -1,0 +1,145 @@
+//! `fuse explore` and `fuse explain` from the outside: ranked plans, JSON, explanations, errors.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn fuse(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_fuse"))
+        .args(args)
+        .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."))
+        .output()
+        .expect("the fuse binary runs")
+}
+
+fn stdout(out: &Output) -> String {
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout.clone()).unwrap()
+}
+
+fn json(args: &[&str]) -> Value {
+    serde_json::from_str(&stdout(&fuse(args))).unwrap()
+}
+
+/// The calls of each kernel of the best plan.
+fn best_kernels(script: &str) -> Vec<Vec<String>> {
+    let v = json(&["explore", script, "--top", "1", "--json"]);
+    let kernels = v["plans"][0]["kernels"].as_array().unwrap();
+    kernels
+        .iter()
+        .map(|k| {
+            k["calls"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|c| c.as_str().unwrap().to_string())
+                .collect()
+        })
+        .collect()
+}
+
+#[test]
+fn best_plans_have_the_expected_kernels() {
+    for (script, kernels) in [
+        ("bicgk", 1),
+        ("vadd", 1),
+        ("waxpby", 1),
+        ("axpydot", 1),
+        ("sgemv", 1),
+        ("sscal", 1),
+        ("madd", 1),
+        ("atax", 2),
+        ("sgemvt", 2),
+        ("gemver", 2),
+    ] {
+        let got = best_kernels(&format!("scripts/{script}.yaml"));
+        assert_eq!(got.len(), kernels, "{script}: {got:?}");
+    }
+    let gemver = best_kernels("scripts/gemver.yaml");
+    assert_eq!(gemver[0].len(), 3, "both sger and the sgemtv: {gemver:?}");
+    assert_eq!(gemver[1], ["w = sgemv(alpha, B, x)"]);
+}
+
+#[test]
+fn json_has_the_documented_fields() {
+    let v = json(&["explore", "scripts/bicgk.yaml", "--json", "--top", "2"]);
+    assert_eq!(v["script"], "scripts/bicgk.yaml");
+    assert!(v["timings"].as_str().unwrap().contains("analytic estimate"));
+    assert!(v["implementations"].as_u64().unwrap() >= 2);
+    let plans = v["plans"].as_array().unwrap();
+    assert_eq!(plans.len(), 2);
+    assert_eq!(plans[0]["rank"], 1);
+    let kernel = &plans[0]["kernels"][0];
+    assert_eq!(kernel["calls"][0], "q = sgemv(A, p)");
+    for field in ["predicted_us", "block", "serial_iterations"] {
+        assert!(kernel[field].is_number(), "{field}: {kernel}");
+    }
+    assert!(plans[0]["predicted_us"].as_f64() <= plans[1]["predicted_us"].as_f64());
+}
+
+#[test]
+fn all_lists_every_plan_and_the_header_counts_them() {
+    let v = json(&["explore", "scripts/gemver.yaml", "--all", "--json"]);
+    let total = v["implementations"].as_u64().unwrap();
+    assert_eq!(v["plans"].as_array().unwrap().len() as u64, total);
+    let text = stdout(&fuse(&["explore", "scripts/gemver.yaml"]));
+    assert!(text.contains(&format!("plans: {total} in total")), "{text}");
+    assert!(
+        text.contains("timings: built-in library/timings/h100-analytic.yaml"),
+        "{text}"
+    );
+    assert!(
+        text.contains("kernel 1:") && text.contains("B = sger(u2, v2, B1)"),
+        "{text}"
+    );
+}
+
+#[test]
+fn the_same_input_gives_the_same_output() {
+    let args = ["explore", "scripts/gemver.yaml", "--all", "--json"];
+    assert_eq!(stdout(&fuse(&args)), stdout(&fuse(&args)));
+}
+
+#[test]
+fn explain_names_the_barrier() {
+    let text = stdout(&fuse(&["explain", "scripts/gemver.yaml"]));
+    assert!(text.contains("share B1: fused in kernel 1"), "{text}");
+    assert!(text.contains("apart (global-barrier)"), "{text}");
+    let text = stdout(&fuse(&["explain", "scripts/atax.yaml"]));
+    assert!(text.contains("`t = sgemv(A, x)` reduces"), "{text}");
+}
+
+#[test]
+fn sizes_can_be_overridden() {
+    let small = json(&[
+        "explore",
+        "scripts/bicgk.yaml",
+        "--top",
+        "1",
+        "--json",
+        "--size",
+        "m=64",
+        "--size",
+        "n=64",
+    ]);
+    let large = json(&["explore", "scripts/bicgk.yaml", "--top", "1", "--json"]);
+    assert!(small["plans"][0]["predicted_us"].as_f64() < large["plans"][0]["predicted_us"].as_f64());
+}
+
+#[test]
+fn a_malformed_timing_table_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bad.yaml");
+    std::fs::write(&path, "format: 1\nsource: guessed\n").unwrap();
+    let out = fuse(&["explore", "scripts/bicgk.yaml", "--timings", path.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("bad.yaml") && err.contains("malformed timing table"),
+        "{err}"
+    );
+    let out = fuse(&["explore", "scripts/bicgk.yaml", "--timings", "no/such/table.yaml"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no/such/table.yaml"));
+}
