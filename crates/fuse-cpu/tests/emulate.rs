@@ -1,17 +1,20 @@
-//! Generated CUDA, run under emulation, against the f64 reference: every sequence, unfused and
-//! greedily fused, at awkward sizes, f32 and f64, outputs poisoned with NaN beforehand.
+//! Generated CUDA, run under emulation, against the f64 reference: the explorer's five best
+//! plans of every sequence, hand-picked unfused plans (the other BLAS-2 walk), and random
+//! scripts, at awkward sizes, f32 and f64, outputs poisoned with NaN beforehand.
 
 use std::path::Path;
 
 use fuse_codegen::generate::{generate, KernelGroup, Walk};
 use fuse_core::data::{fill_random_inputs, relative_error};
-use fuse_core::{script, Bindings, Library, Precision, Program};
+use fuse_core::{explore, script, Bindings, Library, Limits, Precision, Program, TimingTable};
 use fuse_cpu::emulate::EmulatedPlan;
 use fuse_cpu::reference::evaluate;
 
 const ALL: [&str; 11] = [
     "axpydot", "atax", "bicgk", "sgemv", "sgemvt", "sscal", "gemver", "gesummv", "madd", "vadd", "waxpby",
 ];
+
+const SIZES: [(usize, usize); 4] = [(67, 45), (1, 300), (300, 1), (257, 513)];
 
 fn load(name: &str, precision: Precision) -> Program {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -29,7 +32,22 @@ fn load(name: &str, precision: Precision) -> Program {
     script::parse(&format!("{name}.yaml"), &text, &Library::builtin().unwrap()).unwrap()
 }
 
-/// One kernel per call.
+/// The `count` best predicted plans at the script's default sizes.
+fn top_plans(program: &Program, count: usize) -> Vec<Vec<KernelGroup>> {
+    let sizes = program.bind_sizes(&[]).unwrap();
+    let library = Library::builtin().unwrap();
+    let table = TimingTable::builtin().unwrap();
+    let exploration = explore(program, &sizes, &table, &library, Limits::default()).unwrap();
+    let plans: Vec<Vec<KernelGroup>> = exploration
+        .plans()
+        .take(count)
+        .map(|p| p.kernels.iter().map(KernelGroup::from).collect())
+        .collect();
+    assert!(!plans.is_empty());
+    plans
+}
+
+/// One kernel per call, BLAS-2 blocks walking along rows of tiles.
 fn unfused(p: &Program) -> Vec<KernelGroup> {
     (0..p.calls.len())
         .map(|c| KernelGroup {
@@ -41,41 +59,16 @@ fn unfused(p: &Program) -> Vec<KernelGroup> {
         .collect()
 }
 
-/// Consecutive calls of one nesting level share a kernel unless a call reads a reduction
-/// computed in that kernel.
-fn greedy(p: &Program) -> Vec<KernelGroup> {
-    let mut groups: Vec<KernelGroup> = Vec::new();
-    for (c, call) in p.calls.iter().enumerate() {
-        let joins = groups.last().is_some_and(|g| {
-            let level = p.calls[g.calls[0]].kind.nesting_level();
-            level == call.kind.nesting_level()
-                && !call.reads().iter().any(|&v| {
-                    p.values[v]
-                        .producer
-                        .is_some_and(|q| g.calls.contains(&q) && p.calls[q].kind.is_reduce())
-                })
-        });
-        match groups.last_mut() {
-            Some(g) if joins => g.calls.push(c),
-            _ => groups.push(KernelGroup {
-                calls: vec![c],
-                block: 256,
-                serial_iterations: 3,
-                walk: Walk::Rows,
-            }),
-        }
-    }
-    groups
-}
-
-fn check(name: &str, precision: Precision, plans: &[Vec<KernelGroup>], sizes: &[(usize, usize)]) {
+/// Runs every plan at every `(m, n)` (vector-only scripts use `n`) and compares each output
+/// with the reference: normwise relative error below 1e-4 in f32, 1e-12 in f64.
+fn check(program: &Program, plans: &[Vec<KernelGroup>], sizes: &[(usize, usize)]) {
+    let (name, precision) = (&program.name, program.precision);
     let tolerance = match precision {
         Precision::F32 => 1e-4,
         Precision::F64 => 1e-12,
     };
-    let program = load(name, precision);
     for kernels in plans {
-        let generated = generate(&program, kernels).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let generated = generate(program, kernels).unwrap_or_else(|e| panic!("{name}: {e}"));
         let plan = EmulatedPlan::compile(generated).unwrap_or_else(|e| panic!("{name}: {e}"));
         for (seed, &(m, n)) in sizes.iter().enumerate() {
             let overrides: Vec<(String, usize)> = program
@@ -103,31 +96,38 @@ fn check(name: &str, precision: Precision, plans: &[Vec<KernelGroup>], sizes: &[
 }
 
 #[test]
-fn every_sequence_matches_the_reference_f32() {
+fn best_five_plans_match_the_reference_f32() {
     for name in ALL {
         let program = load(name, Precision::F32);
-        check(
-            name,
-            Precision::F32,
-            &[unfused(&program), greedy(&program)],
-            &[(67, 45), (1, 300), (300, 1), (257, 513)],
-        );
+        check(&program, &top_plans(&program, 5), &SIZES);
     }
 }
 
 #[test]
-fn every_sequence_matches_the_reference_f64() {
+fn best_plans_match_the_reference_f64() {
     for name in ALL {
         let program = load(name, Precision::F64);
-        check(name, Precision::F64, &[greedy(&program)], &[(67, 45), (33, 31)]);
+        let mut plans = top_plans(&program, 2);
+        plans.push(unfused(&program));
+        check(&program, &plans, &[(67, 45), (33, 31)]);
+    }
+}
+
+#[test]
+fn random_scripts_match_the_reference() {
+    let library = Library::builtin().unwrap();
+    for seed in 0..6 {
+        let program = fuse_core::testing::random_program(&library, seed, 5).unwrap();
+        check(&program, &top_plans(&program, 2), &[(45, 67)]);
     }
 }
 
 #[test]
 fn same_plan_same_source() {
     let program = load("gemver", Precision::F32);
-    let a = generate(&program, &greedy(&program)).unwrap();
-    let b = generate(&program, &greedy(&program)).unwrap();
+    let plan = &top_plans(&program, 1)[0];
+    let a = generate(&program, plan).unwrap();
+    let b = generate(&program, plan).unwrap();
     assert_eq!(a.source, b.source);
     assert!(a.source.contains("//   B = sger(u2, v2, B1)"));
 }
@@ -138,7 +138,9 @@ fn generated_kernels_compile_with_nvrtc_without_spills() {
     for name in ALL {
         for precision in [Precision::F32, Precision::F64] {
             let program = load(name, precision);
-            for kernels in [unfused(&program), greedy(&program)] {
+            let mut plans = top_plans(&program, 5);
+            plans.push(unfused(&program));
+            for kernels in plans {
                 let generated = generate(&program, &kernels).unwrap();
                 for arch in [Arch::new(8, 0).unwrap(), Arch::new(9, 0).unwrap()] {
                     let options = CompileOptions {
