@@ -2,9 +2,12 @@
 //! (exploring and generating code where the backend does that) and gives a [`Compiled`] object
 //! that runs any number of times.
 //!
-//! A backend is an enum variant of [`Backend`] plus a private type implementing
-//! [`Executable`], built in [`Backend::compile`]. [`Compiled::run`] checks the inputs before
-//! handing them over, so an executable sees only inputs that fit its program.
+//! A backend is an enum variant of [`Backend`] (with its name in `NAMES` and `from_str`) plus a
+//! private type implementing [`Executable`], built in [`Backend::compile`] — e.g. a fused CPU
+//! backend explores the program into a `Plan` there and its executable runs the plan.
+//! [`Compiled::run`] checks the inputs before handing them over, so an executable sees only
+//! inputs that fit its program, and must return every output by name in the program's
+//! precision.
 
 use std::fmt;
 use std::str::FromStr;
