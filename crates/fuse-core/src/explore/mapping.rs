@@ -220,7 +220,7 @@ fn nested_mapping(call: &Call, shapes: &[Shape], result: &Shape, flops: u64) -> 
 }
 
 /// The grid axis of each index variable: the matrix is indexed `[row, column]`.
-fn index_axes(call: &Call) -> Vec<Option<Axis>> {
+pub fn index_axes(call: &Call) -> Vec<Option<Axis>> {
     let formula = &call.form.formula;
     let mut axes = vec![None; formula.indices.len()];
     let matrix = call

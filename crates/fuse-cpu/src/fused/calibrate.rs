@@ -1,0 +1,330 @@
+//! Measuring this machine for a CPU timing table (`fuse calibrate --backend cpu`): the copy
+//! bandwidth of its memory, its arithmetic peaks, the cost of a parallel section, and the
+//! compute time of every library function on data in cache.
+//!
+//! Each figure is the median of repeated runs after a warm-up, because a shared machine is
+//! noisy and the median ignores the runs something else interrupted.
+
+use std::hint::black_box;
+use std::time::Instant;
+
+use rayon::prelude::*;
+
+use fuse_core::data::fill_random_inputs;
+use fuse_core::explore::library_checksum;
+use fuse_core::explore::mapping::ELEMENT_SIDE;
+use fuse_core::explore::timing::{Device, Measurement, Model, Peaks, Source, TimingTable, FORMAT};
+use fuse_core::library::{ElementaryFunction, Form};
+use fuse_core::{script, Bindings, HigherOrderKind, Library, Precision, Shape};
+
+use super::timings::{cpu_model, CPU_COMPUTE_CAPABILITY};
+use super::{unfused_plan, CpuError, FusedPlan, Real};
+
+/// Bytes of each array of the copy measurement: far beyond any cache.
+pub const COPY_BYTES: usize = 256 << 20;
+/// Timed copies.
+pub const COPY_REPS: usize = 10;
+/// Timed runs of each function.
+const ROUTINE_REPS: usize = 30;
+/// Elements per thread of a function's in-cache operands (128 KiB of f32 per array).
+const ROUTINE_ELEMENTS_PER_THREAD: usize = 32 << 10;
+
+/// One step of a calibration, for a progress bar.
+#[derive(Debug, Clone, Copy)]
+pub struct Step<'a> {
+    /// Steps done before this one.
+    pub done: usize,
+    /// Steps in all.
+    pub total: usize,
+    /// What is measured now.
+    pub what: &'a str,
+}
+
+/// A calibration's table, and what could not be measured.
+#[derive(Debug, Clone)]
+pub struct Calibration {
+    /// The table.
+    pub table: TimingTable,
+    /// Functions left out, and why.
+    pub notes: Vec<String>,
+}
+
+/// Measures this machine; `progress` hears of every step before it runs.
+pub fn calibrate(library: &Library, progress: &mut dyn FnMut(Step)) -> Result<Calibration, CpuError> {
+    let functions: Vec<(&ElementaryFunction, Precision)> = library
+        .functions()
+        .flat_map(|f| f.precisions.iter().map(move |&p| (f, p)))
+        .collect();
+    let total = 3 + functions.len();
+    let mut step = |done: usize, what: &str| progress(Step { done, total, what });
+    step(0, "copy bandwidth");
+    let bandwidth = copy_bandwidth(COPY_BYTES, COPY_REPS);
+    step(1, "arithmetic peak");
+    let peak = Peaks {
+        f32: peak_gflops::<f32>(),
+        f64: peak_gflops::<f64>(),
+    };
+    step(2, "parallel section");
+    let launch_us = parallel_section_us();
+    let mut routines = Vec::new();
+    let mut notes = Vec::new();
+    for (k, (f, precision)) in functions.iter().enumerate() {
+        step(3 + k, &format!("{}{}", precision.prefix(), f.name));
+        match compute_ns(library, f, *precision, launch_us) {
+            Ok(ns) => routines.push(measurement(f, *precision, ns)),
+            Err(e) => notes.push(format!("{}{} not measured: {e}", precision.prefix(), f.name)),
+        }
+    }
+    let table = TimingTable {
+        format: FORMAT,
+        source: Source::Measured,
+        device: device(),
+        library_checksum: Some(library_checksum(library)),
+        model: Model {
+            bandwidth_gb_s: bandwidth,
+            peak_gflop_s: peak,
+            launch_us,
+            warps_to_saturate_memory: 1.0,
+            warps_to_saturate_compute: 1.0,
+            atomic_cost: 1.0,
+        },
+        routines,
+        origin: String::new(),
+    };
+    Ok(Calibration { table, notes })
+}
+
+/// The table as YAML, with a header saying where it comes from.
+pub fn to_yaml(table: &TimingTable) -> String {
+    let body = serde_yaml::to_string(table).unwrap_or_default();
+    format!(
+        "# fuse timing table — CPU, MEASURED by `fuse calibrate --backend cpu`.\n\
+         # {}: copy bandwidth {:.1} GB/s (bytes read + written by a parallel copy of {} MiB arrays),\n\
+         # arithmetic peak {:.0} / {:.0} GFLOP/s (f32 / f64), a parallel section {:.1} µs, and the compute\n\
+         # time of each library function on data in cache (ns per 32-element or 32×32 instance).\n\
+         # `sms` is the number of threads the backend runs on.\n{body}",
+        table.device.name,
+        table.model.bandwidth_gb_s,
+        COPY_BYTES >> 20,
+        table.model.peak_gflop_s.f32,
+        table.model.peak_gflop_s.f64,
+        table.model.launch_us,
+    )
+}
+
+/// This CPU as a timing-table device: one "SM" per thread; no block limit that matters; a
+/// tile may use the second-level cache of a core.
+fn device() -> Device {
+    let cache = l2_bytes();
+    Device {
+        name: cpu_model(),
+        compute_capability: CPU_COMPUTE_CAPABILITY.to_string(),
+        sms: rayon::current_num_threads() as u32,
+        max_threads_per_block: 1024,
+        max_threads_per_sm: 2048,
+        max_blocks_per_sm: 32,
+        max_shared_per_block: cache,
+        shared_per_sm: cache,
+    }
+}
+
+/// The second-level cache of CPU 0, from sysfs (1 MiB where it cannot be read).
+fn l2_bytes() -> u64 {
+    let text = std::fs::read_to_string("/sys/devices/system/cpu/cpu0/cache/index2/size").unwrap_or_default();
+    let text = text.trim();
+    let (digits, unit) = text.split_at(text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len()));
+    let scale = match unit {
+        "K" => 1 << 10,
+        "M" => 1 << 20,
+        _ => 1,
+    };
+    digits.parse::<u64>().map(|d| d * scale).unwrap_or(1 << 20)
+}
+
+/// The median of `reps` timings of `f`, in seconds, after one untimed run.
+pub fn median_seconds(reps: usize, mut f: impl FnMut()) -> f64 {
+    f();
+    let mut times: Vec<f64> = (0..reps.max(1))
+        .map(|_| {
+            let start = Instant::now();
+            f();
+            start.elapsed().as_secs_f64()
+        })
+        .collect();
+    times.sort_by(f64::total_cmp);
+    times[times.len() / 2]
+}
+
+/// The copy bandwidth of memory, GB/s: bytes read plus bytes written per second by a parallel
+/// copy between two arrays of `bytes` (the STREAM convention), median of `reps` copies.
+pub fn copy_bandwidth(bytes: usize, reps: usize) -> f64 {
+    let len = bytes / std::mem::size_of::<f64>();
+    let src: Vec<f64> = (0..len).into_par_iter().map(|k| k as f64).collect();
+    let mut dst = vec![0.0f64; len];
+    let piece = len.div_ceil(rayon::current_num_threads()).max(1);
+    let seconds = median_seconds(reps, || {
+        dst.par_chunks_mut(piece)
+            .zip(src.par_chunks(piece))
+            .for_each(|(d, s)| d.copy_from_slice(s));
+        black_box(&dst);
+    });
+    2.0 * (len * std::mem::size_of::<f64>()) as f64 / seconds / 1e9
+}
+
+/// GFLOP/s of independent multiply-adds on every thread, in the precision of `T`.
+fn peak_gflops<T: Real>() -> f64 {
+    const LANES: usize = 64;
+    const ITERATIONS: usize = 200_000;
+    let threads = rayon::current_num_threads();
+    let seconds = median_seconds(5, || {
+        let total: T = (0..threads)
+            .into_par_iter()
+            .map(|t| {
+                let (a, b) = (T::from_f64(0.999_999), T::from_f64(1e-7));
+                let mut acc = [T::from_f64(t as f64); LANES];
+                for _ in 0..ITERATIONS {
+                    for x in acc.iter_mut() {
+                        *x = *x * a + b;
+                    }
+                    acc = black_box(acc);
+                }
+                acc.iter().fold(T::ZERO, |s, &x| s + x)
+            })
+            .reduce(|| T::ZERO, |a, b| a + b);
+        black_box(total);
+    });
+    (2 * LANES * ITERATIONS * threads) as f64 / seconds / 1e9
+}
+
+/// The cost of one parallel section over every thread (a kernel's "launch"), µs.
+fn parallel_section_us() -> f64 {
+    let parts = rayon::current_num_threads() * 4;
+    let seconds = median_seconds(200, || {
+        (0..parts).into_par_iter().for_each(|k| {
+            black_box(k);
+        });
+    });
+    seconds * 1e6
+}
+
+/// ns per instance of `f`'s compute routine: its largest form run alone on operands that fit
+/// each thread's cache, the parallel section's cost taken off.
+fn compute_ns(
+    library: &Library,
+    f: &ElementaryFunction,
+    precision: Precision,
+    launch_us: f64,
+) -> Result<f64, CpuError> {
+    let form = f
+        .forms
+        .iter()
+        .max_by_key(|form| form.signature.params.len())
+        .ok_or_else(|| CpuError::InvalidPlan(format!("`{}` has no forms", f.name)))?;
+    let (text, instances) = one_call_script(f, form, precision);
+    let program = script::parse(&format!("calibrate-{}.yaml", f.name), &text, library)
+        .map_err(|e| CpuError::InvalidPlan(e.to_string()))?;
+    let sizes = program.sizes.clone();
+    let fused = FusedPlan::new(&program, &sizes, &unfused_plan(&program, &sizes))?;
+    let mut inputs = Bindings::new();
+    fill_random_inputs(&program, &sizes, 1, &mut inputs);
+    let mut workspace = fused.workspace();
+    let mut failed = None;
+    let seconds = median_seconds(ROUTINE_REPS, || {
+        if let Err(e) = fused.run_in(&inputs, &mut workspace) {
+            failed = Some(e);
+        }
+    });
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    Ok(((seconds * 1e6 - launch_us).max(0.0) * 1e3 / instances as f64).max(0.0))
+}
+
+/// A script calling `form` of `f` once, with in-cache sizes for every dimension symbol, and
+/// the number of instances (32-element sub-vectors or 32×32 tiles) the call has.
+fn one_call_script(f: &ElementaryFunction, form: &Form, precision: Precision) -> (String, u64) {
+    let threads = rayon::current_num_threads();
+    let nested = matches!(f.kind, HigherOrderKind::NestedMap | HigherOrderKind::NestedReduce);
+    // A matrix of 32·threads rows of 1024 columns holds 32K elements per thread, like a vector.
+    let extent = |position: usize| match (nested, position) {
+        (true, 0) => 32 * threads,
+        (true, _) => ROUTINE_ELEMENTS_PER_THREAD / 32,
+        (false, _) => ROUTINE_ELEMENTS_PER_THREAD * threads,
+    };
+    let mut symbols: Vec<String> = Vec::new();
+    let mut inputs = Vec::new();
+    let shapes = form.signature.params.iter().map(|p| (&p.name, &p.shape));
+    for (name, shape) in shapes.chain(std::iter::once((&String::new(), &form.signature.result))) {
+        for d in shape.dims() {
+            if !symbols.iter().any(|s| s == d) {
+                symbols.push(d.to_string());
+            }
+        }
+        if !name.is_empty() {
+            let dims = shape.dims().join(", ");
+            inputs.push(match shape {
+                Shape::Scalar => format!("{name}: scalar"),
+                _ => format!("{name}: [{dims}]"),
+            });
+        }
+    }
+    let sizes: Vec<String> = symbols
+        .iter()
+        .enumerate()
+        .map(|(k, s)| format!("{s}: {}", extent(k)))
+        .collect();
+    let args: Vec<&str> = form.signature.params.iter().map(|p| p.name.as_str()).collect();
+    let result = (0..)
+        .map(|k| format!("out{k}"))
+        .find(|r| !args.contains(&r.as_str()))
+        .unwrap_or_default();
+    let text = format!(
+        "precision: {precision}\nsizes: {{{}}}\ninputs: {{{}}}\noutputs: [{result}]\ncalls:\n  - {result} = {}{}({})\n",
+        sizes.join(", "),
+        inputs.join(", "),
+        precision.prefix(),
+        f.name,
+        args.join(", ")
+    );
+    let instances: u64 = (0..symbols.len().min(2))
+        .map(|k| (extent(k) as u64).div_ceil(ELEMENT_SIDE))
+        .product();
+    (text, instances.max(1))
+}
+
+fn measurement(f: &ElementaryFunction, precision: Precision, ns: f64) -> Measurement {
+    Measurement {
+        function: f.name.clone(),
+        variant: "default".to_string(),
+        routine: "compute".to_string(),
+        precision: precision.name().to_string(),
+        threads: 256,
+        serial_iterations: 1,
+        shared_bytes: 0,
+        ns_per_call: (ns * 1e4).round() / 1e4,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_library_function_gets_a_runnable_script() {
+        let library = Library::builtin().unwrap();
+        for f in library.functions() {
+            for form in &f.forms {
+                let (text, instances) = one_call_script(f, form, Precision::F64);
+                let program = script::parse("t.yaml", &text, &library).unwrap_or_else(|e| panic!("{text}\n{e}"));
+                assert_eq!(program.calls.len(), 1);
+                assert!(instances >= 1);
+            }
+        }
+    }
+
+    #[test]
+    fn a_small_copy_measures_a_positive_bandwidth() {
+        let gbs = copy_bandwidth(1 << 20, 3);
+        assert!(gbs.is_finite() && gbs > 0.0, "{gbs}");
+    }
+}

@@ -1,0 +1,285 @@
+//! Evaluating a [`Stage`] on one segment: writing its elements (maps), summing them
+//! (reductions along the segment) or adding them, row after row, into a partial vector
+//! (reductions down columns). Stages with a sum-of-products form run through the loops of
+//! [`super::loops`]; the rest through the generic evaluator, which works a whole segment at a
+//! time, node by node, so even formulas without a fast path stay vectorized.
+
+use fuse_core::formula::{BinOp, Func};
+use fuse_core::Arg;
+
+use super::loops;
+use super::memory::{Local, View};
+use super::stage::{Access, Factor, Node, Stage, Term, MAX_TERMS};
+use super::Real;
+
+/// A run of elements: `len` of them from `start` along the varying index, the fixed index at
+/// `fixed` (the row of a BLAS-2 tile).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Seg {
+    /// The fixed index.
+    pub fixed: usize,
+    /// The first element along the varying index.
+    pub start: usize,
+    /// Elements.
+    pub len: usize,
+}
+
+/// One operand on a segment: a number for all of it, or a run.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Piece<'s, T> {
+    /// The same number for every element.
+    Scalar(T),
+    /// One number per element.
+    Run(&'s [T]),
+}
+
+/// Where a value is while a kernel runs.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Loc<'a, T> {
+    /// Not readable by this kernel.
+    Absent,
+    /// A scalar.
+    Scalar(T),
+    /// An array in memory, read-only here.
+    Array(View<'a, T>),
+    /// Computed by this kernel: the thread's local of this index.
+    Local(usize),
+}
+
+/// What a call's formula reads.
+pub(crate) struct Scope<'s, 'a, T> {
+    /// Every value, by id.
+    pub locs: &'s [Loc<'a, T>],
+    /// The thread's values of the running kernel.
+    pub locals: &'s [Local<'a, T>],
+    /// The call's arguments.
+    pub args: &'s [Arg],
+    /// The call's scalar arguments, by position (arrays: unused).
+    pub params: &'s [T],
+    /// The finished sum, in the stage after a reduction's sum.
+    pub sum: Piece<'s, T>,
+}
+
+impl<'s, T: Real> Scope<'s, '_, T> {
+    fn element(&self, param: usize, access: Access, seg: Seg) -> Piece<'s, T> {
+        let view = match (self.args[param], self.locs) {
+            (Arg::Value(v), locs) => match locs[v] {
+                Loc::Array(view) => view,
+                Loc::Local(k) => self.locals[k].view(),
+                Loc::Scalar(s) => return Piece::Scalar(s),
+                Loc::Absent => unreachable!("the plan was checked: every value read is computed earlier"),
+            },
+            (Arg::Literal(v), _) => return Piece::Scalar(T::from_f64(v)),
+        };
+        match access {
+            Access::Item => Piece::Scalar(view.item(seg.fixed)),
+            Access::Run => Piece::Run(view.run(seg.start, seg.len)),
+            Access::Row => Piece::Run(view.row(seg.fixed, seg.start, seg.len)),
+        }
+    }
+
+    fn factor(&self, f: Factor, seg: Seg) -> Piece<'s, T> {
+        match f {
+            Factor::Param(p) => Piece::Scalar(self.params[p]),
+            Factor::Element(p, a) => self.element(p, a, seg),
+            Factor::Sum => self.sum,
+        }
+    }
+}
+
+/// A stage's terms on one segment: a constant, scaled runs and scaled products of two runs.
+struct Resolved<'s, T> {
+    konst: T,
+    lin: [(T, &'s [T]); 4 * MAX_TERMS],
+    lins: usize,
+    prod: [(T, &'s [T], &'s [T]); 4 * MAX_TERMS],
+    prods: usize,
+}
+
+impl<'s, T: Real> Resolved<'s, T> {
+    fn new() -> Self {
+        Resolved {
+            konst: T::ZERO,
+            lin: [(T::ZERO, &[]); 4 * MAX_TERMS],
+            lins: 0,
+            prod: [(T::ZERO, &[], &[]); 4 * MAX_TERMS],
+            prods: 0,
+        }
+    }
+
+    /// Adds the terms of one segment (the stage guarantees at most two runs per term).
+    fn add(&mut self, terms: &[Term], scope: &Scope<'s, '_, T>, seg: Seg) {
+        for term in terms {
+            let mut coef = T::from_f64(term.coef);
+            let mut runs: [&'s [T]; 2] = [&[], &[]];
+            let mut count = 0;
+            for &f in &term.factors {
+                match scope.factor(f, seg) {
+                    Piece::Scalar(s) => coef = coef * s,
+                    Piece::Run(r) => {
+                        runs[count] = r;
+                        count += 1;
+                    }
+                }
+            }
+            match count {
+                0 => self.konst += coef,
+                1 => {
+                    self.lin[self.lins] = (coef, runs[0]);
+                    self.lins += 1;
+                }
+                _ => {
+                    self.prod[self.prods] = (coef, runs[0], runs[1]);
+                    self.prods += 1;
+                }
+            }
+        }
+    }
+}
+
+/// `dest = stage` on `seg`.
+pub(crate) fn map<T: Real>(stage: &Stage, scope: &Scope<T>, seg: Seg, dest: &mut [T], scratch: &mut [Vec<T>]) {
+    let Some(terms) = &stage.terms else {
+        return generic(&stage.node, scope, seg, dest, scratch);
+    };
+    let mut r = Resolved::new();
+    r.add(terms, scope, seg);
+    loops::lin_write(dest, r.konst, &r.lin[..r.lins]);
+    for &(c, x, y) in &r.prod[..r.prods] {
+        loops::prod_add(dest, c, x, y);
+    }
+}
+
+/// `Σ stage` over `seg`.
+pub(crate) fn sum<T: Real>(stage: &Stage, scope: &Scope<T>, seg: Seg, scratch: &mut [Vec<T>]) -> T {
+    let Some(terms) = &stage.terms else {
+        let (buffer, rest) = scratch
+            .split_first_mut()
+            .expect("one scratch buffer beyond the stage's depth");
+        let buffer = &mut buffer[..seg.len];
+        generic(&stage.node, scope, seg, buffer, rest);
+        return loops::sum(buffer);
+    };
+    let mut r = Resolved::new();
+    r.add(terms, scope, seg);
+    let mut total = r.konst * T::from_f64(seg.len as f64);
+    for &(a, x) in &r.lin[..r.lins] {
+        total += a * loops::sum(x);
+    }
+    for &(c, x, y) in &r.prod[..r.prods] {
+        total += c * loops::dot(x, y);
+    }
+    total
+}
+
+/// `dest += Σ_rows stage` on the segments `(row, start .. start + dest.len())`, four rows per
+/// pass over `dest` where the stage is linear in its runs (`Aᵀ·x`: `dest += x[i]·A[i, ·]`).
+pub(crate) fn accumulate<T: Real>(
+    stage: &Stage,
+    scope: &Scope<T>,
+    rows: std::ops::Range<usize>,
+    start: usize,
+    dest: &mut [T],
+    scratch: &mut [Vec<T>],
+) {
+    let len = dest.len();
+    let seg = |row| Seg { fixed: row, start, len };
+    let Some(terms) = &stage.terms else {
+        let (buffer, rest) = scratch
+            .split_first_mut()
+            .expect("one scratch buffer beyond the stage's depth");
+        let buffer = &mut buffer[..len];
+        for row in rows {
+            generic(&stage.node, scope, seg(row), buffer, rest);
+            loops::add(dest, buffer);
+        }
+        return;
+    };
+    let rows: Vec<usize> = rows.collect();
+    for group in rows.chunks(4) {
+        let mut r = Resolved::new();
+        group.iter().for_each(|&row| r.add(terms, scope, seg(row)));
+        loops::lin_add(dest, &r.lin[..r.lins]);
+        for &(c, x, y) in &r.prod[..r.prods] {
+            loops::prod_add(dest, c, x, y);
+        }
+        if r.konst != T::ZERO {
+            loops::add_const(dest, r.konst);
+        }
+    }
+}
+
+/// `dest = node` on `seg`, a node at a time; `scratch` holds a buffer per level of right
+/// operands.
+pub(crate) fn generic<T: Real>(node: &Node, scope: &Scope<T>, seg: Seg, dest: &mut [T], scratch: &mut [Vec<T>]) {
+    if let Some(v) = uniform(node, scope, seg) {
+        return dest.fill(v);
+    }
+    let piece = match node {
+        Node::Element(p, a) => Some(scope.element(*p, *a, seg)),
+        Node::Sum => Some(scope.sum),
+        _ => None,
+    };
+    match (node, piece) {
+        (_, Some(Piece::Scalar(v))) => dest.fill(v),
+        (_, Some(Piece::Run(r))) => dest.copy_from_slice(r),
+        (Node::Neg(a), _) => {
+            generic(a, scope, seg, dest, scratch);
+            dest.iter_mut().for_each(|d| *d = -*d);
+        }
+        (Node::Call(f, a), _) => {
+            generic(a, scope, seg, dest, scratch);
+            let f: fn(T) -> T = match f {
+                Func::Abs => T::abs,
+                Func::Sqrt => T::sqrt,
+            };
+            dest.iter_mut().for_each(|d| *d = f(*d));
+        }
+        (Node::Binary(op, a, b), _) => {
+            generic(a, scope, seg, dest, scratch);
+            match uniform(b, scope, seg) {
+                Some(v) => dest.iter_mut().for_each(|d| *d = apply(*op, *d, v)),
+                None => {
+                    let (tmp, rest) = scratch.split_first_mut().expect("the stage's depth counts its buffers");
+                    let tmp = &mut tmp[..seg.len];
+                    generic(b, scope, seg, tmp, rest);
+                    dest.iter_mut()
+                        .zip(tmp.iter())
+                        .for_each(|(d, &t)| *d = apply(*op, *d, t));
+                }
+            }
+        }
+        (Node::Number(_) | Node::Param(_) | Node::Element(..) | Node::Sum, None) => {
+            unreachable!("leaves are uniform or pieces")
+        }
+    }
+}
+
+/// The value of `node` when it is the same for the whole segment.
+fn uniform<T: Real>(node: &Node, scope: &Scope<T>, seg: Seg) -> Option<T> {
+    match node {
+        Node::Number(v) => Some(T::from_f64(*v)),
+        Node::Param(p) => Some(scope.params[*p]),
+        Node::Element(p, a) => match scope.element(*p, *a, seg) {
+            Piece::Scalar(v) => Some(v),
+            Piece::Run(_) => None,
+        },
+        Node::Sum => match scope.sum {
+            Piece::Scalar(v) => Some(v),
+            Piece::Run(_) => None,
+        },
+        Node::Neg(a) => uniform(a, scope, seg).map(|v| -v),
+        Node::Call(Func::Abs, a) => uniform(a, scope, seg).map(T::abs),
+        Node::Call(Func::Sqrt, a) => uniform(a, scope, seg).map(T::sqrt),
+        Node::Binary(op, a, b) => Some(apply(*op, uniform(a, scope, seg)?, uniform(b, scope, seg)?)),
+    }
+}
+
+fn apply<T: Real>(op: BinOp, a: T, b: T) -> T {
+    match op {
+        BinOp::Add => a + b,
+        BinOp::Sub => a - b,
+        BinOp::Mul => a * b,
+        BinOp::Div => a / b,
+    }
+}

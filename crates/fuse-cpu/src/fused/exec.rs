@@ -1,0 +1,513 @@
+//! Running a prepared plan: kernel after kernel — a kernel's end is the global barrier — each
+//! kernel's space split into contiguous parts, a rayon task each.
+//!
+//! A part walks its rows in tiles (a few rows, and as many columns as fit a cache-sized run)
+//! or its vector in chunks, and runs every call of the kernel on a tile before moving on, so a
+//! tile read from memory by the first call is still in cache for the others. Values the plan
+//! keeps on chip live in the part's tile buffers and never reach memory. Reductions keep
+//! per-part partials — a number per BLAS-1 reduction, a row sum per tile row, a whole partial
+//! vector for sums down columns — added up, in part order (so every run gives the same bits),
+//! after the parallel section.
+
+use std::mem;
+
+use rayon::prelude::*;
+
+use fuse_core::{Arg, Bindings, Program, Shape, Sizes};
+
+use super::eval::{self, Loc, Piece, Scope, Seg};
+use super::memory::{split_rows, Local, View, ViewMut};
+use super::prepare::{KernelPlan, Op, Prepared, Space};
+use super::{loops, Real};
+
+/// Bytes of one run along a tile row: runs of this length keep every operand of a segment in
+/// the first-level cache.
+const RUN_BYTES: usize = 32 << 10;
+/// Bytes of one matrix tile: a few tiles (an input, on-chip values, an output) stay in the
+/// second-level cache while every call of the kernel works on them.
+const TILE_BYTES: usize = 128 << 10;
+/// Rows per tile at most: more rows only lengthen the work between tiles.
+const MAX_TILE_ROWS: usize = 64;
+/// Bytes of one BLAS-1 chunk per operand.
+const CHUNK_BYTES: usize = 16 << 10;
+/// Parts per thread: a little slack for threads slowed by something else.
+const PARTS_PER_THREAD: usize = 4;
+/// Elements per task when partial vectors are added up.
+const COMBINE_CHUNK: usize = 8192;
+
+/// Runs every kernel of `prepared` on `inputs`, leaving computed values in `buffers` (by slot).
+pub(crate) fn run<T: Real>(
+    prepared: &Prepared,
+    program: &Program,
+    sizes: &Sizes,
+    inputs: &Bindings,
+    buffers: &mut [Vec<T>],
+) {
+    let input: Vec<Option<&[T]>> = program
+        .values
+        .iter()
+        .map(|value| match value.producer {
+            None => inputs.get(&value.variable).and_then(|a| T::borrow(&a.data)),
+            Some(_) => None,
+        })
+        .collect();
+    for kernel in &prepared.kernels {
+        let run = KernelRun {
+            kernel,
+            program,
+            sizes,
+            slots: &prepared.slots,
+        };
+        run.run(&input, buffers);
+    }
+}
+
+/// Where the result of each call of a kernel goes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Dest {
+    /// A tile buffer (local of this index).
+    Chip(usize),
+    /// Memory, written by each part for its rows (local of this index; the slot).
+    Parts(usize, usize),
+    /// Memory, written once partials are added up (the slot).
+    End(usize),
+}
+
+/// One kernel with what it needs to run.
+struct KernelRun<'k> {
+    kernel: &'k KernelPlan,
+    program: &'k Program,
+    sizes: &'k Sizes,
+    slots: &'k [Option<usize>],
+}
+
+/// What every part of a kernel shares.
+struct Shared<'s, 'a, T> {
+    kernel: &'s KernelPlan,
+    locs: &'s [Loc<'a, T>],
+    params: &'s [Vec<T>],
+    dests: &'s [Dest],
+    tile: Tile,
+}
+
+/// The tile (or chunk) a part works on at a time.
+#[derive(Debug, Clone, Copy)]
+struct Tile {
+    rows: usize,
+    cols: usize,
+}
+
+/// A part's reductions, by call position (empty for other calls).
+struct Partials<T> {
+    columns: Vec<Vec<T>>,
+    scalars: Vec<T>,
+}
+
+impl KernelRun<'_> {
+    fn run<T: Real>(&self, input: &[Option<&[T]>], buffers: &mut [Vec<T>]) {
+        let dests = self.dests();
+        let mut parted: Vec<(usize, Vec<T>)> = Vec::new();
+        let mut ended: Vec<(usize, Vec<T>)> = Vec::new();
+        for (c, dest) in dests.iter().enumerate() {
+            match *dest {
+                Dest::Parts(_, slot) => parted.push((c, mem::take(&mut buffers[slot]))),
+                Dest::End(slot) => ended.push((c, mem::take(&mut buffers[slot]))),
+                Dest::Chip(_) => {}
+            }
+        }
+        let locs = self.locations(input, buffers, &dests);
+        let params: Vec<Vec<T>> = self.kernel.calls.iter().map(|c| parameters(&c.args, &locs)).collect();
+        let shared = Shared {
+            kernel: self.kernel,
+            locs: &locs,
+            params: &params,
+            dests: &dests,
+            tile: tile::<T>(self.kernel.space),
+        };
+        let partials = shared.run_parts(&mut parted);
+        for (c, buffer) in &mut ended {
+            shared.finish(*c, &partials, buffer);
+        }
+        drop(locs);
+        for (c, buffer) in parted.into_iter().chain(ended) {
+            if let Dest::Parts(_, slot) | Dest::End(slot) = dests[c] {
+                buffers[slot] = buffer;
+            }
+        }
+    }
+
+    /// The destination of each call's result; locals numbered in call order.
+    fn dests(&self) -> Vec<Dest> {
+        let mut locals = 0;
+        let mut local = || {
+            locals += 1;
+            locals - 1
+        };
+        self.kernel
+            .calls
+            .iter()
+            .map(|c| {
+                let slot = self.slots[c.result];
+                match (&c.op, slot) {
+                    (Op::Map(_), None) => Dest::Chip(local()),
+                    (Op::Map(_) | Op::RowSums { .. }, Some(s)) => Dest::Parts(local(), s),
+                    (_, Some(s)) => Dest::End(s),
+                    (_, None) => unreachable!("only map results are kept on chip"),
+                }
+            })
+            .collect()
+    }
+
+    /// Where every value is for this kernel: inputs and earlier results in memory, this
+    /// kernel's results as locals (reductions: not readable until the kernel ends).
+    fn locations<'a, T: Real>(
+        &self,
+        input: &[Option<&'a [T]>],
+        buffers: &'a [Vec<T>],
+        dests: &[Dest],
+    ) -> Vec<Loc<'a, T>> {
+        let mut locs: Vec<Loc<T>> = self
+            .program
+            .values
+            .iter()
+            .enumerate()
+            .map(|(v, value)| {
+                let data = input[v].or_else(|| self.slots[v].map(|s| buffers[s].as_slice()));
+                match (data, &value.shape) {
+                    (None, _) => Loc::Absent,
+                    (Some(d), Shape::Scalar) => d.first().map_or(Loc::Absent, |&s| Loc::Scalar(s)),
+                    (Some(d), Shape::Vector(_)) => Loc::Array(View::vector(d)),
+                    (Some(d), shape @ Shape::Matrix(..)) => {
+                        let cols = shape.extents(self.sizes).and_then(|e| e.last().copied()).unwrap_or(1);
+                        Loc::Array(View::matrix(d, cols))
+                    }
+                }
+            })
+            .collect();
+        for (call, dest) in self.kernel.calls.iter().zip(dests) {
+            locs[call.result] = match *dest {
+                Dest::Chip(l) | Dest::Parts(l, _) => Loc::Local(l),
+                Dest::End(_) => Loc::Absent,
+            };
+        }
+        locs
+    }
+}
+
+/// The scalar arguments of a call, by position.
+fn parameters<T: Real>(args: &[Arg], locs: &[Loc<T>]) -> Vec<T> {
+    args.iter()
+        .map(|a| match a {
+            Arg::Literal(v) => T::from_f64(*v),
+            Arg::Value(v) => match locs[*v] {
+                Loc::Scalar(s) => s,
+                _ => T::ZERO,
+            },
+        })
+        .collect()
+}
+
+/// The tile of a kernel over `space`.
+fn tile<T>(space: Space) -> Tile {
+    let size = mem::size_of::<T>();
+    match space {
+        Space::Vector(_) => Tile {
+            rows: 1,
+            cols: CHUNK_BYTES / size,
+        },
+        Space::Matrix(_, cols) => {
+            let run = cols.clamp(1, RUN_BYTES / size);
+            Tile {
+                rows: (TILE_BYTES / (run * size)).clamp(1, MAX_TILE_ROWS),
+                cols: run,
+            }
+        }
+    }
+}
+
+/// Splits `0..extent`, in whole tiles of `per_tile`, into contiguous parts.
+fn part_bounds(extent: usize, per_tile: usize) -> Vec<(usize, usize)> {
+    let tiles = extent.div_ceil(per_tile);
+    let parts = (rayon::current_num_threads() * PARTS_PER_THREAD).clamp(1, tiles.max(1));
+    (0..parts)
+        .map(|p| {
+            let start = (p * tiles / parts * per_tile).min(extent);
+            let end = ((p + 1) * tiles / parts * per_tile).min(extent);
+            (start, end)
+        })
+        .collect()
+}
+
+impl<'a, T: Real> Shared<'_, 'a, T> {
+    /// Runs every part in parallel, each writing its share of `parted` (call, buffer).
+    fn run_parts(&self, parted: &mut [(usize, Vec<T>)]) -> Vec<Partials<T>> {
+        let (extent, per_tile) = match self.kernel.space {
+            Space::Vector(len) => (len, self.tile.cols),
+            Space::Matrix(rows, _) => (rows, self.tile.rows),
+        };
+        let bounds = part_bounds(extent, per_tile);
+        let mut pieces: Vec<Vec<(usize, &mut [T])>> = bounds.iter().map(|_| Vec::new()).collect();
+        for (c, buffer) in parted.iter_mut() {
+            // A matrix splits by rows of `cols` elements; row sums and vectors by elements.
+            let per_row = match (self.kernel.space, &self.kernel.calls[*c].op) {
+                (Space::Matrix(_, cols), Op::Map(_)) => cols,
+                _ => 1,
+            };
+            for (p, piece) in split_rows(buffer, &bounds, per_row).into_iter().enumerate() {
+                pieces[p].push((*c, piece));
+            }
+        }
+        bounds
+            .into_par_iter()
+            .zip(pieces)
+            .map(|(range, pieces)| self.part(range, pieces))
+            .collect()
+    }
+
+    /// The locals of one part: tile buffers, and windows on its pieces of memory.
+    fn locals<'p>(&self, start: usize, pieces: Vec<(usize, &'p mut [T])>) -> Vec<Local<'p, T>> {
+        let mut pieces = pieces.into_iter();
+        let cols = match self.kernel.space {
+            Space::Matrix(_, cols) => cols,
+            Space::Vector(_) => 0,
+        };
+        self.dests
+            .iter()
+            .enumerate()
+            .filter_map(|(c, dest)| match *dest {
+                Dest::Chip(_) => Some(Local::chip(self.tile.rows * self.tile.cols, self.tile.cols, T::ZERO)),
+                Dest::Parts(..) => {
+                    let (_, data) = pieces.next().expect("a piece per call writing by parts");
+                    Some(Local::Part(match (self.kernel.space, &self.kernel.calls[c].op) {
+                        (Space::Matrix(..), Op::Map(_)) => ViewMut::rows(data, start, cols),
+                        _ => ViewMut::vector(data, start),
+                    }))
+                }
+                Dest::End(_) => None,
+            })
+            .collect()
+    }
+
+    fn part(&self, (start, end): (usize, usize), pieces: Vec<(usize, &mut [T])>) -> Partials<T> {
+        let mut locals = self.locals(start, pieces);
+        let mut work = Work::new(self);
+        match self.kernel.space {
+            Space::Vector(_) => {
+                for a in (start..end).step_by(self.tile.cols) {
+                    let len = self.tile.cols.min(end - a);
+                    locals.iter_mut().for_each(|l| l.place(0, a));
+                    self.vector_chunk(a, len, &mut locals, &mut work);
+                }
+            }
+            Space::Matrix(_, cols) => {
+                for r0 in (start..end).step_by(self.tile.rows) {
+                    let r1 = (r0 + self.tile.rows).min(end);
+                    work.rows.iter_mut().for_each(|a| a.fill(T::ZERO));
+                    for c0 in (0..cols).step_by(self.tile.cols) {
+                        let w = self.tile.cols.min(cols - c0);
+                        locals.iter_mut().for_each(|l| l.place(r0, c0));
+                        self.matrix_tile(r0..r1, c0, w, &mut locals, &mut work);
+                    }
+                    self.finish_rows(r0..r1, &mut locals, &mut work);
+                }
+            }
+        }
+        Partials {
+            columns: work.columns,
+            scalars: work.scalars,
+        }
+    }
+
+    fn scope<'s>(&'s self, c: usize, locals: &'s [Local<'a, T>], sum: Piece<'s, T>) -> Scope<'s, 'a, T> {
+        Scope {
+            locs: self.locs,
+            locals,
+            args: &self.kernel.calls[c].args,
+            params: &self.params[c],
+            sum,
+        }
+    }
+
+    /// Every call of the kernel on vector elements `a .. a + len`.
+    fn vector_chunk(&self, a: usize, len: usize, locals: &mut [Local<'a, T>], work: &mut Work<T>) {
+        let seg = Seg {
+            fixed: 0,
+            start: a,
+            len,
+        };
+        for (c, call) in self.kernel.calls.iter().enumerate() {
+            match (&call.op, self.dests[c]) {
+                (Op::Map(stage), Dest::Chip(l) | Dest::Parts(l, _)) => {
+                    let mut dest = mem::replace(&mut locals[l], Local::Lent);
+                    let scope = self.scope(c, locals, Piece::Scalar(T::ZERO));
+                    eval::map(stage, &scope, seg, dest.view_mut().run_mut(a, len), &mut work.scratch);
+                    locals[l] = dest;
+                }
+                (Op::Reduce { body, .. }, _) => {
+                    let scope = self.scope(c, locals, Piece::Scalar(T::ZERO));
+                    work.scalars[c] += eval::sum(body, &scope, seg, &mut work.scratch);
+                }
+                _ => unreachable!("BLAS-1 kernels hold maps and reductions"),
+            }
+        }
+    }
+
+    /// Every call of the kernel on the tile of `rows` × columns `c0 .. c0 + w`.
+    fn matrix_tile(
+        &self,
+        rows: std::ops::Range<usize>,
+        c0: usize,
+        w: usize,
+        locals: &mut [Local<'a, T>],
+        work: &mut Work<T>,
+    ) {
+        let seg = |i| Seg {
+            fixed: i,
+            start: c0,
+            len: w,
+        };
+        for (c, call) in self.kernel.calls.iter().enumerate() {
+            match (&call.op, self.dests[c]) {
+                (Op::Map(stage), Dest::Chip(l) | Dest::Parts(l, _)) => {
+                    let mut dest = mem::replace(&mut locals[l], Local::Lent);
+                    let scope = self.scope(c, locals, Piece::Scalar(T::ZERO));
+                    let mut out = dest.view_mut();
+                    for i in rows.clone() {
+                        eval::map(stage, &scope, seg(i), out.row_mut(i, c0, w), &mut work.scratch);
+                    }
+                    locals[l] = dest;
+                }
+                (Op::RowSums { body, .. }, _) => {
+                    let scope = self.scope(c, locals, Piece::Scalar(T::ZERO));
+                    for i in rows.clone() {
+                        work.rows[c][i - rows.start] += eval::sum(body, &scope, seg(i), &mut work.scratch);
+                    }
+                }
+                (Op::ColumnSums { body, .. }, _) => {
+                    let scope = self.scope(c, locals, Piece::Scalar(T::ZERO));
+                    let dest = &mut work.columns[c][c0..c0 + w];
+                    eval::accumulate(body, &scope, rows.clone(), c0, dest, &mut work.scratch);
+                }
+                _ => unreachable!("BLAS-2 kernels hold nested maps and nested reductions"),
+            }
+        }
+    }
+
+    /// Row sums of the finished row block: `outer(sum)` into the part's rows of the result.
+    fn finish_rows(&self, rows: std::ops::Range<usize>, locals: &mut [Local<'a, T>], work: &mut Work<T>) {
+        let len = rows.len();
+        for (c, call) in self.kernel.calls.iter().enumerate() {
+            let (Op::RowSums { outer, .. }, Dest::Parts(l, _)) = (&call.op, self.dests[c]) else {
+                continue;
+            };
+            let sums = &work.rows[c][..len];
+            let mut dest = mem::replace(&mut locals[l], Local::Lent);
+            let mut out = dest.view_mut();
+            let out = out.run_mut(rows.start, len);
+            match outer {
+                None => out.copy_from_slice(sums),
+                Some(stage) => {
+                    let scope = self.scope(c, locals, Piece::Run(sums));
+                    let seg = Seg {
+                        fixed: 0,
+                        start: rows.start,
+                        len,
+                    };
+                    eval::map(stage, &scope, seg, out, &mut work.scratch);
+                }
+            }
+            locals[l] = dest;
+        }
+    }
+
+    /// Adds up call `c`'s partials into `out` and applies the formula around its sum.
+    fn finish(&self, c: usize, partials: &[Partials<T>], out: &mut [T]) {
+        match &self.kernel.calls[c].op {
+            Op::Reduce { outer, .. } => {
+                let total = partials.iter().fold(T::ZERO, |s, p| s + p.scalars[c]);
+                let value = match outer {
+                    None => total,
+                    Some(stage) => {
+                        let scope = self.scope(c, &[], Piece::Scalar(total));
+                        let mut one = [T::ZERO];
+                        let mut scratch = vec![vec![T::ZERO; 1]; stage.depth];
+                        eval::generic(
+                            &stage.node,
+                            &scope,
+                            Seg {
+                                fixed: 0,
+                                start: 0,
+                                len: 1,
+                            },
+                            &mut one,
+                            &mut scratch,
+                        );
+                        one[0]
+                    }
+                };
+                out[0] = value;
+            }
+            Op::ColumnSums { outer, .. } => self.finish_columns(c, outer.as_ref(), partials, out),
+            _ => unreachable!("only reductions finish after the parallel section"),
+        }
+    }
+
+    fn finish_columns(&self, c: usize, outer: Option<&super::stage::Stage>, partials: &[Partials<T>], out: &mut [T]) {
+        out.par_chunks_mut(COMBINE_CHUNK).enumerate().for_each(|(k, out)| {
+            let start = k * COMBINE_CHUNK;
+            let mut sums = vec![T::ZERO; out.len()];
+            for p in partials {
+                loops::add(&mut sums, &p.columns[c][start..start + out.len()]);
+            }
+            match outer {
+                None => out.copy_from_slice(&sums),
+                Some(stage) => {
+                    let scope = self.scope(c, &[], Piece::Run(&sums));
+                    let mut scratch = vec![vec![T::ZERO; out.len()]; stage.depth];
+                    let seg = Seg {
+                        fixed: 0,
+                        start,
+                        len: out.len(),
+                    };
+                    eval::map(stage, &scope, seg, out, &mut scratch);
+                }
+            }
+        });
+    }
+}
+
+/// A part's working memory: scratch buffers and reduction partials.
+struct Work<T> {
+    scratch: Vec<Vec<T>>,
+    /// Row sums of the current row block, per call.
+    rows: Vec<Vec<T>>,
+    /// Partial column sums, per call.
+    columns: Vec<Vec<T>>,
+    /// Partial BLAS-1 sums, per call.
+    scalars: Vec<T>,
+}
+
+impl<T: Real> Work<T> {
+    /// Working memory for a part of `shared`'s kernel.
+    fn new(shared: &Shared<T>) -> Self {
+        let calls = &shared.kernel.calls;
+        let tile = shared.tile;
+        let cols = match shared.kernel.space {
+            Space::Matrix(_, cols) => cols,
+            Space::Vector(_) => 0,
+        };
+        let sized = |want: bool, len: usize| vec![T::ZERO; if want { len } else { 0 }];
+        Work {
+            scratch: vec![vec![T::ZERO; tile.cols.max(tile.rows)]; shared.kernel.depth + 1],
+            rows: calls
+                .iter()
+                .map(|c| sized(matches!(c.op, Op::RowSums { .. }), tile.rows))
+                .collect(),
+            columns: calls
+                .iter()
+                .map(|c| sized(matches!(c.op, Op::ColumnSums { .. }), cols))
+                .collect(),
+            scalars: vec![T::ZERO; calls.len()],
+        }
+    }
+}

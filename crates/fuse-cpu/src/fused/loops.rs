@@ -1,0 +1,166 @@
+//! The hand-written inner loops: every BLAS-1/2 formula of the library comes down to these on
+//! runs of contiguous elements. They are written so that the compiler vectorizes them: equal
+//! lengths made explicit up front (no bounds checks in the loop), and sums kept in [`LANES`]
+//! independent accumulators, since floating-point addition may not be reordered for it.
+
+use super::Real;
+
+/// Independent accumulators of a sum: enough to fill the vector registers and hide the
+/// latency of the additions.
+const LANES: usize = 16;
+
+/// `Σ x[k]·y[k]`.
+pub(crate) fn dot<T: Real>(x: &[T], y: &[T]) -> T {
+    let n = x.len().min(y.len());
+    let (x, y) = (&x[..n], &y[..n]);
+    let mut acc = [T::ZERO; LANES];
+    let (xs, ys) = (x.chunks_exact(LANES), y.chunks_exact(LANES));
+    let tail: T = xs
+        .remainder()
+        .iter()
+        .zip(ys.remainder())
+        .fold(T::ZERO, |s, (&a, &b)| s + a * b);
+    for (a, b) in xs.zip(ys) {
+        for k in 0..LANES {
+            acc[k] += a[k] * b[k];
+        }
+    }
+    fold(acc) + tail
+}
+
+/// `Σ x[k]`.
+pub(crate) fn sum<T: Real>(x: &[T]) -> T {
+    let mut acc = [T::ZERO; LANES];
+    let xs = x.chunks_exact(LANES);
+    let tail: T = xs.remainder().iter().fold(T::ZERO, |s, &a| s + a);
+    for a in xs {
+        for k in 0..LANES {
+            acc[k] += a[k];
+        }
+    }
+    fold(acc) + tail
+}
+
+/// Pairwise sum of the accumulators.
+fn fold<T: Real>(mut acc: [T; LANES]) -> T {
+    let mut width = LANES;
+    while width > 1 {
+        width /= 2;
+        for k in 0..width {
+            acc[k] = acc[k] + acc[k + width];
+        }
+    }
+    acc[0]
+}
+
+/// `dest = konst + Σ a·x` over the terms `(a, x)`.
+pub(crate) fn lin_write<T: Real>(dest: &mut [T], konst: T, terms: &[(T, &[T])]) {
+    let n = dest.len();
+    match terms {
+        [] => dest.fill(konst),
+        [(a, x)] => {
+            let x = &x[..n];
+            for k in 0..n {
+                dest[k] = konst + *a * x[k];
+            }
+        }
+        [(a, x), (b, y)] => {
+            let (x, y) = (&x[..n], &y[..n]);
+            for k in 0..n {
+                dest[k] = konst + *a * x[k] + *b * y[k];
+            }
+        }
+        [(a, x), (b, y), (c, z), rest @ ..] => {
+            let (x, y, z) = (&x[..n], &y[..n], &z[..n]);
+            for k in 0..n {
+                dest[k] = konst + *a * x[k] + *b * y[k] + *c * z[k];
+            }
+            lin_add(dest, rest);
+        }
+    }
+}
+
+/// `dest += Σ a·x` over the terms `(a, x)`, four at a time (one pass over `dest` per four).
+pub(crate) fn lin_add<T: Real>(dest: &mut [T], terms: &[(T, &[T])]) {
+    let n = dest.len();
+    for group in terms.chunks(4) {
+        match group {
+            [(a, x)] => {
+                let x = &x[..n];
+                for k in 0..n {
+                    dest[k] += *a * x[k];
+                }
+            }
+            [(a, x), (b, y)] => {
+                let (x, y) = (&x[..n], &y[..n]);
+                for k in 0..n {
+                    dest[k] += *a * x[k] + *b * y[k];
+                }
+            }
+            [(a, x), (b, y), (c, z)] => {
+                let (x, y, z) = (&x[..n], &y[..n], &z[..n]);
+                for k in 0..n {
+                    dest[k] += *a * x[k] + *b * y[k] + *c * z[k];
+                }
+            }
+            [(a, x), (b, y), (c, z), (d, w)] => {
+                let (x, y, z, w) = (&x[..n], &y[..n], &z[..n], &w[..n]);
+                for k in 0..n {
+                    dest[k] += (*a * x[k] + *b * y[k]) + (*c * z[k] + *d * w[k]);
+                }
+            }
+            _ => unreachable!("chunks of at most four"),
+        }
+    }
+}
+
+/// `dest += c·x·y`.
+pub(crate) fn prod_add<T: Real>(dest: &mut [T], c: T, x: &[T], y: &[T]) {
+    let n = dest.len();
+    let (x, y) = (&x[..n], &y[..n]);
+    for k in 0..n {
+        dest[k] += c * x[k] * y[k];
+    }
+}
+
+/// `dest += x`.
+pub(crate) fn add<T: Real>(dest: &mut [T], x: &[T]) {
+    let n = dest.len();
+    let x = &x[..n];
+    for k in 0..n {
+        dest[k] += x[k];
+    }
+}
+
+/// `dest += c`.
+pub(crate) fn add_const<T: Real>(dest: &mut [T], c: T) {
+    dest.iter_mut().for_each(|d| *d += c);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sums_match_plain_loops_at_every_tail_length() {
+        for n in [0, 1, 15, 16, 17, 100] {
+            let x: Vec<f64> = (0..n).map(|k| k as f64 * 0.5 - 3.0).collect();
+            let y: Vec<f64> = (0..n).map(|k| 1.0 + k as f64).collect();
+            let want: f64 = x.iter().zip(&y).map(|(a, b)| a * b).sum();
+            assert!((dot(&x, &y) - want).abs() < 1e-9, "{n}");
+            assert!((sum(&x) - x.iter().sum::<f64>()).abs() < 1e-9, "{n}");
+        }
+    }
+
+    #[test]
+    fn linear_combinations_of_any_length() {
+        let x = [1.0f32, 2.0, 3.0];
+        for terms in 0..7 {
+            let list: Vec<(f32, &[f32])> = (0..terms).map(|t| (t as f32 + 1.0, &x[..])).collect();
+            let scale: f32 = (1..=terms).map(|t| t as f32).sum();
+            let mut dest = [0.0f32; 3];
+            lin_write(&mut dest, 0.5, &list);
+            assert_eq!(dest, [0.5 + scale, 0.5 + 2.0 * scale, 0.5 + 3.0 * scale], "{terms}");
+        }
+    }
+}

@@ -1,0 +1,255 @@
+//! The fused CPU backend: runs a [`Plan`] — the same plans the explorer makes for a GPU — on
+//! the CPU's cores with rayon, so that what a GPU kernel keeps on chip stays in cache.
+//!
+//! Each kernel of the plan processes its data tile by tile: a few rows of the matrix at a time
+//! (as many columns as fit a cache-sized run) or a chunk of the vectors, running every call of
+//! the kernel on a tile while it is in cache. A fused BiCGK therefore reads A from memory once
+//! for both `A·p` and `Aᵀ·r`, and a fused VADD never writes its temporary: values the plan keeps
+//! on chip live in per-thread tile buffers. Reductions are per-thread partials added up at the
+//! end of the kernel, which is the global barrier.
+//!
+//! Arithmetic is in the script's precision (f32 scripts compute in f32). The library's
+//! formulas run through hand-written loops where they have the form of a sum of products —
+//! `A·x` rows as dot products, `Aᵀ·x` as accumulation of scaled rows into a per-thread partial
+//! vector, `ger`, `madd` and the BLAS-1 maps element-wise — and through a generic evaluator
+//! otherwise, so functions added to the library run too.
+//!
+//! ```
+//! use fuse_core::data::{fill_random_inputs, relative_error};
+//! use fuse_core::{explore, script, Bindings, Library, Limits, TimingTable};
+//! use fuse_cpu::fused::FusedPlan;
+//!
+//! let library = Library::builtin().unwrap();
+//! let text = "
+//! sizes: {m: 300, n: 200}
+//! inputs: {A: [m, n], p: [n], r: [m]}
+//! outputs: [q, s]
+//! calls:
+//!   - q = sgemv(A, p)
+//!   - s = sgemtv(A, r)
+//! ";
+//! let program = script::parse("bicgk.yaml", text, &library).unwrap();
+//! let table = TimingTable::builtin().unwrap();
+//! let plan = explore(&program, &program.sizes, &table, &library, Limits::default()).unwrap().best();
+//! assert_eq!(plan.kernels.len(), 1); // one pass over A
+//! let fused = FusedPlan::new(&program, &program.sizes, &plan).unwrap();
+//! let mut inputs = Bindings::new();
+//! fill_random_inputs(&program, &program.sizes, 7, &mut inputs);
+//! let got = fused.run(&inputs).unwrap();
+//! let want = fuse_cpu::reference::evaluate(&program, &program.sizes, &inputs).unwrap();
+//! assert!(relative_error(&got["s"].to_f64(), &want["s"].to_f64()) < 1e-5);
+//! ```
+
+pub mod calibrate;
+mod eval;
+mod exec;
+mod loops;
+mod memory;
+mod prepare;
+mod real;
+mod stage;
+pub mod timings;
+
+use fuse_core::data::{check_inputs, BindError};
+use fuse_core::explore::implementation::{dataflow, Block, Finish, Reduction, DEFAULT_VARIANT};
+use fuse_core::explore::{Context, ExploreError, KernelTime, TimingError};
+use fuse_core::{Bindings, HostArray, HostData, Kernel, Plan, Precision, Program, Sizes};
+
+pub use real::Real;
+
+/// Why the fused CPU backend cannot prepare or run a plan.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum CpuError {
+    /// The inputs do not fit the program.
+    #[error(transparent)]
+    Bind(#[from] BindError),
+    /// A call's formula has a form the executor does not handle.
+    #[error("{location}: the CPU backend cannot run `{call}`: {what}")]
+    Unsupported {
+        /// The call as written.
+        call: String,
+        /// Where it is written.
+        location: String,
+        /// What is not supported.
+        what: String,
+    },
+    /// The plan does not fit the program (calls missing, read before computed, …).
+    #[error("invalid plan: {0}")]
+    InvalidPlan(String),
+    /// A workspace used with a plan other than the one that made it.
+    #[error("this workspace was made for another plan (make one with FusedPlan::workspace)")]
+    Workspace,
+    /// The explorer found no plan.
+    #[error(transparent)]
+    Explore(#[from] ExploreError),
+    /// A timing table that cannot be read.
+    #[error(transparent)]
+    Timings(#[from] TimingError),
+    /// A timing table calibrated with another function library.
+    #[error(
+        "{file} was calibrated with function library {table} but this library is {library}: \
+         re-run `fuse calibrate --backend cpu -o {file}`"
+    )]
+    StaleTimings {
+        /// The table.
+        file: String,
+        /// The checksum it records.
+        table: String,
+        /// The checksum of the library in use.
+        library: String,
+    },
+}
+
+/// A plan prepared for the CPU at fixed sizes; run it any number of times.
+#[derive(Debug, Clone)]
+pub struct FusedPlan {
+    program: Program,
+    sizes: Sizes,
+    plan: Plan,
+    prepared: prepare::Prepared,
+}
+
+/// The memory a [`FusedPlan`] computes into: one buffer per value that reaches memory (outputs,
+/// and results that later kernels read). Reusing one across runs skips the allocation — what a
+/// benchmark wants to leave out of its timings.
+#[derive(Debug, Clone)]
+pub struct Workspace {
+    buffers: Buffers,
+}
+
+#[derive(Debug, Clone)]
+enum Buffers {
+    F32(Vec<Vec<f32>>),
+    F64(Vec<Vec<f64>>),
+}
+
+impl FusedPlan {
+    /// Checks `plan` against `program` and prepares it for `sizes` (bound by
+    /// [`Program::bind_sizes`]).
+    pub fn new(program: &Program, sizes: &Sizes, plan: &Plan) -> Result<Self, CpuError> {
+        Ok(FusedPlan {
+            prepared: prepare::prepare(program, sizes, plan)?,
+            program: program.clone(),
+            sizes: sizes.clone(),
+            plan: plan.clone(),
+        })
+    }
+
+    /// The plan it runs.
+    pub fn plan(&self) -> &Plan {
+        &self.plan
+    }
+
+    /// The program it runs.
+    pub fn program(&self) -> &Program {
+        &self.program
+    }
+
+    /// The sizes it was prepared for.
+    pub fn sizes(&self) -> &Sizes {
+        &self.sizes
+    }
+
+    /// A fresh workspace for this plan (zeroed buffers).
+    pub fn workspace(&self) -> Workspace {
+        let lens = &self.prepared.slot_lens;
+        let buffers = match self.program.precision {
+            Precision::F32 => Buffers::F32(lens.iter().map(|&n| vec![0.0; n]).collect()),
+            Precision::F64 => Buffers::F64(lens.iter().map(|&n| vec![0.0; n]).collect()),
+        };
+        Workspace { buffers }
+    }
+
+    /// Runs on `inputs` (checked against the program) into `workspace`; read the outputs with
+    /// [`FusedPlan::outputs`].
+    pub fn run_in(&self, inputs: &Bindings, workspace: &mut Workspace) -> Result<(), CpuError> {
+        check_inputs(&self.program, &self.sizes, inputs)?;
+        let (p, s, prepared) = (&self.program, &self.sizes, &self.prepared);
+        match (p.precision, &mut workspace.buffers) {
+            (Precision::F32, Buffers::F32(b)) if fits(b, &prepared.slot_lens) => exec::run(prepared, p, s, inputs, b),
+            (Precision::F64, Buffers::F64(b)) if fits(b, &prepared.slot_lens) => exec::run(prepared, p, s, inputs, b),
+            _ => return Err(CpuError::Workspace),
+        }
+        Ok(())
+    }
+
+    /// The outputs held by `workspace` after [`FusedPlan::run_in`], by name, in the program's
+    /// precision.
+    pub fn outputs(&self, workspace: &Workspace) -> Bindings {
+        match &workspace.buffers {
+            Buffers::F32(b) => self.collect(|slot| HostData::F32(b[slot].clone())),
+            Buffers::F64(b) => self.collect(|slot| HostData::F64(b[slot].clone())),
+        }
+    }
+
+    /// Runs on `inputs`; returns every output by name, in the program's precision.
+    pub fn run(&self, inputs: &Bindings) -> Result<Bindings, CpuError> {
+        let mut workspace = self.workspace();
+        self.run_in(inputs, &mut workspace)?;
+        Ok(self.outputs(&workspace))
+    }
+
+    /// Each output with the data of its slot.
+    fn collect(&self, data: impl Fn(usize) -> HostData) -> Bindings {
+        self.program
+            .outputs
+            .iter()
+            .filter_map(|&v| {
+                let value = &self.program.values[v];
+                let array = HostArray {
+                    dims: value.shape.extents(&self.sizes).unwrap_or_default(),
+                    data: data(self.prepared.slots[v]?),
+                };
+                Some((value.variable.clone(), array))
+            })
+            .collect()
+    }
+}
+
+/// Whether `buffers` have the lengths `lens`.
+fn fits<T>(buffers: &[Vec<T>], lens: &[usize]) -> bool {
+    buffers.len() == lens.len() && buffers.iter().zip(lens).all(|(b, &n)| b.len() == n)
+}
+
+/// The unfused plan of `program`: one kernel per call, in script order — the baseline fusion is
+/// measured against (every call reads its operands from memory and writes its result back).
+pub fn unfused_plan(program: &Program, sizes: &Sizes) -> Plan {
+    let ctx = Context::new(program, sizes);
+    let kernels = (0..program.calls.len())
+        .map(|c| {
+            let flow = dataflow(&ctx, &[c]);
+            let call = &program.calls[c];
+            let reductions = match call.kind.is_reduce() {
+                true => vec![Reduction {
+                    call: c,
+                    value: call.result,
+                    finish: Finish::Kernel,
+                }],
+                false => Vec::new(),
+            };
+            Kernel {
+                calls: vec![c],
+                variants: vec![DEFAULT_VARIANT.to_string()],
+                loads: flow.loads,
+                stores: flow.stores,
+                on_chip: flow.on_chip,
+                parameters: flow.parameters,
+                block: Block {
+                    threads: 256,
+                    instances: 1,
+                },
+                serial_iterations: 1,
+                walk: None,
+                blocks: 0,
+                shared_bytes: 0,
+                reductions,
+                predicted: KernelTime::default(),
+            }
+        })
+        .collect();
+    Plan {
+        rank: 0,
+        predicted_us: 0.0,
+        kernels,
+    }
+}

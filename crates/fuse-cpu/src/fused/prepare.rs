@@ -1,0 +1,338 @@
+//! A plan checked and lowered for the executor: each kernel's space (a vector or a matrix),
+//! its calls with their formulas lowered to [`Stage`]s, the values it keeps in tile buffers,
+//! and a memory slot for every value that does reach memory.
+//!
+//! A plan is checked before anything runs, because plans can come from elsewhere than the
+//! explorer (a file, a test): every call in exactly one kernel, every value computed before a
+//! kernel reads it, no reduction read inside the kernel that computes it (its sum is complete
+//! only at the kernel's end, the global barrier), and one space per kernel.
+
+use std::collections::HashMap;
+
+use fuse_core::explore::implementation::dataflow;
+use fuse_core::explore::mapping::{index_axes, Axis};
+use fuse_core::explore::Context;
+use fuse_core::formula::Expr;
+use fuse_core::{Arg, CallId, HigherOrderKind, Plan, Program, Shape, Sizes, ValueId};
+
+use super::stage::{Role, Stage};
+use super::CpuError;
+
+/// What a call computes, as the executor runs it.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Op {
+    /// Element by element (BLAS-1 map or nested map): the result of a segment is the stage.
+    Map(Stage),
+    /// A BLAS-1 reduction to a scalar: `outer(Σ body)`; per-thread partial sums.
+    Reduce { body: Stage, outer: Option<Stage> },
+    /// A nested reduction along each row (`A·x`): complete once a row block has seen every column.
+    RowSums { body: Stage, outer: Option<Stage> },
+    /// A nested reduction down each column (`Aᵀ·x`): per-thread partial vectors, added at the
+    /// end of the kernel.
+    ColumnSums { body: Stage, outer: Option<Stage> },
+}
+
+/// One call of a kernel.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct CallPlan {
+    /// Its arguments, in signature order.
+    pub args: Vec<Arg>,
+    /// The value it defines.
+    pub result: ValueId,
+    /// What it computes.
+    pub op: Op,
+}
+
+/// What a kernel's blocks tile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Space {
+    /// A vector of this length, in chunks.
+    Vector(usize),
+    /// A `rows × cols` matrix, in tiles of whole or partial rows.
+    Matrix(usize, usize),
+}
+
+/// One kernel, ready to run.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct KernelPlan {
+    /// What it tiles.
+    pub space: Space,
+    /// Its calls, in the order they run on each tile.
+    pub calls: Vec<CallPlan>,
+    /// Results kept in per-thread tile buffers and never written to memory.
+    pub chip: Vec<ValueId>,
+    /// Scratch buffers the generic evaluator needs for its deepest stage.
+    pub depth: usize,
+}
+
+/// A whole plan, ready to run.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Prepared {
+    /// Kernels in launch order.
+    pub kernels: Vec<KernelPlan>,
+    /// The memory slot of each computed value that reaches memory, by value.
+    pub slots: Vec<Option<usize>>,
+    /// Elements of each slot.
+    pub slot_lens: Vec<usize>,
+}
+
+/// Checks `plan` against `program` and lowers it.
+pub(crate) fn prepare(program: &Program, sizes: &Sizes, plan: &Plan) -> Result<Prepared, CpuError> {
+    let kernel_of = assign_kernels(program, plan)?;
+    let ctx = Context::new(program, sizes);
+    let mut kernels = Vec::with_capacity(plan.kernels.len());
+    for (k, kernel) in plan.kernels.iter().enumerate() {
+        check_reads(program, &kernel_of, k, &kernel.calls)?;
+        kernels.push(lower_kernel(&ctx, k, &kernel.calls)?);
+    }
+    let chip: Vec<ValueId> = kernels.iter().flat_map(|k| k.chip.iter().copied()).collect();
+    let mut slots = vec![None; program.values.len()];
+    let mut slot_lens = Vec::new();
+    for (v, value) in program.values.iter().enumerate() {
+        if value.producer.is_some() && !chip.contains(&v) {
+            slots[v] = Some(slot_lens.len());
+            let extents = value.shape.extents(sizes).unwrap_or_default();
+            slot_lens.push(extents.iter().product::<usize>().max(1));
+        }
+    }
+    Ok(Prepared {
+        kernels,
+        slots,
+        slot_lens,
+    })
+}
+
+/// The kernel of each call; every call in exactly one kernel.
+fn assign_kernels(program: &Program, plan: &Plan) -> Result<Vec<usize>, CpuError> {
+    let mut kernel_of = vec![usize::MAX; program.calls.len()];
+    for (k, kernel) in plan.kernels.iter().enumerate() {
+        for &c in &kernel.calls {
+            let Some(slot) = kernel_of.get_mut(c) else {
+                return Err(invalid(format!(
+                    "kernel {} names call {c}, but the program has {} calls",
+                    k + 1,
+                    program.calls.len()
+                )));
+            };
+            if *slot != usize::MAX {
+                return Err(invalid(format!(
+                    "`{}` is in more than one kernel",
+                    program.calls[c].text
+                )));
+            }
+            *slot = k;
+        }
+    }
+    match kernel_of.iter().position(|&k| k == usize::MAX) {
+        Some(c) => Err(invalid(format!("`{}` is in no kernel", program.calls[c].text))),
+        None => Ok(kernel_of),
+    }
+}
+
+/// Every value a call of kernel `k` reads is computed by then, and not by a reduction of `k`.
+fn check_reads(program: &Program, kernel_of: &[usize], k: usize, calls: &[CallId]) -> Result<(), CpuError> {
+    for (position, &c) in calls.iter().enumerate() {
+        let call = &program.calls[c];
+        for v in call.reads() {
+            let Some(p) = program.values[v].producer else {
+                continue;
+            };
+            let name = &program.values[v].variable;
+            let earlier_here = calls[..position].contains(&p);
+            if kernel_of[p] > k || (kernel_of[p] == k && !earlier_here) {
+                return Err(invalid(format!("`{}` reads `{name}` before it is computed", call.text)));
+            }
+            if kernel_of[p] == k && program.calls[p].kind.is_reduce() {
+                return Err(invalid(format!(
+                    "`{}` reads `{name}` in the kernel that reduces it: a reduction is complete only at the kernel's end",
+                    call.text
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn lower_kernel(ctx: &Context, k: usize, calls: &[CallId]) -> Result<KernelPlan, CpuError> {
+    let program = ctx.program;
+    let mut lowered = Vec::with_capacity(calls.len());
+    let mut space = None;
+    for &c in calls {
+        let (call, here) = lower_call(program, &ctx.sizes, c)?;
+        match space {
+            Some(s) if s != here => {
+                return Err(invalid(format!(
+                    "kernel {} mixes {s:?} and {here:?} (`{}`): one kernel tiles one space",
+                    k + 1,
+                    program.calls[c].text
+                )))
+            }
+            _ => space = Some(here),
+        }
+        lowered.push(call);
+    }
+    let flow = dataflow(ctx, calls);
+    let chip = lowered
+        .iter()
+        .filter(|c| matches!(c.op, Op::Map(_)) && !flow.stores.contains(&c.result))
+        .map(|c| c.result)
+        .collect();
+    let depth = lowered
+        .iter()
+        .flat_map(|c| stages(&c.op))
+        .map(|s| s.depth)
+        .max()
+        .unwrap_or(0);
+    Ok(KernelPlan {
+        space: space.ok_or_else(|| invalid(format!("kernel {} has no calls", k + 1)))?,
+        calls: lowered,
+        chip,
+        depth,
+    })
+}
+
+/// The stages of an op.
+pub(crate) fn stages(op: &Op) -> Vec<&Stage> {
+    match op {
+        Op::Map(s) => vec![s],
+        Op::Reduce { body, outer } | Op::RowSums { body, outer } | Op::ColumnSums { body, outer } => {
+            std::iter::once(body).chain(outer.as_ref()).collect()
+        }
+    }
+}
+
+/// Lowers call `c` and says which space it tiles.
+fn lower_call(program: &Program, sizes: &Sizes, c: CallId) -> Result<(CallPlan, Space), CpuError> {
+    let call = &program.calls[c];
+    let unsupported = |what: String| CpuError::Unsupported {
+        call: call.text.clone(),
+        location: call.location.to_string(),
+        what,
+    };
+    let formula = &call.form.formula;
+    let extents = index_extents(program, sizes, c);
+    let vars = formula.indices.len();
+    let roles = |pairs: &[(usize, Role)]| {
+        let mut r = vec![Role::Unbound; vars];
+        pairs.iter().for_each(|&(v, role)| r[v] = role);
+        r
+    };
+    let (op, space) = match call.kind {
+        HigherOrderKind::Map => {
+            let v = formula.result_indices[0];
+            let body = Stage::lower(&formula.body, &roles(&[(v, Role::Varying)]), false, false);
+            (Op::Map(body.map_err(unsupported)?), Space::Vector(extents[v]))
+        }
+        HigherOrderKind::Reduce => {
+            let (k, sum) = the_sum(&formula.body).map_err(unsupported)?;
+            let body = Stage::lower(sum, &roles(&[(k, Role::Varying)]), false, false).map_err(unsupported)?;
+            let outer = outer_stage(&formula.body, &roles(&[]), false).map_err(unsupported)?;
+            (Op::Reduce { body, outer }, Space::Vector(extents[k]))
+        }
+        HigherOrderKind::NestedMap | HigherOrderKind::NestedReduce => {
+            let axes = index_axes(call);
+            let axis = |a: Axis| axes.iter().position(|&x| x == Some(a));
+            let (Some(row), Some(col)) = (axis(Axis::Rows), axis(Axis::Columns)) else {
+                return Err(unsupported(
+                    "a nested function must index a matrix as [row, column]".into(),
+                ));
+            };
+            let tile = roles(&[(row, Role::Fixed), (col, Role::Varying)]);
+            let space = Space::Matrix(extents[row], extents[col]);
+            if call.kind == HigherOrderKind::NestedMap {
+                (
+                    Op::Map(Stage::lower(&formula.body, &tile, false, false).map_err(unsupported)?),
+                    space,
+                )
+            } else {
+                (
+                    lower_nested_reduce(&formula.body, &tile, row, col, &roles).map_err(unsupported)?,
+                    space,
+                )
+            }
+        }
+    };
+    let plan = CallPlan {
+        args: call.args.clone(),
+        result: call.result,
+        op,
+    };
+    Ok((plan, space))
+}
+
+/// A nested reduction: along rows when it sums over the column index, down columns otherwise.
+fn lower_nested_reduce(
+    body: &Expr,
+    tile: &[Role],
+    row: usize,
+    col: usize,
+    roles: &dyn Fn(&[(usize, Role)]) -> Vec<Role>,
+) -> Result<Op, String> {
+    let (k, sum) = the_sum(body)?;
+    let summands = Stage::lower(sum, tile, false, false)?;
+    if k == col {
+        let outer = outer_stage(body, &roles(&[(row, Role::Varying)]), true)?;
+        Ok(Op::RowSums { body: summands, outer })
+    } else if k == row {
+        let outer = outer_stage(body, &roles(&[(col, Role::Varying)]), true)?;
+        Ok(Op::ColumnSums { body: summands, outer })
+    } else {
+        Err("a nested reduction must sum over the matrix's row or column index".into())
+    }
+}
+
+/// The stage after the sum, or `None` when the formula is the bare sum.
+fn outer_stage(body: &Expr, roles: &[Role], sum_is_run: bool) -> Result<Option<Stage>, String> {
+    match body {
+        Expr::Sum { .. } => Ok(None),
+        _ => Stage::lower(body, roles, true, sum_is_run).map(Some),
+    }
+}
+
+/// The one `sum(index, summand)` of a reduction formula.
+fn the_sum(e: &Expr) -> Result<(usize, &Expr), String> {
+    let mut found = Vec::new();
+    collect_sums(e, &mut found);
+    match found.as_slice() {
+        [Expr::Sum { index, body }] if !body.has_sum() => Ok((*index, body)),
+        _ => Err("reductions must contain exactly one, unnested, sum".into()),
+    }
+}
+
+fn collect_sums<'e>(e: &'e Expr, out: &mut Vec<&'e Expr>) {
+    match e {
+        Expr::Sum { .. } => out.push(e),
+        Expr::Number(_) | Expr::Scalar(_) | Expr::Element { .. } => {}
+        Expr::Neg(a) | Expr::Call(_, a) => collect_sums(a, out),
+        Expr::Binary(_, a, b) => {
+            collect_sums(a, out);
+            collect_sums(b, out);
+        }
+    }
+}
+
+/// The extent of each index variable of call `c`'s formula, from its arguments' shapes.
+fn index_extents(program: &Program, sizes: &Sizes, c: CallId) -> Vec<usize> {
+    let call = &program.calls[c];
+    let mut of_dim: HashMap<&str, usize> = HashMap::new();
+    for (param, arg) in call.form.signature.params.iter().zip(&call.args) {
+        if let (Arg::Value(v), Shape::Vector(_) | Shape::Matrix(..)) = (arg, &param.shape) {
+            let extents = program.values[*v].shape.extents(sizes).unwrap_or_default();
+            of_dim.extend(param.shape.dims().into_iter().zip(extents));
+        }
+    }
+    let result = program.values[call.result].shape.extents(sizes).unwrap_or_default();
+    for (dim, e) in call.form.signature.result.dims().into_iter().zip(result) {
+        of_dim.entry(dim).or_insert(e);
+    }
+    let formula = &call.form.formula;
+    formula
+        .indices
+        .iter()
+        .map(|v| of_dim.get(v.dim.as_str()).copied().unwrap_or(1))
+        .collect()
+}
+
+fn invalid(message: String) -> CpuError {
+    CpuError::InvalidPlan(message)
+}

@@ -1,0 +1,252 @@
+//! The fused CPU backend against the f64 reference: the explorer's five best plans of every
+//! sequence (ranked by the CPU timing table and by the GPU one, which fuse differently) and the
+//! unfused plan, f32 and f64, at awkward sizes; random scripts; user-defined functions that
+//! take the generic path; and plans that do not fit their program.
+
+use std::path::Path;
+
+use fuse_core::data::{fill_random_inputs, relative_error};
+use fuse_core::{explore, script, Bindings, Library, Limits, Plan, Precision, Program, TimingTable};
+use fuse_cpu::fused::{timings, unfused_plan, CpuError, FusedPlan};
+use fuse_cpu::reference::evaluate;
+
+const ALL: [&str; 11] = [
+    "axpydot", "atax", "bicgk", "sgemv", "sgemvt", "sscal", "gemver", "gesummv", "madd", "vadd", "waxpby",
+];
+
+const SIZES: [(usize, usize); 4] = [(67, 45), (1, 300), (300, 1), (257, 513)];
+
+fn library() -> Library {
+    Library::builtin().unwrap()
+}
+
+/// Sequence `name` in `precision` (f64: `d` functions).
+fn load(name: &str, precision: Precision) -> Program {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../scripts")
+        .join(format!("{name}.yaml"));
+    let mut text = std::fs::read_to_string(path).unwrap();
+    if precision == Precision::F64 {
+        text = text.replace("precision: f32", "precision: f64");
+        for f in [
+            "sscal", "saxpy", "sdot", "sgemv", "sgemtv", "sger", "smadd", "sadd", "saxpby",
+        ] {
+            text = text.replace(&format!("= {f}("), &format!("= d{}(", &f[1..]));
+        }
+    }
+    script::parse(&format!("{name}.yaml"), &text, &library()).unwrap()
+}
+
+/// The `count` best plans at the script's default sizes by `table`, and the unfused plan.
+fn plans(program: &Program, table: &TimingTable, count: usize) -> Vec<Plan> {
+    let sizes = program.bind_sizes(&[]).unwrap();
+    let exploration = explore(program, &sizes, table, &library(), Limits::default()).unwrap();
+    let mut plans: Vec<Plan> = exploration.plans().take(count).collect();
+    assert!(!plans.is_empty());
+    plans.push(unfused_plan(program, &sizes));
+    plans
+}
+
+fn cpu_table() -> TimingTable {
+    timings::select(&library(), None).unwrap().table
+}
+
+/// Runs every plan at every `(m, n)` (vector-only scripts use `n`) and compares each output
+/// with the reference: normwise relative error below 1e-4 in f32, 1e-12 in f64.
+fn check(program: &Program, plans: &[Plan], sizes: &[(usize, usize)]) {
+    let (name, precision) = (&program.name, program.precision);
+    let tolerance = match precision {
+        Precision::F32 => 1e-4,
+        Precision::F64 => 1e-12,
+    };
+    for (seed, &(m, n)) in sizes.iter().enumerate() {
+        let overrides: Vec<(String, usize)> = program
+            .sizes
+            .iter()
+            .map(|(s, _)| (s.to_string(), if s == "m" { m } else { n }))
+            .collect();
+        let sizes = program.bind_sizes(&overrides).unwrap();
+        let mut inputs = Bindings::new();
+        fill_random_inputs(program, &sizes, seed as u64, &mut inputs);
+        let want = evaluate(program, &sizes, &inputs).unwrap();
+        for plan in plans {
+            let fused = FusedPlan::new(program, &sizes, plan).unwrap_or_else(|e| panic!("{name}: {e}"));
+            let got = fused.run(&inputs).unwrap_or_else(|e| panic!("{name} {m}x{n}: {e}"));
+            assert_eq!(got.len(), want.len(), "{name}: outputs");
+            for (output, w) in &want {
+                assert_eq!(got[output].dims, w.dims, "{name} {output}");
+                assert_eq!(got[output].precision(), precision, "{name} {output}");
+                let error = relative_error(&got[output].to_f64(), &w.to_f64());
+                assert!(
+                    error < tolerance,
+                    "{name} {precision} {m}x{n} {output}: error {error:e}\n{}",
+                    plan.describe(program)
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn best_five_plans_match_the_reference_f32() {
+    let (cpu, gpu) = (cpu_table(), TimingTable::builtin().unwrap());
+    for name in ALL {
+        let program = load(name, Precision::F32);
+        check(&program, &plans(&program, &cpu, 5), &SIZES);
+        check(&program, &plans(&program, &gpu, 5), &SIZES[..1]);
+    }
+}
+
+#[test]
+fn best_five_plans_match_the_reference_f64() {
+    let cpu = cpu_table();
+    for name in ALL {
+        let program = load(name, Precision::F64);
+        check(&program, &plans(&program, &cpu, 5), &SIZES);
+    }
+}
+
+#[test]
+fn random_scripts_match_the_reference() {
+    let (library, cpu) = (library(), cpu_table());
+    for seed in 0..12 {
+        let program = fuse_core::testing::random_program(&library, seed, 6).unwrap();
+        check(&program, &plans(&program, &cpu, 3), &[(45, 67), (1, 130)]);
+    }
+}
+
+/// A library with functions that have no fast path: division, `abs`, `sqrt`, a product of three
+/// runs, a matrix-only reduction and a formula around a sum.
+fn odd_library() -> Library {
+    let mut sources: Vec<(String, String)> =
+        std::fs::read_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../library"))
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter(|e| e.path().extension().is_some_and(|x| x == "yaml"))
+            .map(|e| {
+                (
+                    e.path().display().to_string(),
+                    std::fs::read_to_string(e.path()).unwrap(),
+                )
+            })
+            .collect();
+    let extra = [
+        (
+            "hypot",
+            "map",
+            "(x[n], y[n]) -> [n]",
+            "out[i] = sqrt(x[i] * x[i] + y[i] * y[i]) / (1.0 + abs(x[i]))",
+        ),
+        (
+            "cube",
+            "map",
+            "(x[n], y[n]) -> [n]",
+            "out[i] = x[i] * y[i] * x[i] - 2.0",
+        ),
+        (
+            "rms",
+            "reduce",
+            "(x[n]) -> scalar",
+            "out = sqrt(sum(i, x[i] * x[i] / 2.0)) + 1.0",
+        ),
+        (
+            "rowabs",
+            "nested_reduce",
+            "(a, A[m,n], x[n], y[m]) -> [m]",
+            "out[i] = sum(j, abs(A[i,j] - x[j])) / a + y[i]",
+        ),
+        (
+            "colsq",
+            "nested_reduce",
+            "(A[m,n], y[n]) -> [n]",
+            "out[j] = sqrt(sum(i, A[i,j] * A[i,j] * 0.5)) * y[j]",
+        ),
+        (
+            "scale2",
+            "nested_map",
+            "(x[m], y[n], A[m,n]) -> [m,n]",
+            "out[i,j] = A[i,j] / (2.0 + x[i] * x[i]) - y[j]",
+        ),
+    ];
+    for (name, kind, signature, formula) in extra {
+        let text = format!("name: {name}\nkind: {kind}\nforms:\n  - signature: {signature}\n    formula: {formula}\n");
+        sources.push((format!("{name}.yaml"), text));
+    }
+    Library::from_sources(sources, "odd").unwrap()
+}
+
+#[test]
+fn functions_without_a_fast_path_run_generically() {
+    let library = odd_library();
+    let text = "
+sizes: {m: 70, n: 90}
+inputs: {A: [m, n], x: [n], y: [n], u: [m], a: scalar}
+outputs: [h, c, r, ra, cs, B, q]
+calls:
+  - h = dhypot(x, y)
+  - c = dcube(h, y)
+  - r = drms(c)
+  - B = dscale2(u, x, A)
+  - ra = drowabs(a, B, h, u)
+  - cs = dcolsq(B, y)
+  - q = dgemv(r, B, x)
+";
+    let text = text.replace("sizes:", "precision: f64\nsizes:");
+    let program = script::parse("odd.yaml", &text, &library).unwrap();
+    let table = TimingTable::builtin().unwrap();
+    let exploration = explore(&program, &program.sizes, &table, &library, Limits::default()).unwrap();
+    let mut all: Vec<Plan> = exploration.plans().take(4).collect();
+    all.push(unfused_plan(&program, &program.sizes));
+    check(&program, &all, &[(70, 90), (3, 1), (1, 5)]);
+}
+
+#[test]
+fn plans_that_do_not_fit_their_program_are_errors() {
+    let program = load("gemver", Precision::F32);
+    let sizes = program.sizes.clone();
+    let good = plans(&program, &cpu_table(), 1).remove(0);
+    let mut missing = good.clone();
+    missing.kernels.pop();
+    let mut reversed = unfused_plan(&program, &sizes);
+    reversed.kernels.reverse();
+    let mut barrier = unfused_plan(&program, &sizes);
+    barrier.kernels[2].calls = vec![2, 3];
+    barrier.kernels.remove(3);
+    for (plan, want) in [
+        (missing, "in no kernel"),
+        (reversed, "before it is computed"),
+        (barrier, "complete only at the kernel's end"),
+    ] {
+        let err = FusedPlan::new(&program, &sizes, &plan).unwrap_err();
+        assert!(matches!(err, CpuError::InvalidPlan(_)), "{err}");
+        assert!(err.to_string().contains(want), "{want}: {err}");
+    }
+}
+
+#[test]
+fn a_workspace_is_reused_and_checked() {
+    let program = load("bicgk", Precision::F32);
+    let sizes = program.bind_sizes(&[("m".into(), 40), ("n".into(), 30)]).unwrap();
+    let fused = FusedPlan::new(&program, &sizes, &plans(&program, &cpu_table(), 1)[0]).unwrap();
+    let mut inputs = Bindings::new();
+    fill_random_inputs(&program, &sizes, 3, &mut inputs);
+    let mut workspace = fused.workspace();
+    fused.run_in(&inputs, &mut workspace).unwrap();
+    let first = fused.outputs(&workspace);
+    fused.run_in(&inputs, &mut workspace).unwrap();
+    assert_eq!(first, fused.outputs(&workspace), "the same bits every run");
+    let other = FusedPlan::new(&program, &sizes, &unfused_plan(&program, &sizes)).unwrap();
+    let f64_program = load("bicgk", Precision::F64);
+    let f64_plan = FusedPlan::new(&f64_program, &sizes, &unfused_plan(&f64_program, &sizes)).unwrap();
+    assert!(other.run_in(&inputs, &mut other.workspace()).is_ok());
+    assert!(matches!(
+        f64_plan.run_in(&inputs, &mut workspace),
+        Err(CpuError::Bind(_))
+    ));
+    let mut f64_inputs = Bindings::new();
+    fill_random_inputs(&f64_program, &sizes, 3, &mut f64_inputs);
+    assert!(matches!(
+        f64_plan.run_in(&f64_inputs, &mut workspace),
+        Err(CpuError::Workspace)
+    ));
+}
