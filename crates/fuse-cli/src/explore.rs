@@ -72,12 +72,26 @@ pub fn run_explore(args: &ExploreArgs, library: &Library) -> Result<(), Failure>
     let (program, table) = prepare(&args.inputs, library)?;
     let ex = explored(&program, &table, &args.inputs, library)?;
     let count = ex.count();
+    let wanted = if args.all { ex.limits.max_plans } else { args.top };
+    if !args.json {
+        println!("{program}");
+        println!("plans: {count} in total");
+        println!("timings: {}", ex.timings);
+        ex.notes.iter().for_each(|n| println!("note: {n}"));
+    }
+    // Plans are printed as they come, so that --all never holds them all.
     let mut plans = ex.plans();
-    let taken: Vec<Plan> = match args.all {
-        true => plans.by_ref().collect(),
-        false => plans.by_ref().take(args.top).collect(),
-    };
+    let mut listed = Vec::new();
+    for plan in plans.by_ref().take(wanted) {
+        match args.json {
+            true => listed.push(plan_json(&program, &plan)),
+            false => print!("\n{}", plan.describe(&program)),
+        }
+    }
     let mut notes = ex.notes.clone();
+    if args.all && plans.next().is_some() {
+        notes.push(format!("--all lists at most {wanted} plans; more exist"));
+    }
     if plans.budget_exhausted() {
         notes.push(format!(
             "the search expanded its limit of {} partial plans: plans after that point are greedy completions, the best found rather than guaranteed in order",
@@ -91,20 +105,11 @@ pub fn run_explore(args: &ExploreArgs, library: &Library) -> Result<(), Failure>
             "implementations": u64::try_from(count.count).unwrap_or(u64::MAX),
             "implementations_exact": count.exact,
             "notes": notes,
-            "plans": taken.iter().map(|p| plan_json(&program, p)).collect::<Vec<_>>(),
+            "plans": listed,
         });
         println!("{object:#}");
-        return Ok(());
-    }
-    println!("{program}");
-    println!("plans: {count} in total; showing {}", taken.len());
-    println!("timings: {}", ex.timings);
-    for note in &notes {
-        println!("note: {note}");
-    }
-    for plan in &taken {
-        println!();
-        print!("{}", plan.describe(&program));
+    } else {
+        notes[ex.notes.len()..].iter().for_each(|n| println!("\nnote: {n}"));
     }
     Ok(())
 }

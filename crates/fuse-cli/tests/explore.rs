@@ -84,7 +84,7 @@ fn all_lists_every_plan_and_the_header_counts_them() {
     let total = v["implementations"].as_u64().unwrap();
     assert_eq!(v["plans"].as_array().unwrap().len() as u64, total);
     let text = stdout(&fuse(&["explore", "scripts/gemver.yaml"]));
-    assert!(text.contains(&format!("plans: {total} in total")), "{text}");
+    assert!(text.contains(&format!("plans: {total} in total\n")), "{text}");
     assert!(
         text.contains("timings: built-in library/timings/h100-analytic.yaml"),
         "{text}"

@@ -23,7 +23,11 @@ fn bench(c: &mut Criterion) {
         let run = |all: bool| {
             let ex = explore(&program, &program.sizes, &table, &library, Limits::default()).expect("explores");
             let count = ex.count();
-            let plans = if all { ex.plans().count() } else { ex.plans().take(1).count() };
+            let plans = if all {
+                ex.plans().count()
+            } else {
+                ex.plans().take(1).count()
+            };
             (count, plans)
         };
         c.bench_function(&format!("{name} top 1"), |b| b.iter(|| run(false)));

@@ -78,6 +78,8 @@ pub struct Limits {
     pub max_search_nodes: usize,
     /// Partial plans visited when counting plans before the count becomes a lower bound.
     pub max_count_nodes: usize,
+    /// Plans listed at most when all are asked for.
+    pub max_plans: usize,
 }
 
 impl Default for Limits {
@@ -86,8 +88,9 @@ impl Default for Limits {
             max_fusion_calls: 8,
             max_fusions: 4096,
             max_orders: 256,
-            max_search_nodes: 50_000,
-            max_count_nodes: 200_000,
+            max_search_nodes: 20_000,
+            max_count_nodes: 100_000,
+            max_plans: 10_000,
         }
     }
 }

@@ -11,8 +11,9 @@
 //! Deterministic node budgets, not clocks, bound the search on large scripts.
 
 use std::cmp::Ordering;
-use std::collections::BinaryHeap;
+use std::collections::{BTreeSet, BinaryHeap};
 use std::fmt::Write;
+use std::rc::Rc;
 
 use serde::{Deserialize, Serialize};
 
@@ -164,9 +165,10 @@ pub struct PlanCount {
 
 impl std::fmt::Display for PlanCount {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self.exact {
-            true => write!(f, "{}", self.count),
-            false => write!(f, "more than {}", self.count),
+        match (self.exact, self.count) {
+            (true, n) => write!(f, "{n}"),
+            (false, u128::MAX) => f.write_str("more than 10^38"),
+            (false, n) => write!(f, "more than {n}"),
         }
     }
 }
@@ -310,71 +312,87 @@ impl<'e, 'p> Search<'e, 'p> {
 
 /// Kernels in launch order: repeatedly the ready kernel with the lowest call.
 fn launch_order(ex: &Exploration, p: &Partial) -> Vec<usize> {
-    let ctx = &ex.context;
-    let count = p.kernels.len();
-    let calls_of = |k: usize| &ex.fusions[p.kernels[k].0 as usize].calls;
-    let mut waiting: Vec<usize> = vec![0; count];
-    let mut next: Vec<Vec<usize>> = vec![Vec::new(); count];
-    for k in 0..count {
-        let mut after = CallSet::empty(count);
-        for &c in calls_of(k) {
-            for d in ctx.consumers[c].iter() {
-                let j = p.kernel_of[d] as usize;
-                if j != k && !after.contains(j) {
-                    after.insert(j);
-                    next[k].push(j);
-                    waiting[j] += 1;
-                }
-            }
-        }
-    }
-    let mut ready: std::collections::BTreeSet<(CallId, usize)> = (0..count)
+    let first_call = |k: usize| ex.fusions[p.kernels[k].0 as usize].calls[0];
+    let next = kernel_successors(ex, p);
+    let mut waiting = vec![0usize; next.len()];
+    next.iter().flatten().for_each(|&j| waiting[j] += 1);
+    let mut ready: BTreeSet<(CallId, usize)> = (0..next.len())
         .filter(|&k| waiting[k] == 0)
-        .map(|k| (calls_of(k)[0], k))
+        .map(|k| (first_call(k), k))
         .collect();
-    let mut order = Vec::with_capacity(count);
-    while let Some((c, k)) = ready.iter().next().copied() {
-        ready.remove(&(c, k));
+    let mut order = Vec::with_capacity(next.len());
+    while let Some((_, k)) = ready.pop_first() {
         order.push(k);
         for &j in &next[k] {
             waiting[j] -= 1;
             if waiting[j] == 0 {
-                ready.insert((calls_of(j)[0], j));
+                ready.insert((first_call(j), j));
             }
         }
     }
     order
 }
 
-/// A node of the best-first search.
-struct Node {
-    f: f64,
-    g: f64,
-    partial: Partial,
-    seq: u64,
+/// For each kernel of `p`, the other kernels that read its results.
+fn kernel_successors(ex: &Exploration, p: &Partial) -> Vec<Vec<usize>> {
+    let count = p.kernels.len();
+    let mut next = vec![Vec::new(); count];
+    for (k, successors) in next.iter_mut().enumerate() {
+        let mut seen = CallSet::empty(count);
+        seen.insert(k);
+        for &c in &ex.fusions[p.kernels[k].0 as usize].calls {
+            for d in ex.context.consumers[c].iter() {
+                let j = p.kernel_of[d] as usize;
+                if !seen.contains(j) {
+                    seen.insert(j);
+                    successors.push(j);
+                }
+            }
+        }
+    }
+    next
 }
 
-impl PartialEq for Node {
+/// A partial plan whose children have been generated, cheapest first.
+struct Expanded {
+    partial: Partial,
+    g: f64,
+    /// (f, fusion, implementation) of each child, by increasing f.
+    children: Vec<(f64, u32, u32)>,
+}
+
+/// A heap entry: child `k` of an expanded partial plan. Only the cheapest unvisited child of
+/// each expanded plan is in the heap; popping it pushes its next sibling, so the heap grows by
+/// at most two entries per pop.
+struct Entry {
+    f: f64,
+    depth: usize,
+    seq: u64,
+    parent: Rc<Expanded>,
+    k: usize,
+}
+
+impl PartialEq for Entry {
     fn eq(&self, other: &Self) -> bool {
         self.cmp(other) == Ordering::Equal
     }
 }
 
-impl Eq for Node {}
+impl Eq for Entry {}
 
-impl PartialOrd for Node {
+impl PartialOrd for Entry {
     fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
         Some(self.cmp(other))
     }
 }
 
-impl Ord for Node {
-    /// The heap pops the greatest: least f, then the deeper node, then the older one.
+impl Ord for Entry {
+    /// The heap pops the greatest: least f, then the deeper plan, then the older entry.
     fn cmp(&self, other: &Self) -> Ordering {
         other
             .f
             .total_cmp(&self.f)
-            .then(self.partial.covered.len().cmp(&other.partial.covered.len()))
+            .then(self.depth.cmp(&other.depth))
             .then(other.seq.cmp(&self.seq))
     }
 }
@@ -382,7 +400,7 @@ impl Ord for Node {
 /// Plans best predicted first, produced lazily. Iterating to the end enumerates every plan.
 pub struct Plans<'e, 'p> {
     search: Search<'e, 'p>,
-    heap: BinaryHeap<Node>,
+    heap: BinaryHeap<Entry>,
     seq: u64,
     expanded: usize,
     rank: usize,
@@ -392,23 +410,17 @@ pub struct Plans<'e, 'p> {
 impl<'e, 'p> Plans<'e, 'p> {
     pub(crate) fn new(ex: &'e Exploration<'p>, filter: Option<FusionFilter<'e>>) -> Self {
         let search = Search::new(ex, filter);
-        let root = Partial::empty(ex.context.calls());
-        let f = search.heuristic(&root);
-        let mut heap = BinaryHeap::new();
-        heap.push(Node {
-            f,
-            g: 0.0,
-            partial: root,
-            seq: 0,
-        });
-        Plans {
+        let mut plans = Plans {
             search,
-            heap,
-            seq: 1,
+            heap: BinaryHeap::new(),
+            seq: 0,
             expanded: 0,
             rank: 0,
             budget_hit: false,
-        }
+        };
+        let root = plans.expand(Partial::empty(ex.context.calls()), 0.0);
+        plans.push(Rc::new(root), 0);
+        plans
     }
 
     /// Whether the node budget ran out: plans from then on are greedy completions, the best
@@ -417,33 +429,55 @@ impl<'e, 'p> Plans<'e, 'p> {
         self.budget_hit
     }
 
-    fn children(&mut self, node: &Node) -> Vec<Node> {
-        let mut out = Vec::new();
-        let extensions: Vec<usize> = self.search.extensions(&node.partial).collect();
-        for f in extensions {
+    /// `partial` with its children generated and sorted.
+    fn expand(&self, partial: Partial, g: f64) -> Expanded {
+        let h = self.search.heuristic(&partial);
+        let mut children = Vec::new();
+        for f in self.search.extensions(&partial) {
             let calls = &self.search.ex.fusions[f].calls;
+            let h_child = h - calls.iter().map(|&c| self.search.share[c]).sum::<f64>() * (1.0 - 1e-9);
             for (i, imp) in self.search.ex.implementations[f].list.iter().enumerate() {
-                let partial = node.partial.with(calls, f, i);
-                let g = node.g + imp.time.total_us;
-                let f = g + self.search.heuristic(&partial);
-                out.push(Node {
-                    f,
-                    g,
-                    partial,
-                    seq: self.seq,
-                });
-                self.seq += 1;
+                children.push((g + imp.time.total_us + h_child.max(0.0), f as u32, i as u32));
             }
         }
-        out
+        children.sort_by(|a, b| a.0.total_cmp(&b.0).then((a.1, a.2).cmp(&(b.1, b.2))));
+        Expanded { partial, g, children }
     }
 
-    /// Completes `node` by always taking its best child.
-    fn greedy(&mut self, mut node: Node) -> Option<Node> {
-        while node.partial.first_uncovered().is_some() {
-            node = self.children(&node).into_iter().max()?;
+    fn push(&mut self, parent: Rc<Expanded>, k: usize) {
+        if let Some(&(f, _, _)) = parent.children.get(k) {
+            let depth = parent.partial.covered.len();
+            self.seq += 1;
+            self.heap.push(Entry {
+                f,
+                depth,
+                seq: self.seq,
+                parent,
+                k,
+            });
         }
-        Some(node)
+    }
+
+    /// The plan of child `k` of `parent`, and its cost so far.
+    fn child(&self, parent: &Expanded, k: usize) -> (Partial, f64) {
+        let (_, f, i) = parent.children[k];
+        let calls = &self.search.ex.fusions[f as usize].calls;
+        let time = self.search.ex.implementations[f as usize].list[i as usize]
+            .time
+            .total_us;
+        (parent.partial.with(calls, f as usize, i as usize), parent.g + time)
+    }
+
+    /// Completes `partial` by always taking its cheapest child.
+    fn greedy(&self, mut partial: Partial, mut g: f64) -> (Partial, f64) {
+        while partial.first_uncovered().is_some() {
+            let expanded = self.expand(partial, g);
+            if expanded.children.is_empty() {
+                return (expanded.partial, f64::INFINITY);
+            }
+            (partial, g) = self.child(&expanded, 0);
+        }
+        (partial, g)
     }
 }
 
@@ -451,23 +485,24 @@ impl Iterator for Plans<'_, '_> {
     type Item = Plan;
 
     fn next(&mut self) -> Option<Plan> {
-        while let Some(node) = self.heap.pop() {
-            let node = if node.partial.first_uncovered().is_none() {
-                node
+        while let Some(entry) = self.heap.pop() {
+            self.push(entry.parent.clone(), entry.k + 1);
+            let (partial, g) = self.child(&entry.parent, entry.k);
+            let (partial, g) = if partial.first_uncovered().is_none() {
+                (partial, g)
             } else if self.expanded >= self.search.ex.limits.max_search_nodes {
                 self.budget_hit = true;
-                match self.greedy(node) {
-                    Some(done) => done,
-                    None => continue,
-                }
+                self.greedy(partial, g)
             } else {
                 self.expanded += 1;
-                let children = self.children(&node);
-                self.heap.extend(children);
+                let expanded = self.expand(partial, g);
+                self.push(Rc::new(expanded), 0);
                 continue;
             };
-            self.rank += 1;
-            return Some(self.search.plan(&node.partial, self.rank, node.g));
+            if g.is_finite() {
+                self.rank += 1;
+                return Some(self.search.plan(&partial, self.rank, g));
+            }
         }
         None
     }
