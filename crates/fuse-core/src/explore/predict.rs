@@ -199,6 +199,32 @@ mod tests {
     }
 
     #[test]
+    fn measured_routines_override_the_model_unless_the_library_differs() {
+        let text = std::fs::read_to_string("../../library/timings/h100-analytic.yaml")
+            .unwrap()
+            .replace("library_checksum: null", "library_checksum: fnv1a64:0000000000000001")
+            .replace(
+                "routines: []",
+                "routines: [{function: copy, variant: default, routine: load.x, precision: f32, threads: 256, serial_iterations: 1, shared_bytes: 0, ns_per_call: 2.0}]",
+            );
+        let table = TimingTable::parse("m.yaml", &text).unwrap();
+        let run = RoutineRun {
+            key: RoutineKey {
+                function: "copy",
+                variant: "default",
+                routine: "load.x",
+                precision: Precision::F32,
+            },
+            runs: 1000,
+            work: Work::Bytes(128),
+        };
+        let e = env(256, 0, 100_000);
+        assert_eq!(Predictor::new(&table, true).routine_us(&run, &e), 2.0);
+        let analytic = Predictor::new(&table, false).routine_us(&run, &e);
+        assert!((analytic - 128_000.0 / 3e6).abs() < 1e-12, "{analytic}");
+    }
+
+    #[test]
     fn a_kernel_overlaps_transfer_and_compute_and_pays_its_launch() {
         let table = TimingTable::builtin().unwrap();
         let p = Predictor::new(&table, true);

@@ -102,7 +102,7 @@ fn explain_names_the_rule_for_every_pair() {
 }
 
 #[test]
-fn explain_reports_predicted_slower_and_no_traffic_saved() {
+fn explain_reports_no_traffic_saved_and_the_barrier() {
     let text = "sizes: {n: 64}\ninputs: {x: [n], y: [n], a: scalar}\noutputs: [u, v]\ncalls:\n  - u = sscal(a, x)\n  - v = sscal(a, y)\n";
     let program = script::parse("t.yaml", text, &library()).unwrap();
     let ex = explored(&program, Limits::default());
@@ -114,7 +114,6 @@ fn explain_reports_predicted_slower_and_no_traffic_saved() {
             ..
         }
     ));
-    // GESUMMV at a tiny size: one 1-tile kernel each, x shared; whatever the verdict, it is explained.
     let program = load("atax");
     let ex = explored(&program, Limits::default());
     let pairs = ex.explain(&ex.best());
@@ -125,6 +124,57 @@ fn explain_reports_predicted_slower_and_no_traffic_saved() {
             ..
         }
     ));
+}
+
+#[test]
+fn explain_reports_a_fusion_predicted_slower() {
+    // With 1000 B of shared memory per SM, the three-call tree holds four sub-vectors at once
+    // and halves occupancy; two-call fusions hold three and keep it.
+    let text = "sizes: {n: 1048576}\ninputs: {x: [n], y: [n], z: [n], w: [n]}\noutputs: [c]\ncalls:\n  - a = sadd(x, y)\n  - b = sadd(z, w)\n  - c = sadd(a, b)\n";
+    let program = script::parse("tree.yaml", text, &library()).unwrap();
+    let builtin = std::fs::read_to_string("../../library/timings/h100-analytic.yaml").unwrap();
+    let small = builtin
+        .replace("max_shared_per_block: 232448", "max_shared_per_block: 1000")
+        .replace("shared_per_sm: 233472", "shared_per_sm: 1000");
+    let table = TimingTable::parse("small.yaml", &small).unwrap();
+    let ex = explore(&program, &program.sizes, &table, &library(), Limits::default()).unwrap();
+    let best = ex.best();
+    assert_eq!(best.kernels.len(), 2, "{}", best.describe(&program));
+    let slower = ex.explain(&best).into_iter().find_map(|p| match p.verdict {
+        Verdict::Apart {
+            why: Why::PredictedSlower { fused_us, best_us },
+            ..
+        } => Some((fused_us, best_us)),
+        _ => None,
+    });
+    let (fused_us, best_us) = slower.expect("one pair is apart by prediction");
+    assert!(fused_us >= best_us);
+}
+
+#[test]
+fn explain_reports_the_resource_limit() {
+    // One gemv or gemtv block holds a tile and two sub-vectors (4352 B); BiCGK's holds four.
+    let program = load("bicgk");
+    let builtin = std::fs::read_to_string("../../library/timings/h100-analytic.yaml").unwrap();
+    let table = TimingTable::parse(
+        "tiny.yaml",
+        &builtin.replace("max_shared_per_block: 232448", "max_shared_per_block: 4400"),
+    )
+    .unwrap();
+    let ex = explore(&program, &program.sizes, &table, &library(), Limits::default()).unwrap();
+    let best = ex.best();
+    assert_eq!(best.kernels.len(), 2);
+    let pairs = ex.explain(&best);
+    assert!(
+        matches!(
+            pairs[0].verdict,
+            Verdict::Apart {
+                why: Why::Rule(Rule::ResourceLimit),
+                ..
+            }
+        ),
+        "{pairs:?}"
+    );
 }
 
 #[test]
