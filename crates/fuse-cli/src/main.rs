@@ -1,5 +1,7 @@
 //! `fuse`: fuse sequences of BLAS calls into few GPU kernels. See `fuse --help`.
 
+mod bench;
+mod calibrate;
 mod compile;
 mod explore;
 mod npy;
@@ -126,11 +128,35 @@ fuse explore scripts/atax.yaml --top 1 --json --timings my-gpu.yaml"
     /// For every pair of calls that share data: fused in the best plan, or which rule kept them apart.
     #[command(after_help = "Example: fuse explain scripts/gemver.yaml")]
     Explain(explore::ExplainArgs),
+    /// Time fused plans against the same calls run one kernel each.
+    #[command(
+        long_about = "Benchmark scripts on the fused CPU backend. Per script: the best plan for \
+the CPU (fused) and the unfused plan (the same calls, one kernel each), each checked against \
+the f64 reference at small sizes first, then timed at the sizes given (median of --runs runs \
+after warm-up, both plans alternating). Reported: both times, the speedup, the effective GB/s \
+(compulsory bytes — every input read once, every output written once — over the fused time) \
+and its percentage of this machine's copy bandwidth, measured at the start.",
+        after_help = "Examples:\n  fuse bench scripts/bicgk.yaml scripts/gemver.yaml --size m=8192 --size n=8192\n  \
+fuse bench scripts/vadd.yaml --size n=67108864 --json"
+    )]
+    Bench(bench::BenchArgs),
+    /// Measure this machine and write a timing table for the explorer.
+    #[command(
+        long_about = "Measure what the explorer ranks plans by and write a timing table (YAML, \
+the format of library/timings/). `--backend cpu` measures the CPU: the copy bandwidth of \
+memory, the arithmetic peaks, the cost of a parallel section, and the compute time of every \
+library function on data in cache; it works on any machine. The table records the library's \
+checksum: after the library changes, calibrate again.",
+        after_help = "Example: fuse calibrate --backend cpu -o my-cpu.yaml && FUSE_CPU_TIMINGS=my-cpu.yaml fuse run scripts/bicgk.yaml"
+    )]
+    Calibrate(calibrate::CalibrateArgs),
 }
 
 /// Where a script runs.
 #[derive(Clone, Copy, ValueEnum)]
 enum Backend {
+    /// The fused CPU backend: the best plan, run tile by tile on every core (rayon).
+    Cpu,
     /// The f64 reference interpreter: call by call, no fusion, the ground truth.
     Reference,
     /// The generated CUDA of the best plan, run on host threads (slow; for testing kernels).
@@ -139,7 +165,7 @@ enum Backend {
 
 impl Backend {
     fn best_available() -> (Backend, &'static str) {
-        (Backend::Reference, "the only backend in this build")
+        (Backend::Cpu, "no GPU backend in this build: the fused CPU backend")
     }
 }
 
@@ -220,6 +246,8 @@ fn run(cli: Cli) -> Result<(), Failure> {
         }
         Command::Explore(args) => explore::run_explore(&args, &library),
         Command::Explain(args) => explore::run_explain(&args, &library),
+        Command::Bench(args) => bench::run(&args, &library),
+        Command::Calibrate(args) => calibrate::run(&args, &library),
         Command::Compile {
             script,
             out,
@@ -297,6 +325,7 @@ fn run_script(program: &Program, options: &RunOptions) -> Result<(), Failure> {
         }
     };
     let results = match backend {
+        Backend::Cpu => bench::run_cpu(program, &sizes, options.library, &inputs)?,
         Backend::Reference => fuse_cpu::reference::evaluate(program, &sizes, &inputs).map_err(bad_input)?,
         Backend::Emulate => {
             let plan = compile::plan(program, &sizes, options.library, None, 1)?;

@@ -71,7 +71,7 @@ fn summary_without_outputs_folder() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("q  [33] f32"), "{stdout}");
     assert!(stdout.contains("s  [31] f32"), "{stdout}");
-    assert!(String::from_utf8_lossy(&out.stderr).contains("backend: reference"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("backend: cpu"));
 }
 
 #[test]

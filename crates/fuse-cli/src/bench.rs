@@ -1,0 +1,290 @@
+//! `fuse bench` (fused against unfused on the CPU backend) and the plan-to-CPU path shared
+//! with `fuse run --backend cpu`.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use clap::{Args, ValueEnum};
+use serde_json::json;
+
+use fuse_core::data::{fill_random_inputs, relative_error};
+use fuse_core::{explore, Bindings, Library, Limits, Precision, Program, Sizes};
+use fuse_cpu::fused::calibrate::{copy_bandwidth, COPY_BYTES, COPY_REPS};
+use fuse_cpu::fused::{timings, unfused_plan, FusedPlan};
+
+use crate::calibrate::progress_bar;
+use crate::{bad_input, internal, load, parse_size, Failure};
+
+/// Largest size of any dimension in the correctness check before timing.
+const CHECK_EXTENT: usize = 513;
+/// Runs before timing: page faults, caches and the thread pool warmed up.
+const WARM_UP: usize = 2;
+
+/// Options of `fuse bench`.
+#[derive(Args)]
+pub struct BenchArgs {
+    /// Script files.
+    #[arg(required = true, value_name = "SCRIPT")]
+    scripts: Vec<PathBuf>,
+    /// Where to run: `cpu`, the fused CPU backend, against the same calls one kernel each.
+    #[arg(long, value_enum, default_value_t = BenchBackend::Cpu)]
+    backend: BenchBackend,
+    /// A size, e.g. --size m=8192 (repeatable); each script takes the sizes it has.
+    #[arg(long = "size", value_name = "NAME=VALUE", value_parser = parse_size)]
+    sizes: Vec<(String, usize)>,
+    /// Timed runs of the fused and of the unfused program each; the median is reported.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..))]
+    runs: u32,
+    /// CPU timing table to rank plans with, instead of the one chosen for this CPU.
+    #[arg(long, value_name = "FILE")]
+    timings: Option<PathBuf>,
+    /// Seed of the random inputs.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// The backends `fuse bench` measures.
+#[derive(Clone, Copy, ValueEnum)]
+enum BenchBackend {
+    /// The fused CPU backend (rayon).
+    Cpu,
+}
+
+/// One script's measurement.
+struct Measured {
+    script: String,
+    sizes: Sizes,
+    kernels: (usize, usize),
+    fused_us: f64,
+    baseline_us: f64,
+    bytes: u64,
+}
+
+/// The best plan of `program` at `sizes` for the CPU, prepared; and a note on the timing table.
+pub fn cpu_plan(
+    program: &Program,
+    sizes: &Sizes,
+    library: &Library,
+    timings: Option<&Path>,
+) -> Result<(FusedPlan, Option<String>), Failure> {
+    let selected = timings::select(library, timings).map_err(bad_input)?;
+    let exploration = explore(program, sizes, &selected.table, library, Limits::default()).map_err(bad_input)?;
+    let plan = exploration.best();
+    Ok((FusedPlan::new(program, sizes, &plan).map_err(bad_input)?, selected.note))
+}
+
+/// `fuse run --backend cpu`: the best plan for the CPU, run once.
+pub fn run_cpu(program: &Program, sizes: &Sizes, library: &Library, inputs: &Bindings) -> Result<Bindings, Failure> {
+    let (fused, note) = cpu_plan(program, sizes, library, None)?;
+    if let Some(note) = note {
+        eprintln!("note: {note}");
+    }
+    fused.run(inputs).map_err(bad_input)
+}
+
+/// `fuse bench`.
+pub fn run(args: &BenchArgs, library: &Library) -> Result<(), Failure> {
+    let BenchBackend::Cpu = args.backend;
+    let programs = args
+        .scripts
+        .iter()
+        .map(|p| load(p, library))
+        .collect::<Result<Vec<_>, _>>()?;
+    check_sizes_used(&programs, &args.sizes)?;
+    let selected = timings::select(library, args.timings.as_deref()).map_err(bad_input)?;
+    if let Some(note) = &selected.note {
+        eprintln!("note: {note}");
+    }
+    let bar = progress_bar(1 + 3 * programs.len());
+    bar.set_message("copy bandwidth");
+    let copy = copy_bandwidth(COPY_BYTES, COPY_REPS);
+    bar.inc(1);
+    let mut results = Vec::new();
+    for program in &programs {
+        let bench = Bench {
+            program,
+            library,
+            table: &selected.table,
+            args,
+            bar: &bar,
+        };
+        results.push(bench.run()?);
+    }
+    bar.finish_and_clear();
+    match args.json {
+        true => print_json(&results, copy),
+        false => print_table(&results, copy, &selected.table.describe(), args.runs),
+    }
+    Ok(())
+}
+
+/// Every size given is a size of some script (a typo would otherwise be ignored).
+fn check_sizes_used(programs: &[Program], sizes: &[(String, usize)]) -> Result<(), Failure> {
+    for (name, value) in sizes {
+        if !programs.iter().any(|p| p.sizes.get(name).is_some()) {
+            return Err(bad_input(format!(
+                "--size {name}={value}: no script given has a size `{name}`"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// One script's benchmark.
+struct Bench<'a> {
+    program: &'a Program,
+    library: &'a Library,
+    table: &'a fuse_core::TimingTable,
+    args: &'a BenchArgs,
+    bar: &'a indicatif::ProgressBar,
+}
+
+impl Bench<'_> {
+    fn run(&self) -> Result<Measured, Failure> {
+        let program = self.program;
+        let overrides: Vec<(String, usize)> = (self.args.sizes.iter())
+            .filter(|(name, _)| program.sizes.get(name).is_some())
+            .cloned()
+            .collect();
+        let sizes = program.bind_sizes(&overrides).map_err(bad_input)?;
+        let exploration = explore(program, &sizes, self.table, self.library, Limits::default()).map_err(bad_input)?;
+        let fused_plan = exploration.best();
+        let baseline_plan = unfused_plan(program, &sizes);
+        self.step("checking");
+        for plan in [&fused_plan, &baseline_plan] {
+            check_against_reference(program, &sizes, plan, self.args.seed)?;
+        }
+        self.bar.inc(1);
+        self.step("inputs");
+        let fused = FusedPlan::new(program, &sizes, &fused_plan).map_err(internal)?;
+        let baseline = FusedPlan::new(program, &sizes, &baseline_plan).map_err(internal)?;
+        let mut inputs = Bindings::new();
+        fill_random_inputs(program, &sizes, self.args.seed, &mut inputs);
+        self.bar.inc(1);
+        self.step("timing");
+        let (fused_us, baseline_us) = time_both(&fused, &baseline, &inputs, self.args.runs as usize)?;
+        self.bar.inc(1);
+        Ok(Measured {
+            script: program.file.clone(),
+            kernels: (fused_plan.kernels.len(), baseline_plan.kernels.len()),
+            bytes: program.compulsory_bytes(&sizes),
+            sizes,
+            fused_us,
+            baseline_us,
+        })
+    }
+
+    fn step(&self, what: &str) {
+        self.bar.set_message(format!("{} ({what})", self.program.name));
+    }
+}
+
+/// Runs `plan` at small sizes against the reference, so a benchmark never times wrong code.
+fn check_against_reference(program: &Program, sizes: &Sizes, plan: &fuse_core::Plan, seed: u64) -> Result<(), Failure> {
+    let small: Vec<(String, usize)> = sizes
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.min(CHECK_EXTENT)))
+        .collect();
+    let small = program.bind_sizes(&small).map_err(bad_input)?;
+    let fused = FusedPlan::new(program, &small, plan).map_err(internal)?;
+    let mut inputs = Bindings::new();
+    fill_random_inputs(program, &small, seed, &mut inputs);
+    let got = fused.run(&inputs).map_err(internal)?;
+    let want = fuse_cpu::reference::evaluate(program, &small, &inputs).map_err(internal)?;
+    let tolerance = match program.precision {
+        Precision::F32 => 1e-4,
+        Precision::F64 => 1e-12,
+    };
+    for (name, w) in &want {
+        let error = got
+            .get(name)
+            .map_or(f64::INFINITY, |g| relative_error(&g.to_f64(), &w.to_f64()));
+        if !(error < tolerance) {
+            return Err(internal(format!(
+                "{}: output `{name}` of the {}-kernel plan is off the reference by {error:e} at {small}: not timed (a fuse bug, please report)",
+                program.file,
+                plan.kernels.len()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Median µs of `runs` runs of each plan, alternating so that both see the same machine.
+fn time_both(fused: &FusedPlan, baseline: &FusedPlan, inputs: &Bindings, runs: usize) -> Result<(f64, f64), Failure> {
+    let mut spaces = (fused.workspace(), baseline.workspace());
+    for _ in 0..WARM_UP {
+        fused.run_in(inputs, &mut spaces.0).map_err(internal)?;
+        baseline.run_in(inputs, &mut spaces.1).map_err(internal)?;
+    }
+    let mut times = (Vec::with_capacity(runs), Vec::with_capacity(runs));
+    for _ in 0..runs {
+        let start = Instant::now();
+        fused.run_in(inputs, &mut spaces.0).map_err(internal)?;
+        times.0.push(start.elapsed().as_secs_f64() * 1e6);
+        let start = Instant::now();
+        baseline.run_in(inputs, &mut spaces.1).map_err(internal)?;
+        times.1.push(start.elapsed().as_secs_f64() * 1e6);
+    }
+    Ok((median(times.0), median(times.1)))
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+impl Measured {
+    fn gbps(&self) -> f64 {
+        self.bytes as f64 / (self.fused_us * 1e3)
+    }
+}
+
+fn print_table(results: &[Measured], copy: f64, timings: &str, runs: u32) {
+    println!(
+        "copy bandwidth: {copy:.1} GB/s (bytes read + written by a parallel copy of {} MiB arrays)",
+        COPY_BYTES >> 20
+    );
+    println!("plans ranked by: {timings}");
+    println!("times: median of {runs} runs after warm-up; GB/s: compulsory bytes (inputs read once, outputs written once) over the fused time");
+    println!(
+        "{:<22} {:<16} {:>9} {:>12} {:>12} {:>8} {:>7} {:>9}",
+        "script", "sizes", "kernels", "fused µs", "unfused µs", "speedup", "GB/s", "% copy"
+    );
+    for r in results {
+        println!(
+            "{:<22} {:<16} {:>9} {:>12.1} {:>12.1} {:>7.2}× {:>7.1} {:>8.1}%",
+            r.script,
+            r.sizes.to_string(),
+            format!("{} / {}", r.kernels.0, r.kernels.1),
+            r.fused_us,
+            r.baseline_us,
+            r.baseline_us / r.fused_us,
+            r.gbps(),
+            100.0 * r.gbps() / copy
+        );
+    }
+}
+
+fn print_json(results: &[Measured], copy: f64) {
+    let rows: Vec<serde_json::Value> = results
+        .iter()
+        .map(|r| {
+            json!({
+                "script": r.script,
+                "sizes": r.sizes.iter().collect::<std::collections::BTreeMap<_, _>>(),
+                "kernels": r.kernels.0,
+                "baseline_kernels": r.kernels.1,
+                "fused_us": r.fused_us,
+                "baseline_us": r.baseline_us,
+                "speedup": r.baseline_us / r.fused_us,
+                "gbps": r.gbps(),
+                "pct_of_copy": 100.0 * r.gbps() / copy,
+            })
+        })
+        .collect();
+    println!("{}", json!({ "copy_gbps": copy, "results": rows }));
+}
