@@ -21,15 +21,15 @@ use crate::script::{Inputs, Outputs};
 
 /// Where programs run.
 ///
-/// Only the reference interpreter exists today; fused CPU and CUDA backends will be further
-/// variants, so `match` on it with a wildcard arm.
+/// The fused CPU backend is the default; a CUDA backend will be a further variant, so `match`
+/// on it with a wildcard arm.
 ///
 /// ```
 /// use fuse::Backend;
 ///
 /// let backend: Backend = "reference".parse()?;
 /// assert_eq!(backend, Backend::Reference);
-/// assert_eq!(Backend::default(), Backend::Reference); // the best one available here
+/// assert_eq!(Backend::default(), Backend::Cpu); // the best one available here
 /// # Ok::<(), fuse::Error>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
@@ -38,18 +38,23 @@ pub enum Backend {
     /// The f64 reference interpreter of `fuse-cpu`: every call straight from its library
     /// formula, in f64 whatever the precision (results are rounded to the program's precision).
     /// Unfused and slow, but the ground truth every other backend is tested against.
-    #[default]
     Reference,
+    /// The fused CPU backend of `fuse-cpu`: the explorer's best plan for this CPU (ranked by
+    /// its timing table, see `fuse calibrate --backend cpu`), run tile by tile on every core,
+    /// in the program's precision.
+    #[default]
+    Cpu,
 }
 
 /// Names accepted by [`Backend::from_str`], in the order of [`Backend`]'s variants.
-const NAMES: [&str; 1] = ["reference"];
+const NAMES: [&str; 2] = ["reference", "cpu"];
 
 impl Backend {
     /// The backend's name, as `fuse run --backend` spells it.
     pub fn name(&self) -> &'static str {
         match self {
             Backend::Reference => NAMES[0],
+            Backend::Cpu => NAMES[1],
         }
     }
 
@@ -77,6 +82,7 @@ impl Backend {
                 program: Arc::clone(&program),
                 sizes: sizes.clone(),
             }),
+            Backend::Cpu => Box::new(cpu::Fused::new(&program, &sizes)?),
         };
         Ok(Compiled {
             backend: self.clone(),
@@ -96,10 +102,11 @@ impl fmt::Display for Backend {
 impl FromStr for Backend {
     type Err = Error;
 
-    /// Parses a backend name (`reference`).
+    /// Parses a backend name (`reference`, `cpu`).
     fn from_str(name: &str) -> Result<Self> {
         match name {
             "reference" => Ok(Backend::Reference),
+            "cpu" => Ok(Backend::Cpu),
             _ => Err(Error::UnknownBackend {
                 name: name.to_string(),
                 known: list(&NAMES),
@@ -225,6 +232,39 @@ mod reference {
                 .into_iter()
                 .map(|(name, a)| (name, a.to_precision(precision)))
                 .collect())
+        }
+    }
+}
+
+/// The fused CPU backend: explores the program for this CPU once, at compile time, and runs the
+/// best plan with `fuse_cpu::fused`.
+mod cpu {
+    use fuse_core::explore::{explore, Limits};
+    use fuse_cpu::fused::{timings, CpuError, FusedPlan};
+
+    use super::*;
+
+    pub(super) struct Fused {
+        plan: FusedPlan,
+    }
+
+    impl Fused {
+        /// The best plan of `program` at `sizes` by the CPU timing table. Functions resolve
+        /// against the built-in library's checksum, which is what the shipped tables record.
+        pub(super) fn new(program: &Program, sizes: &Sizes) -> Result<Self> {
+            let library = crate::session::builtin_library()?;
+            let selected = timings::select(&library, None)?;
+            let exploration =
+                explore(program, sizes, &selected.table, &library, Limits::default()).map_err(CpuError::from)?;
+            Ok(Fused {
+                plan: FusedPlan::new(program, sizes, &exploration.best())?,
+            })
+        }
+    }
+
+    impl Executable for Fused {
+        fn run(&self, inputs: &Bindings) -> Result<Bindings> {
+            Ok(self.plan.run(inputs)?)
         }
     }
 }

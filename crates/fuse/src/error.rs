@@ -105,6 +105,10 @@ pub enum Error {
     /// The run that should have computed a value failed; reading the value reports why.
     #[error("the recorded calls computing this value failed: {0}")]
     Failed(#[source] Arc<Error>),
+    /// The fused CPU backend could not plan or run a program (a stale timing table, a
+    /// formula it cannot run).
+    #[error(transparent)]
+    Cpu(#[from] fuse_cpu::fused::CpuError),
     /// A backend name that `fuse` does not know.
     #[error("unknown backend `{name}` (known: {known})")]
     UnknownBackend {
