@@ -128,3 +128,33 @@ mod tests {
         }
     }
 }
+
+/// The 11 sequences of the paper, as named in `scripts/`.
+pub const SEQUENCES: [&str; 11] = [
+    "axpydot", "atax", "bicgk", "sgemv", "sgemvt", "sscal", "gemver", "gesummv", "madd", "vadd", "waxpby",
+];
+
+/// The shipped script `scripts/<name>.yaml` in `precision`: its f64 twin has `precision: f64`
+/// and every call `d`-prefixed.
+pub fn sequence(name: &str, precision: Precision) -> Program {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../scripts")
+        .join(format!("{name}.yaml"));
+    let mut text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    if precision == Precision::F64 {
+        text = text.replace("precision: f32", "precision: f64").replace("= s", "= d");
+    }
+    let library = Library::builtin().expect("the built-in library loads");
+    script::parse(&format!("{name}.yaml"), &text, &library).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// `program`'s sizes with `m` set to `m` and every other symbol to `n` (vector-only scripts
+/// have only `n`).
+pub fn sizes_mn(program: &Program, m: usize, n: usize) -> crate::Sizes {
+    let overrides: Vec<(String, usize)> = program
+        .sizes
+        .iter()
+        .map(|(s, _)| (s.to_string(), if s == "m" { m } else { n }))
+        .collect();
+    program.bind_sizes(&overrides).expect("test sizes are sane")
+}

@@ -2,18 +2,15 @@
 //! sizes, on random inputs.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 
 use approx::assert_relative_eq;
 use fuse_core::data::fill_random_inputs;
-use fuse_core::{script, Bindings, Library, Program};
+use fuse_core::testing::{sequence, sizes_mn, SEQUENCES as ALL};
+use fuse_core::{Bindings, Precision, Program};
 use fuse_cpu::reference::evaluate;
 
 fn load(name: &str) -> Program {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../scripts")
-        .join(format!("{name}.yaml"));
-    script::load(&path, &Library::builtin().unwrap()).unwrap()
+    sequence(name, Precision::F32)
 }
 
 struct Data(BTreeMap<String, Vec<f64>>);
@@ -94,12 +91,7 @@ fn expected(name: &str, d: &Data, m: usize, n: usize) -> Vec<(&'static str, Vec<
 
 fn check(name: &str, m: usize, n: usize, seed: u64) {
     let program = load(name);
-    let overrides: Vec<(String, usize)> = program
-        .sizes
-        .iter()
-        .map(|(s, _)| (s.to_string(), if s == "m" { m } else { n }))
-        .collect();
-    let sizes = program.bind_sizes(&overrides).unwrap();
+    let sizes = sizes_mn(&program, m, n);
     let mut inputs = Bindings::new();
     fill_random_inputs(&program, &sizes, seed, &mut inputs);
     let data = Data(inputs.iter().map(|(k, a)| (k.clone(), a.to_f64())).collect());
@@ -114,10 +106,6 @@ fn check(name: &str, m: usize, n: usize, seed: u64) {
         }
     }
 }
-
-const ALL: [&str; 11] = [
-    "axpydot", "atax", "bicgk", "sgemv", "sgemvt", "sscal", "gemver", "gesummv", "madd", "vadd", "waxpby",
-];
 
 #[test]
 fn all_sequences_at_awkward_sizes() {
