@@ -90,9 +90,9 @@ impl<'s, T: Real> Scope<'s, '_, T> {
 /// A stage's terms on one segment: a constant, scaled runs and scaled products of two runs.
 struct Resolved<'s, T> {
     konst: T,
-    lin: [(T, &'s [T]); 4 * MAX_TERMS],
+    lin: [(T, &'s [T]); MAX_TERMS],
     lins: usize,
-    prod: [(T, &'s [T], &'s [T]); 4 * MAX_TERMS],
+    prod: [(T, &'s [T], &'s [T]); MAX_TERMS],
     prods: usize,
 }
 
@@ -100,11 +100,28 @@ impl<'s, T: Real> Resolved<'s, T> {
     fn new() -> Self {
         Resolved {
             konst: T::ZERO,
-            lin: [(T::ZERO, &[]); 4 * MAX_TERMS],
+            lin: [(T::ZERO, &[]); MAX_TERMS],
             lins: 0,
-            prod: [(T::ZERO, &[], &[]); 4 * MAX_TERMS],
+            prod: [(T::ZERO, &[], &[]); MAX_TERMS],
             prods: 0,
         }
+    }
+
+    /// Whether the terms of one more segment fit.
+    fn has_room(&self, terms: usize) -> bool {
+        self.lins + terms <= MAX_TERMS && self.prods + terms <= MAX_TERMS
+    }
+
+    /// `dest += ` everything held, then holds nothing.
+    fn flush_into(&mut self, dest: &mut [T]) {
+        loops::lin_add(dest, &self.lin[..self.lins]);
+        for &(c, x, y) in &self.prod[..self.prods] {
+            loops::prod_add(dest, c, x, y);
+        }
+        if self.konst != T::ZERO {
+            loops::add_const(dest, self.konst);
+        }
+        (self.konst, self.lins, self.prods) = (T::ZERO, 0, 0);
     }
 
     /// Adds the terms of one segment (the stage guarantees at most two runs per term).
@@ -172,8 +189,8 @@ pub(crate) fn sum<T: Real>(stage: &Stage, scope: &Scope<T>, seg: Seg, scratch: &
     total
 }
 
-/// `dest += Σ_rows stage` on the segments `(row, start .. start + dest.len())`, four rows per
-/// pass over `dest` where the stage is linear in its runs (`Aᵀ·x`: `dest += x[i]·A[i, ·]`).
+/// `dest += Σ_rows stage` on the segments `(row, start .. start + dest.len())`, several rows
+/// per pass over `dest` where the stage is linear in its runs (`Aᵀ·x`: `dest += x[i]·A[i, ·]`).
 pub(crate) fn accumulate<T: Real>(
     stage: &Stage,
     scope: &Scope<T>,
@@ -195,18 +212,16 @@ pub(crate) fn accumulate<T: Real>(
         }
         return;
     };
-    let rows: Vec<usize> = rows.collect();
-    for group in rows.chunks(4) {
-        let mut r = Resolved::new();
-        group.iter().for_each(|&row| r.add(terms, scope, seg(row)));
-        loops::lin_add(dest, &r.lin[..r.lins]);
-        for &(c, x, y) in &r.prod[..r.prods] {
-            loops::prod_add(dest, c, x, y);
+    // Rows are gathered until the term buffers are full, so `dest` is passed over once per
+    // four (or more) rows.
+    let mut r = Resolved::new();
+    for row in rows {
+        if !r.has_room(terms.len()) {
+            r.flush_into(dest);
         }
-        if r.konst != T::ZERO {
-            loops::add_const(dest, r.konst);
-        }
+        r.add(terms, scope, seg(row));
     }
+    r.flush_into(dest);
 }
 
 /// `dest = node` on `seg`, a node at a time; `scratch` holds a buffer per level of right

@@ -1,0 +1,102 @@
+//! The fused CPU backend on the paper's 11 sequences: the explorer's best plan for this CPU
+//! (`fused`) against the same calls one kernel each on the same backend (`unfused`) and the
+//! f64 reference interpreter (`reference`), at sizes far beyond the caches — A is 8192×8192
+//! f32 (256 MiB) for BLAS-2, vectors have 2^26 elements for BLAS-1 — plus the machine's copy
+//! bandwidth (`copy`). Every throughput is compulsory bytes (inputs read once, outputs written
+//! once) per second, so each reads directly as a share of `copy`.
+//!
+//! Run: `cargo bench -p fuse-cpu --bench cpu` (a few minutes; `-- bicgk` for one sequence).
+//! Without `--bench` (as `cargo test --all-targets` runs it) every size is small and each
+//! benchmark runs once, as a smoke test.
+
+use std::path::Path;
+use std::time::Duration;
+
+use criterion::measurement::WallTime;
+use criterion::{criterion_group, criterion_main, BenchmarkGroup, Criterion, SamplingMode, Throughput};
+use rayon::prelude::*;
+
+use fuse_core::data::fill_random_inputs;
+use fuse_core::{explore, script, Bindings, Library, Limits, Program};
+use fuse_cpu::fused::calibrate::COPY_BYTES;
+use fuse_cpu::fused::{timings, unfused_plan, FusedPlan};
+use fuse_cpu::reference::evaluate;
+
+const ALL: [&str; 11] = [
+    "axpydot", "atax", "bicgk", "sgemv", "sgemvt", "sscal", "gemver", "gesummv", "madd", "vadd", "waxpby",
+];
+
+/// Whether this is a real benchmark run (`cargo bench`) rather than a test-mode smoke run.
+fn full() -> bool {
+    std::env::args().any(|a| a == "--bench")
+}
+
+/// The sizes of the benchmark: `m = n = 8192` for BLAS-2, `n = 2^26` for BLAS-1.
+fn sizes(program: &Program) -> Vec<(String, usize)> {
+    let blas1 = program.sizes.get("m").is_none();
+    let n = match (full(), blas1) {
+        (true, true) => 1 << 26,
+        (true, false) => 8192,
+        (false, _) => 64,
+    };
+    program.sizes.iter().map(|(s, _)| (s.to_string(), n)).collect()
+}
+
+fn configure(group: &mut BenchmarkGroup<WallTime>) {
+    group.sample_size(10).sampling_mode(SamplingMode::Flat);
+    group
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2));
+}
+
+/// A parallel copy between two arrays of 256 MiB; throughput counts bytes read and written.
+fn copy(c: &mut Criterion) {
+    let len = if full() { COPY_BYTES / 8 } else { 1 << 12 };
+    let src: Vec<f64> = (0..len).into_par_iter().map(|k| k as f64).collect();
+    let mut dst = vec![0.0f64; len];
+    let piece = len.div_ceil(rayon::current_num_threads());
+    let mut group = c.benchmark_group("copy");
+    configure(&mut group);
+    group.throughput(Throughput::Bytes(2 * 8 * len as u64));
+    group.bench_function("parallel copy", |b| {
+        b.iter(|| {
+            dst.par_chunks_mut(piece)
+                .zip(src.par_chunks(piece))
+                .for_each(|(d, s)| d.copy_from_slice(s))
+        })
+    });
+    group.finish();
+}
+
+fn sequences(c: &mut Criterion) {
+    let library = Library::builtin().expect("the built-in library loads");
+    let table = timings::select(&library, None).expect("a CPU timing table").table;
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts");
+    for name in ALL {
+        let program = script::load(&root.join(format!("{name}.yaml")), &library).expect("the script parses");
+        let sizes = program.bind_sizes(&sizes(&program)).expect("sizes fit");
+        let best = explore(&program, &sizes, &table, &library, Limits::default())
+            .expect("explores")
+            .best();
+        let fused = FusedPlan::new(&program, &sizes, &best).expect("the best plan runs on the CPU");
+        let unfused = FusedPlan::new(&program, &sizes, &unfused_plan(&program, &sizes)).expect("runs");
+        let mut inputs = Bindings::new();
+        fill_random_inputs(&program, &sizes, 0, &mut inputs);
+        let mut group = c.benchmark_group(name);
+        configure(&mut group);
+        group.throughput(Throughput::Bytes(program.compulsory_bytes(&sizes)));
+        for (label, plan) in [("fused", &fused), ("unfused", &unfused)] {
+            let mut workspace = plan.workspace();
+            group.bench_function(label, |b| {
+                b.iter(|| plan.run_in(&inputs, &mut workspace).expect("runs"))
+            });
+        }
+        group.bench_function("reference", |b| {
+            b.iter(|| evaluate(&program, &sizes, &inputs).expect("runs"))
+        });
+        group.finish();
+    }
+}
+
+criterion_group!(benches, copy, sequences);
+criterion_main!(benches);
