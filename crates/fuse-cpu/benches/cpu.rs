@@ -9,7 +9,6 @@
 //! Without `--bench` (as `cargo test --all-targets` runs it) every size is small and each
 //! benchmark runs once, as a smoke test.
 
-use std::path::Path;
 use std::time::Duration;
 
 use criterion::measurement::WallTime;
@@ -17,14 +16,11 @@ use criterion::{criterion_group, criterion_main, BenchmarkGroup, Criterion, Samp
 use rayon::prelude::*;
 
 use fuse_core::data::fill_random_inputs;
-use fuse_core::{explore, script, Bindings, Library, Limits, Program};
+use fuse_core::testing::{sequence, SEQUENCES};
+use fuse_core::{explore, Bindings, Library, Limits, Precision, Program};
 use fuse_cpu::fused::calibrate::COPY_BYTES;
 use fuse_cpu::fused::{timings, unfused_plan, FusedPlan};
 use fuse_cpu::reference::evaluate;
-
-const ALL: [&str; 11] = [
-    "axpydot", "atax", "bicgk", "sgemv", "sgemvt", "sscal", "gemver", "gesummv", "madd", "vadd", "waxpby",
-];
 
 /// Whether this is a real benchmark run (`cargo bench`) rather than a test-mode smoke run.
 fn full() -> bool {
@@ -71,9 +67,8 @@ fn copy(c: &mut Criterion) {
 fn sequences(c: &mut Criterion) {
     let library = Library::builtin().expect("the built-in library loads");
     let table = timings::select(&library, None).expect("a CPU timing table").table;
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts");
-    for name in ALL {
-        let program = script::load(&root.join(format!("{name}.yaml")), &library).expect("the script parses");
+    for name in SEQUENCES {
+        let program = sequence(name, Precision::F32);
         let sizes = program.bind_sizes(&sizes(&program)).expect("sizes fit");
         let best = explore(&program, &sizes, &table, &library, Limits::default())
             .expect("explores")

@@ -6,35 +6,15 @@
 use std::path::Path;
 
 use fuse_core::data::{fill_random_inputs, relative_error};
+use fuse_core::testing::{sequence as load, sizes_mn, SEQUENCES as ALL};
 use fuse_core::{explore, script, Bindings, Library, Limits, Plan, Precision, Program, TimingTable};
 use fuse_cpu::fused::{timings, unfused_plan, CpuError, FusedPlan};
 use fuse_cpu::reference::evaluate;
-
-const ALL: [&str; 11] = [
-    "axpydot", "atax", "bicgk", "sgemv", "sgemvt", "sscal", "gemver", "gesummv", "madd", "vadd", "waxpby",
-];
 
 const SIZES: [(usize, usize); 4] = [(67, 45), (1, 300), (300, 1), (257, 513)];
 
 fn library() -> Library {
     Library::builtin().unwrap()
-}
-
-/// Sequence `name` in `precision` (f64: `d` functions).
-fn load(name: &str, precision: Precision) -> Program {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../scripts")
-        .join(format!("{name}.yaml"));
-    let mut text = std::fs::read_to_string(path).unwrap();
-    if precision == Precision::F64 {
-        text = text.replace("precision: f32", "precision: f64");
-        for f in [
-            "sscal", "saxpy", "sdot", "sgemv", "sgemtv", "sger", "smadd", "sadd", "saxpby",
-        ] {
-            text = text.replace(&format!("= {f}("), &format!("= d{}(", &f[1..]));
-        }
-    }
-    script::parse(&format!("{name}.yaml"), &text, &library()).unwrap()
 }
 
 /// The `count` best plans at the script's default sizes by `table`, and the unfused plan.
@@ -60,12 +40,7 @@ fn check(program: &Program, plans: &[Plan], sizes: &[(usize, usize)]) {
         Precision::F64 => 1e-12,
     };
     for (seed, &(m, n)) in sizes.iter().enumerate() {
-        let overrides: Vec<(String, usize)> = program
-            .sizes
-            .iter()
-            .map(|(s, _)| (s.to_string(), if s == "m" { m } else { n }))
-            .collect();
-        let sizes = program.bind_sizes(&overrides).unwrap();
+        let sizes = sizes_mn(program, m, n);
         let mut inputs = Bindings::new();
         fill_random_inputs(program, &sizes, seed as u64, &mut inputs);
         let want = evaluate(program, &sizes, &inputs).unwrap();

@@ -17,6 +17,7 @@ use fuse_core::explore::timing::{Device, Measurement, Model, Peaks, Source, Timi
 use fuse_core::library::{ElementaryFunction, Form};
 use fuse_core::{script, Bindings, HigherOrderKind, Library, Precision, Shape};
 
+use super::loops::wide;
 use super::timings::{cpu_model, CPU_COMPUTE_CAPABILITY};
 use super::{unfused_plan, CpuError, FusedPlan, Real};
 
@@ -26,8 +27,9 @@ pub const COPY_BYTES: usize = 256 << 20;
 pub const COPY_REPS: usize = 10;
 /// Timed runs of each function.
 const ROUTINE_REPS: usize = 30;
-/// Elements per thread of a function's in-cache operands (128 KiB of f32 per array).
-const ROUTINE_ELEMENTS_PER_THREAD: usize = 32 << 10;
+/// Elements per thread of a function's operands: 1 MiB of f32 per array, in the last-level
+/// cache, and enough work that the parallel section's cost is a small part of the time.
+const ROUTINE_ELEMENTS_PER_THREAD: usize = 256 << 10;
 
 /// One step of a calibration, for a progress bar.
 #[derive(Debug, Clone, Copy)]
@@ -171,29 +173,41 @@ pub fn copy_bandwidth(bytes: usize, reps: usize) -> f64 {
     2.0 * (len * std::mem::size_of::<f64>()) as f64 / seconds / 1e9
 }
 
-/// GFLOP/s of independent multiply-adds on every thread, in the precision of `T`.
+/// Independent multiply-add chains per thread in the peak measurement: enough to fill the
+/// vector registers and hide the latency of each operation.
+const CHAINS: usize = 64;
+/// Steps of each chain.
+const STEPS: usize = 200_000;
+
+/// GFLOP/s of independent multiply-adds on every thread, in the precision of `T`, by the same
+/// instruction set as the inner loops.
 fn peak_gflops<T: Real>() -> f64 {
-    const LANES: usize = 64;
-    const ITERATIONS: usize = 200_000;
     let threads = rayon::current_num_threads();
     let seconds = median_seconds(5, || {
         let total: T = (0..threads)
             .into_par_iter()
-            .map(|t| {
-                let (a, b) = (T::from_f64(0.999_999), T::from_f64(1e-7));
-                let mut acc = [T::from_f64(t as f64); LANES];
-                for _ in 0..ITERATIONS {
-                    for x in acc.iter_mut() {
-                        *x = *x * a + b;
-                    }
-                    acc = black_box(acc);
-                }
-                acc.iter().fold(T::ZERO, |s, &x| s + x)
-            })
+            .map(|t| chains(black_box(T::from_f64(0.999_999)), black_box(T::from_f64(t as f64))))
             .reduce(|| T::ZERO, |a, b| a + b);
         black_box(total);
     });
-    (2 * LANES * ITERATIONS * threads) as f64 / seconds / 1e9
+    (2 * CHAINS * STEPS * threads) as f64 / seconds / 1e9
+}
+
+wide!(
+    /// `CHAINS` chains of `x = x·a + b`, summed.
+    chains = chains_body(a: T, start: T) -> T
+);
+
+#[inline(always)]
+fn chains_body<T: Real>(a: T, start: T) -> T {
+    let b = T::from_f64(1e-7);
+    let mut acc = [start; CHAINS];
+    for _ in 0..STEPS {
+        for x in acc.iter_mut() {
+            *x = *x * a + b;
+        }
+    }
+    acc.iter().fold(T::ZERO, |s, &x| s + x)
 }
 
 /// The cost of one parallel section over every thread (a kernel's "launch"), µs.
@@ -207,8 +221,8 @@ fn parallel_section_us() -> f64 {
     seconds * 1e6
 }
 
-/// ns per instance of `f`'s compute routine: its largest form run alone on operands that fit
-/// each thread's cache, the parallel section's cost taken off.
+/// ns per instance of `f`'s compute routine: its largest form run alone on operands in the
+/// last-level cache, the parallel section's cost taken off.
 fn compute_ns(
     library: &Library,
     f: &ElementaryFunction,
@@ -245,10 +259,10 @@ fn compute_ns(
 fn one_call_script(f: &ElementaryFunction, form: &Form, precision: Precision) -> (String, u64) {
     let threads = rayon::current_num_threads();
     let nested = matches!(f.kind, HigherOrderKind::NestedMap | HigherOrderKind::NestedReduce);
-    // A matrix of 32·threads rows of 1024 columns holds 32K elements per thread, like a vector.
+    // A matrix of 256·threads rows of 1024 columns holds as many elements per thread as a vector.
     let extent = |position: usize| match (nested, position) {
-        (true, 0) => 32 * threads,
-        (true, _) => ROUTINE_ELEMENTS_PER_THREAD / 32,
+        (true, 0) => ROUTINE_ELEMENTS_PER_THREAD / 1024 * threads,
+        (true, _) => 1024,
         (false, _) => ROUTINE_ELEMENTS_PER_THREAD * threads,
     };
     let mut symbols: Vec<String> = Vec::new();

@@ -244,11 +244,10 @@ pub(crate) fn generic<T: Real>(node: &Node, scope: &Scope<T>, seg: Seg, dest: &m
         }
         (Node::Call(f, a), _) => {
             generic(a, scope, seg, dest, scratch);
-            let f: fn(T) -> T = match f {
-                Func::Abs => T::abs,
-                Func::Sqrt => T::sqrt,
-            };
-            dest.iter_mut().for_each(|d| *d = f(*d));
+            match f {
+                Func::Abs => dest.iter_mut().for_each(|d| *d = d.abs()),
+                Func::Sqrt => dest.iter_mut().for_each(|d| *d = d.sqrt()),
+            }
         }
         (Node::Binary(op, a, b), _) => {
             generic(a, scope, seg, dest, scratch);

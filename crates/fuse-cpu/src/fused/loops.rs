@@ -32,6 +32,8 @@ macro_rules! wide {
     };
 }
 
+pub(crate) use wide;
+
 wide!(
     /// `Σ x[k]·y[k]`.
     dot = dot_body(x: &[T], y: &[T]) -> T
