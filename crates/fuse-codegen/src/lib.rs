@@ -1,2 +1,3 @@
+pub mod dynlib;
 pub mod generate;
 pub mod nvrtc;

@@ -25,6 +25,7 @@ fn small_kernel_reports_resources_without_spills() {
     for arch in [Arch::SM_80, Arch::SM_90] {
         let compiled = compile(AXPY, arch).unwrap_or_else(|e| panic!("{e}"));
         assert!(compiled.ptx.contains(".entry axpy"), "{}", compiled.ptx);
+        assert!(compiled.cubin.starts_with(b"\x7fELF"), "a cubin is an ELF image");
         let [axpy] = compiled.resources.as_slice() else {
             panic!("expected one kernel in:\n{}", compiled.log);
         };

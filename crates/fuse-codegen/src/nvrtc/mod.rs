@@ -210,6 +210,9 @@ fn check_define(name: &str, value: &str) -> Result<(), NvrtcError> {
 pub struct Compiled {
     /// PTX text (without the trailing NUL).
     pub ptx: String,
+    /// The cubin for `arch` (NVRTC assembles one for every real architecture): what a driver
+    /// loads without compiling anything.
+    pub cubin: Vec<u8>,
     /// Full program log: warnings and the ptxas report.
     pub log: String,
     /// Per-kernel resources from the ptxas report, in log order.
@@ -244,6 +247,7 @@ pub fn compile(source: &str, opts: &CompileOptions) -> Result<Compiled, NvrtcErr
     let report = report::parse(&log);
     Ok(Compiled {
         ptx: program.ptx()?,
+        cubin: program.cubin()?,
         log,
         resources: report.kernels,
         device_functions: report.functions,
@@ -312,6 +316,22 @@ impl Program {
         // SAFETY: the program is live and compiled.
         let ptx = unsafe { result::get_ptx(self.0) }.map_err(api("nvrtcGetPTX"))?;
         Ok(text(&ptx))
+    }
+
+    fn cubin(&self) -> Result<Vec<u8>, NvrtcError> {
+        let mut size = 0usize;
+        // SAFETY: the program is live and compiled for a real architecture; NVRTC writes
+        // exactly `size` bytes into a buffer of that size.
+        unsafe {
+            sys::nvrtcGetCUBINSize(self.0, &mut size)
+                .result()
+                .map_err(api("nvrtcGetCUBINSize"))?;
+            let mut cubin = vec![0 as c_char; size];
+            sys::nvrtcGetCUBIN(self.0, cubin.as_mut_ptr())
+                .result()
+                .map_err(api("nvrtcGetCUBIN"))?;
+            Ok(cubin.into_iter().map(|c| c as u8).collect())
+        }
     }
 }
 
