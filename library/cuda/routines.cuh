@@ -36,38 +36,47 @@ template <typename T> __device__ __forceinline__ T fuse_warp_sum(T value) {
     return value;
 }
 
-// Partial-reduction store of a whole block: every thread passes its partial sum; the block's
-// total is added to *out with one atomic. All threads of the block must call it.
-template <typename T> __device__ __forceinline__ void fuse_block_sum_atomic(T value, T* out) {
+// Sum of `value` over the whole block, valid in thread 0. All threads of the block must call it.
+template <typename T> __device__ __forceinline__ T fuse_block_sum(T value) {
     __shared__ T warp_sums[32];
     const int thread = threadIdx.x + threadIdx.y * blockDim.x;
     const int warps = (blockDim.x * blockDim.y + 31) / 32;
     value = fuse_warp_sum(value);
     if (thread % 32 == 0) warp_sums[thread / 32] = value;
     __syncthreads();
-    if (thread < 32) {
-        value = thread < warps ? warp_sums[thread] : T(0);
-        value = fuse_warp_sum(value);
-        if (thread == 0) atomicAdd(out, value);
-    }
-    __syncthreads();
+    if (thread < 32) value = fuse_warp_sum(thread < warps ? warp_sums[thread] : T(0));
+    __syncthreads();  // warp_sums may be reused by the next call
+    return value;
 }
 
-// Partial-reduction store along tile columns: thread (tx, ty) passes its partial sum for
-// column tx; the 8 rows of threads are summed and added to out[column] with one atomic.
-// All threads of the block must call it.
-template <typename T>
-__device__ __forceinline__ void fuse_column_sum_atomic(T value, T* out, long long column, bool inside) {
-    __shared__ T rows[FUSE_TILE_ROWS][FUSE_TILE + 1];
+// Partial-reduction store of a whole block: the block's total is added to *out with one
+// atomic. All threads of the block must call it.
+template <typename T> __device__ __forceinline__ void fuse_block_sum_atomic(T value, T* out) {
+    value = fuse_block_sum(value);
+    if (threadIdx.x + threadIdx.y * blockDim.x == 0) atomicAdd(out, value);
+}
+
+// Sum of thread (tx, ty)'s `value` over the block's 8 rows of threads, for column tx; valid in
+// the threads with ty == 0. All threads of the block must call it.
+template <typename T> __device__ __forceinline__ T fuse_column_sum(T value) {
+    __shared__ T rows[FUSE_TILE_ROWS][FUSE_TILE + 1];  // +1: no bank conflicts down a column
     rows[threadIdx.y][threadIdx.x] = value;
     __syncthreads();
     if (threadIdx.y == 0) {
-        T total = T(0);
+        value = T(0);
 #pragma unroll
-        for (int r = 0; r < FUSE_TILE_ROWS; ++r) total += rows[r][threadIdx.x];
-        if (inside) atomicAdd(out + column, total);
+        for (int r = 0; r < FUSE_TILE_ROWS; ++r) value += rows[r][threadIdx.x];
     }
-    __syncthreads();
+    __syncthreads();  // rows may be reused by the next call
+    return value;
+}
+
+// Partial-reduction store along tile columns: the column's total is added to out[column] with
+// one atomic. All threads of the block must call it.
+template <typename T>
+__device__ __forceinline__ void fuse_column_sum_atomic(T value, T* out, long long column, bool inside) {
+    value = fuse_column_sum(value);
+    if (threadIdx.y == 0 && inside) atomicAdd(out + column, value);
 }
 
 // Partial-reduction store along tile rows: the 32 lanes of a warp hold one row's partial sums;

@@ -1,8 +1,8 @@
 //! Generated CUDA, run under emulation, against the f64 reference: the explorer's five best
-//! plans of every sequence, hand-picked unfused plans (the other BLAS-2 walk), and random
+//! plans of every sequence, hand-made unfused plans (both walks, fixed and whole), and random
 //! scripts, at awkward sizes, f32 and f64, outputs poisoned with NaN beforehand.
 
-use fuse_codegen::generate::{generate, KernelGroup, Walk};
+use fuse_codegen::generate::{generate, KernelGroup, Serial, Walk};
 use fuse_core::data::{fill_random_inputs, relative_error};
 use fuse_core::testing::{sequence as load, sizes_mn, SEQUENCES as ALL};
 use fuse_core::{explore, Bindings, Library, Limits, Precision, Program, TimingTable};
@@ -26,16 +26,26 @@ fn top_plans(program: &Program, count: usize) -> Vec<Vec<KernelGroup>> {
     plans
 }
 
-/// One kernel per call, BLAS-2 blocks walking along rows of tiles.
-fn unfused(p: &Program) -> Vec<KernelGroup> {
+/// One kernel per call, with the given walk and serial iterations.
+fn unfused(p: &Program, walk: Walk, serial: Serial) -> Vec<KernelGroup> {
     (0..p.calls.len())
         .map(|c| KernelGroup {
             calls: vec![c],
             block: 128,
-            serial_iterations: 2,
-            walk: Walk::Columns,
+            serial_iterations: serial,
+            walk,
         })
         .collect()
+}
+
+/// Hand-made plans covering what the explorer may not pick at the default sizes: both walks,
+/// fixed iterations (atomics) and whole walks (reductions stored directly).
+fn hand_plans(p: &Program) -> Vec<Vec<KernelGroup>> {
+    vec![
+        unfused(p, Walk::Columns, Serial::Iterations(2)),
+        unfused(p, Walk::Columns, Serial::Whole),
+        unfused(p, Walk::Rows, Serial::Whole),
+    ]
 }
 
 /// Runs every plan at every `(m, n)` (vector-only scripts use `n`) and compares each output
@@ -73,7 +83,9 @@ fn check(program: &Program, plans: &[Vec<KernelGroup>], sizes: &[(usize, usize)]
 fn best_five_plans_match_the_reference_f32() {
     for name in ALL {
         let program = load(name, Precision::F32);
-        check(&program, &top_plans(&program, 5), &SIZES);
+        let mut plans = top_plans(&program, 5);
+        plans.extend(hand_plans(&program));
+        check(&program, &plans, &SIZES);
     }
 }
 
@@ -82,7 +94,7 @@ fn best_five_plans_and_unfused_match_the_reference_f64() {
     for name in ALL {
         let program = load(name, Precision::F64);
         let mut plans = top_plans(&program, 5);
-        plans.push(unfused(&program));
+        plans.extend(hand_plans(&program));
         check(&program, &plans, &SIZES);
     }
 }
@@ -113,7 +125,7 @@ fn generated_kernels_compile_with_nvrtc_without_spills() {
         for precision in [Precision::F32, Precision::F64] {
             let program = load(name, precision);
             let mut plans = top_plans(&program, 5);
-            plans.push(unfused(&program));
+            plans.extend(hand_plans(&program));
             for kernels in plans {
                 let generated = generate(&program, &kernels).unwrap();
                 for arch in [Arch::new(8, 0).unwrap(), Arch::new(9, 0).unwrap()] {

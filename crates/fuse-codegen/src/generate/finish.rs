@@ -86,7 +86,7 @@ pub(crate) fn generate(k: &KernelContext, c: CallId) -> Result<Option<(String, L
         kernel: name,
         grid: Grid::Vector {
             len: length,
-            per_block: FINISH_BLOCK,
+            per_block: Some(FINISH_BLOCK),
         },
         block: (FINISH_BLOCK, 1, 1),
         args,

@@ -9,8 +9,9 @@
 //! Invariants of the generated code: every value that leaves its kernel (an output, or read by
 //! a later kernel) lives in a global buffer; every other value lives in registers, because all
 //! routines of a kernel share one thread-to-data mapping (library/cuda/routines.cuh); partial
-//! reductions are finished by atomics into zero-filled buffers. The same input gives the same
-//! source, byte for byte.
+//! reductions are finished by atomics into zero-filled buffers, except where one block walks the
+//! whole reduced extent ([`Serial::Whole`], the plan's `Finish::Complete`) and stores the result
+//! directly. The same input gives the same source, byte for byte.
 
 mod expr;
 mod finish;
@@ -45,19 +46,38 @@ pub struct KernelGroup {
     /// Threads per block (BLAS-1); BLAS-2 kernels use 32×8 tiles of threads.
     pub block: u32,
     /// Elements (BLAS-1) or tiles (BLAS-2) each thread block processes in sequence.
-    pub serial_iterations: u32,
+    pub serial_iterations: Serial,
     /// The direction BLAS-2 blocks walk their serial iterations in.
     pub walk: Walk,
 }
 
+/// How many iterations each block runs in sequence.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Serial {
+    /// A fixed number; the grid grows with the sizes.
+    Iterations(u32),
+    /// As many as the extent along the walk needs, with one block along it: reductions along
+    /// the walk are then complete in their block and stored directly, with no atomics, zero
+    /// fill or finishing kernel — at any size.
+    Whole,
+}
+
 impl From<&fuse_core::Kernel> for KernelGroup {
-    /// The generator's view of a planned kernel. BLAS-2 kernels always use 32×8 threads per
-    /// tile, whatever block the plan names.
+    /// The generator's view of a planned kernel: a reduction the plan finishes inside its block
+    /// (`Finish::Complete`) makes the block walk the whole extent. BLAS-2 kernels always use
+    /// 32×8 threads per tile, whatever block the plan names.
     fn from(kernel: &fuse_core::Kernel) -> Self {
+        use fuse_core::explore::implementation::Finish;
+        let complete = kernel.reductions.iter().any(|r| r.finish == Finish::Complete);
         KernelGroup {
             calls: kernel.calls.clone(),
             block: kernel.block.threads,
-            serial_iterations: kernel.serial_iterations,
+            serial_iterations: if complete {
+                Serial::Whole
+            } else {
+                Serial::Iterations(kernel.serial_iterations)
+            },
             walk: match kernel.walk {
                 Some(fuse_core::explore::mapping::Axis::Columns) => Walk::Columns,
                 _ => Walk::Rows,
@@ -105,12 +125,12 @@ pub enum GenerateError {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Grid {
-    /// `ceil(len / per_block)` blocks in x.
+    /// `ceil(len / per_block)` blocks in x (one block when `per_block` is `None`).
     Vector {
         /// Size symbol of the vector length (`None`: one element).
         len: Option<String>,
-        /// Elements each block covers.
-        per_block: u32,
+        /// Elements each block covers (`None`: all).
+        per_block: Option<u32>,
     },
     /// One block per `serial` tiles along the walk: `ceil(cols / 32)` × `ceil(rows / (32 · serial))`
     /// blocks walking down rows, `ceil(cols / (32 · serial))` × `ceil(rows / 32)` along columns.
@@ -119,8 +139,8 @@ pub enum Grid {
         rows: String,
         /// Size symbol of the columns.
         cols: String,
-        /// Tiles each block walks.
-        serial: u32,
+        /// Tiles each block walks (`None`: all, one block along the walk).
+        serial: Option<u32>,
         /// The direction of the walk.
         walk: Walk,
     },
@@ -130,11 +150,11 @@ impl Grid {
     /// The grid dimensions under `sizes`.
     pub fn dims(&self, sizes: &Sizes) -> (u32, u32, u32) {
         let get = |s: &str| sizes.get(s).unwrap_or(1) as u64;
-        let blocks = |n: u64, per: u64| n.div_ceil(per).clamp(1, u32::MAX as u64) as u32;
+        let blocks = |n: u64, per: Option<u64>| per.map_or(1, |per| n.div_ceil(per).clamp(1, u32::MAX as u64) as u32);
         match self {
             Grid::Vector { len, per_block } => {
                 let n = len.as_deref().map_or(1, get);
-                (blocks(n, *per_block as u64), 1, 1)
+                (blocks(n, per_block.map(u64::from)), 1, 1)
             }
             Grid::Tiles {
                 rows,
@@ -142,10 +162,10 @@ impl Grid {
                 serial,
                 walk,
             } => {
-                let along = 32 * *serial as u64;
+                let along = serial.map(|s| 32 * s as u64);
                 match walk {
-                    Walk::Rows => (blocks(get(cols), 32), blocks(get(rows), along), 1),
-                    Walk::Columns => (blocks(get(cols), along), blocks(get(rows), 32), 1),
+                    Walk::Rows => (blocks(get(cols), Some(32)), blocks(get(rows), along), 1),
+                    Walk::Columns => (blocks(get(cols), along), blocks(get(rows), Some(32)), 1),
                 }
             }
         }
@@ -209,14 +229,22 @@ pub fn generate(program: &Program, kernels: &[KernelGroup]) -> Result<Generated,
     let mut steps = Vec::new();
     for (k, group) in kernels.iter().enumerate() {
         let kernel = KernelContext::new(program, group, k, &global)?;
-        let (text, launch) = match kernel.level {
+        let out = match kernel.level {
             1 => vector::generate(&kernel)?,
             _ => tile::generate(&kernel)?,
         };
-        source.push_str(&text);
-        steps.extend(kernel.reduced().into_iter().map(Step::Zero));
-        steps.push(Step::Launch(launch));
+        source.push_str(&out.source);
+        let atomic: Vec<ValueId> = kernel
+            .reduced()
+            .into_iter()
+            .filter(|r| !out.direct.contains(r))
+            .collect();
+        steps.extend(atomic.iter().copied().map(Step::Zero));
+        steps.push(Step::Launch(out.launch));
         for &c in &kernel.calls {
+            if !atomic.contains(&kernel.program.calls[c].result) {
+                continue;
+            }
             if let Some((text, launch)) = finish::generate(&kernel, c)? {
                 source.push_str(&text);
                 steps.push(Step::Launch(launch));
@@ -289,6 +317,14 @@ fn global_values(program: &Program, kernels: &[KernelGroup]) -> BTreeSet<ValueId
     global
 }
 
+/// One generated kernel.
+pub(crate) struct KernelOutput {
+    pub source: String,
+    pub launch: Launch,
+    /// Reductions complete in their block, stored directly with their whole formula applied.
+    pub direct: Vec<ValueId>,
+}
+
 /// What the generator of one kernel needs to know.
 pub(crate) struct KernelContext<'a> {
     pub program: &'a Program,
@@ -296,7 +332,7 @@ pub(crate) struct KernelContext<'a> {
     pub calls: Vec<CallId>,
     pub level: u8,
     pub block: u32,
-    pub serial: u32,
+    pub serial: Serial,
     pub walk: Walk,
     pub global: &'a BTreeSet<ValueId>,
 }
@@ -321,9 +357,9 @@ impl<'a> KernelContext<'a> {
                 )))
             }
         };
-        if group.block == 0 || group.block > 1024 || group.serial_iterations == 0 {
+        if group.block == 0 || group.block > 1024 || group.serial_iterations == Serial::Iterations(0) {
             return Err(GenerateError::InvalidPlan(format!(
-                "kernel {k}: block {} and serial iterations {} must be in 1..=1024 and positive",
+                "kernel {k}: block {} and serial iterations {:?} must be in 1..=1024 and positive",
                 group.block, group.serial_iterations
             )));
         }
@@ -337,6 +373,23 @@ impl<'a> KernelContext<'a> {
             walk: group.walk,
             global,
         })
+    }
+
+    /// The number of serial iterations, as a C expression: the walk covers `extent` (a size
+    /// parameter) in steps of `step` when it is whole.
+    pub fn iterations(&self, extent: &str, step: &str) -> String {
+        match self.serial {
+            Serial::Iterations(n) => n.to_string(),
+            Serial::Whole => format!("(({extent} + {step} - 1) / ({step}))"),
+        }
+    }
+
+    /// Iterations per block for the grid (`None`: the whole extent).
+    pub fn grid_serial(&self) -> Option<u32> {
+        match self.serial {
+            Serial::Iterations(n) => Some(n),
+            Serial::Whole => None,
+        }
     }
 
     pub fn precision(&self) -> Precision {

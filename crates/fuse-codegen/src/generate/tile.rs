@@ -7,7 +7,8 @@
 //!     for each of the thread's 4 rows of the tile:
 //!         matrix loads, compute routines in call order, stores, partial sums
 //!     partial sums across the walk: one atomic per row or column of the tile
-//! partial sums along the walk: one atomic per row or column, after the loop
+//! partial sums along the walk: one atomic per row or column, after the loop — or, when the
+//! block walks the whole extent, the finished result stored directly
 //! ```
 //! Row sums (gemv-like) use a warp sum, column sums (gemtv-like) a sum over the block's 8
 //! thread rows in shared memory.
@@ -20,7 +21,7 @@ use std::fmt::Write;
 use fuse_core::{Call, Shape, ValueId};
 
 use super::expr::{emit, the_sum, unsupported, Registers};
-use super::{element_uses, pointer, size_param, GenerateError, Grid, KernelContext, Launch, Walk};
+use super::{element_uses, pointer, size_param, GenerateError, Grid, KernelContext, KernelOutput, Launch, Walk};
 
 /// How a call's index variables map onto the tile: which one walks rows, which columns.
 struct TileRegisters {
@@ -103,14 +104,14 @@ fn matrix_dims(k: &KernelContext) -> Result<(String, String), GenerateError> {
 }
 
 /// The kernel's source and launch.
-pub(crate) fn generate(k: &KernelContext) -> Result<(String, Launch), GenerateError> {
+pub(crate) fn generate(k: &KernelContext) -> Result<KernelOutput, GenerateError> {
     let (rows, cols) = matrix_dims(k)?;
     let mut sizes = vec![rows.clone()];
     if cols != rows {
         sizes.push(cols.clone());
     }
     let (m, n) = (size_param(&rows), size_param(&cols));
-    let (ty, serial) = (k.ty(), k.serial);
+    let ty = k.ty();
     let down = k.walk == Walk::Rows;
     let u = uses(k)?;
     let (params, args) = k.parameters(&sizes);
@@ -140,6 +141,11 @@ pub(crate) fn generate(k: &KernelContext) -> Result<(String, Launch), GenerateEr
         )
     };
     let _ = writeln!(s, "    {fixed}");
+    let _ = writeln!(
+        s,
+        "    const long long iterations = {};",
+        k.iterations(along, "FUSE_TILE")
+    );
     if down {
         let _ = writeln!(s, "    const bool col_ok = col < {n};");
         s.push_str(&column_vector_loads(k, &u, "    "));
@@ -149,10 +155,13 @@ pub(crate) fn generate(k: &KernelContext) -> Result<(String, Launch), GenerateEr
     for &r in &accumulated {
         let _ = writeln!(s, "    {ty} acc{r}[FUSE_TILE / FUSE_TILE_ROWS] = {{}};");
     }
-    let _ = writeln!(s, "    for (int iteration = 0; iteration < {serial}; ++iteration) {{");
     let _ = writeln!(
         s,
-        "        const long long {moving} = ((long long){limit} * {serial} + iteration) * FUSE_TILE;"
+        "    for (long long iteration = 0; iteration < iterations; ++iteration) {{"
+    );
+    let _ = writeln!(
+        s,
+        "        const long long {moving} = ({limit} * iterations + iteration) * FUSE_TILE;"
     );
     let _ = writeln!(
         s,
@@ -191,17 +200,23 @@ pub(crate) fn generate(k: &KernelContext) -> Result<(String, Launch), GenerateEr
     }
     s.push_str("        }\n");
     for &r in &per_tile {
-        s.push_str(&reduction_store(k, r, "part", "        ")?);
+        s.push_str(&reduction_store(k, r, "part", false, "        ")?);
     }
     s.push_str("    }\n");
+    // With a whole walk, one block sees all of a reduction along it: store it directly.
+    let direct = if k.grid_serial().is_none() {
+        accumulated.clone()
+    } else {
+        Vec::new()
+    };
     for &r in &accumulated {
-        s.push_str(&reduction_store(k, r, "acc", "    ")?);
+        s.push_str(&reduction_store(k, r, "acc", direct.contains(&r), "    ")?);
     }
     let _ = writeln!(s, "}}\nFUSE_EMU_EXPORT({})", k.name);
     let grid = Grid::Tiles {
         rows,
         cols,
-        serial,
+        serial: k.grid_serial(),
         walk: k.walk,
     };
     let launch = Launch {
@@ -210,7 +225,11 @@ pub(crate) fn generate(k: &KernelContext) -> Result<(String, Launch), GenerateEr
         block: (32, 8, 1),
         args,
     };
-    Ok((s, launch))
+    Ok(KernelOutput {
+        source: s,
+        launch,
+        direct,
+    })
 }
 
 /// Row sub-vectors: each thread's 4 rows, `r{v}[k]`.
@@ -246,36 +265,65 @@ fn column_vector_loads(k: &KernelContext, u: &Uses, indent: &str) -> String {
         .collect()
 }
 
-/// Adds the partial sums `{prefix}{r}[k]` of reduction `r` to its global buffer.
-fn reduction_store(k: &KernelContext, r: ValueId, prefix: &str, indent: &str) -> Result<String, GenerateError> {
+/// Stores reduction `r` from the partial sums `{prefix}{r}[k]`: added to its zero-filled buffer
+/// with atomics, or — when `direct`, the block having seen the whole reduced dimension — written
+/// with the rest of its formula applied.
+fn reduction_store(
+    k: &KernelContext,
+    r: ValueId,
+    prefix: &str,
+    direct: bool,
+    indent: &str,
+) -> Result<String, GenerateError> {
     let call = &k.program.calls[k.program.values[r].producer.expect("reductions are call results")];
-    let p = pointer(k.program, r);
+    let (ty, p) = (k.ty(), pointer(k.program, r));
     let (m, n) = matrix_dims(k)?;
-    Ok(if is_column_sum(call)? {
-        let mut s = format!("{indent}{} total{r} = {}(0);\n", k.ty(), k.ty());
+    let (m, n) = (size_param(&m), size_param(&n));
+    let total = format!("total{r}");
+    let value = || {
+        emit(
+            &call.form.formula.body,
+            call,
+            k.precision(),
+            &tile_vars(call)?,
+            Some(&total),
+        )
+    };
+    let mut s = String::new();
+    if is_column_sum(call)? {
+        let _ = writeln!(s, "{indent}{ty} {total} = {ty}(0);");
         let _ = writeln!(
             s,
-            "{indent}for (int k = 0; k < FUSE_TILE / FUSE_TILE_ROWS; ++k) total{r} += {prefix}{r}[k];"
+            "{indent}for (int k = 0; k < FUSE_TILE / FUSE_TILE_ROWS; ++k) {total} += {prefix}{r}[k];"
         );
-        let _ = writeln!(
-            s,
-            "{indent}fuse_column_sum_atomic(total{r}, {p}, col, col < {});",
-            size_param(&n)
-        );
-        s
+        if direct {
+            let _ = writeln!(s, "{indent}{total} = fuse_column_sum({total});");
+            let _ = writeln!(s, "{indent}if (threadIdx.y == 0 && col < {n}) {p}[col] = {};", value()?);
+        } else {
+            let _ = writeln!(s, "{indent}fuse_column_sum_atomic({total}, {p}, col, col < {n});");
+        }
     } else {
-        let mut s = format!("{indent}for (int k = 0; k < FUSE_TILE / FUSE_TILE_ROWS; ++k) {{\n");
+        let _ = writeln!(s, "{indent}for (int k = 0; k < FUSE_TILE / FUSE_TILE_ROWS; ++k) {{");
         let _ = writeln!(
             s,
             "{indent}    const long long row = row0 + threadIdx.y + k * FUSE_TILE_ROWS;"
         );
-        let _ = writeln!(
-            s,
-            "{indent}    fuse_row_sum_atomic({prefix}{r}[k], {p}, row, row < {});\n{indent}}}",
-            size_param(&m)
-        );
-        s
-    })
+        if direct {
+            let _ = writeln!(s, "{indent}    const {ty} {total} = fuse_warp_sum({prefix}{r}[k]);");
+            let _ = writeln!(
+                s,
+                "{indent}    if (threadIdx.x == 0 && row < {m}) {p}[row] = {};",
+                value()?
+            );
+        } else {
+            let _ = writeln!(
+                s,
+                "{indent}    fuse_row_sum_atomic({prefix}{r}[k], {p}, row, row < {m});"
+            );
+        }
+        let _ = writeln!(s, "{indent}}}");
+    }
+    Ok(s)
 }
 
 /// Whether reduce call `call` sums over rows (its result is indexed by column).

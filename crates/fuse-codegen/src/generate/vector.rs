@@ -5,7 +5,8 @@
 //! for each serial iteration:
 //!     i = (block · serial + iteration) · blockDim + thread
 //!     if i < n: load routines, compute routines in call order, store routines
-//! partial reductions: block sum, one atomic per block         (after the loop)
+//! partial reductions: block sum, then one atomic per block     (after the loop)
+//!     — or, when one block walks the whole vector, the result stored directly
 //! ```
 
 use std::fmt::Write;
@@ -13,7 +14,7 @@ use std::fmt::Write;
 use fuse_core::ValueId;
 
 use super::expr::{emit, the_sum, unsupported, Registers};
-use super::{pointer, size_param, GenerateError, Grid, KernelContext, Launch};
+use super::{pointer, size_param, GenerateError, Grid, KernelContext, KernelOutput, Launch};
 
 struct VectorRegisters;
 
@@ -24,10 +25,11 @@ impl Registers for VectorRegisters {
 }
 
 /// The kernel's source and launch.
-pub(crate) fn generate(k: &KernelContext) -> Result<(String, Launch), GenerateError> {
+pub(crate) fn generate(k: &KernelContext) -> Result<KernelOutput, GenerateError> {
     let length = vector_length(k)?;
     let ty = k.ty();
     let n = size_param(&length);
+    let serial = k.iterations(&n, "(long long)blockDim.x");
     let (params, args) = k.parameters(std::slice::from_ref(&length));
     let mut s = String::new();
     let _ = writeln!(s, "\n// Kernel {} fuses:\n{}", k.name, k.header_comment());
@@ -40,15 +42,14 @@ pub(crate) fn generate(k: &KernelContext) -> Result<(String, Launch), GenerateEr
     for &r in &k.reduced() {
         let _ = writeln!(s, "    {ty} acc{r} = {ty}(0);");
     }
+    let _ = writeln!(s, "    const long long iterations = {serial};");
     let _ = writeln!(
         s,
-        "    const long long first = (long long)blockIdx.x * {} * blockDim.x + threadIdx.x;",
-        k.serial
+        "    const long long first = (long long)blockIdx.x * iterations * blockDim.x + threadIdx.x;"
     );
     let _ = writeln!(
         s,
-        "    for (int iteration = 0; iteration < {}; ++iteration) {{",
-        k.serial
+        "    for (long long iteration = 0; iteration < iterations; ++iteration) {{"
     );
     let _ = writeln!(
         s,
@@ -80,20 +81,47 @@ pub(crate) fn generate(k: &KernelContext) -> Result<(String, Launch), GenerateEr
         let _ = writeln!(s, "            {}[i] = v{v};", pointer(k.program, v));
     }
     s.push_str("        }\n    }\n");
-    for &r in &k.reduced() {
-        let _ = writeln!(s, "    fuse_block_sum_atomic(acc{r}, {});", pointer(k.program, r));
+    // One block sees every element when the walk is whole: its sums are complete.
+    let direct = if k.grid_serial().is_none() {
+        k.reduced()
+    } else {
+        Vec::new()
+    };
+    for &c in &k.calls {
+        let call = &k.program.calls[c];
+        let (r, p) = (call.result, pointer(k.program, call.result));
+        if !call.kind.is_reduce() {
+            continue;
+        }
+        if direct.contains(&r) {
+            let value = emit(
+                &call.form.formula.body,
+                call,
+                k.precision(),
+                &VectorRegisters,
+                Some(&format!("total{r}")),
+            )?;
+            let _ = writeln!(s, "    const {ty} total{r} = fuse_block_sum(acc{r});");
+            let _ = writeln!(s, "    if (threadIdx.x == 0) {p}[0] = {value};");
+        } else {
+            let _ = writeln!(s, "    fuse_block_sum_atomic(acc{r}, {p});");
+        }
     }
     let _ = writeln!(s, "}}\nFUSE_EMU_EXPORT({})", k.name);
     let launch = Launch {
         kernel: k.name.clone(),
         grid: Grid::Vector {
             len: Some(length),
-            per_block: k.block * k.serial,
+            per_block: k.grid_serial().map(|serial| k.block * serial),
         },
         block: (k.block, 1, 1),
         args,
     };
-    Ok((s, launch))
+    Ok(KernelOutput {
+        source: s,
+        launch,
+        direct,
+    })
 }
 
 /// The one length all vectors of the kernel share.
