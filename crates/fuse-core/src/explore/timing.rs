@@ -278,12 +278,12 @@ impl TimingTable {
             Source::Analytic => "analytic estimate — not measured".to_string(),
             Source::Measured => format!("{} measured routines", self.routines.len()),
         };
-        format!(
-            "{}: {}, sm_{}, {source}",
-            self.origin,
-            self.device.name,
-            self.device.compute_capability.replace('.', "")
-        )
+        // CPU tables record compute capability 0.0: no CUDA architecture to name.
+        let arch = match self.device.compute_capability.as_str() {
+            "0.0" => "CPU".to_string(),
+            cc => format!("sm_{}", cc.replace('.', "")),
+        };
+        format!("{}: {}, {arch}, {source}", self.origin, self.device.name)
     }
 
     /// Why the measurements cannot be used with a library of checksum `library`, if they cannot.
