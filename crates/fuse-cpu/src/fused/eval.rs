@@ -5,7 +5,7 @@
 //! time, node by node, so even formulas without a fast path stay vectorized.
 
 use fuse_core::formula::{BinOp, Func};
-use fuse_core::Arg;
+use fuse_core::ValueId;
 
 use super::loops;
 use super::memory::{Local, View};
@@ -46,30 +46,30 @@ pub(crate) enum Loc<'a, T> {
     Local(usize),
 }
 
-/// What a call's formula reads.
+/// What a stage reads.
 pub(crate) struct Scope<'s, 'a, T> {
     /// Every value, by id.
     pub locs: &'s [Loc<'a, T>],
     /// The thread's values of the running kernel.
     pub locals: &'s [Local<'a, T>],
-    /// The call's arguments.
-    pub args: &'s [Arg],
-    /// The call's scalar arguments, by position (arrays: unused).
-    pub params: &'s [T],
     /// The finished sum, in the stage after a reduction's sum.
     pub sum: Piece<'s, T>,
 }
 
 impl<'s, T: Real> Scope<'s, '_, T> {
-    fn element(&self, param: usize, access: Access, seg: Seg) -> Piece<'s, T> {
-        let view = match (self.args[param], self.locs) {
-            (Arg::Value(v), locs) => match locs[v] {
-                Loc::Array(view) => view,
-                Loc::Local(k) => self.locals[k].view(),
-                Loc::Scalar(s) => return Piece::Scalar(s),
-                Loc::Absent => unreachable!("the plan was checked: every value read is computed earlier"),
-            },
-            (Arg::Literal(v), _) => return Piece::Scalar(T::from_f64(v)),
+    fn scalar(&self, v: ValueId) -> T {
+        match self.locs[v] {
+            Loc::Scalar(s) => s,
+            _ => unreachable!("the plan was checked: scalars read are inputs or computed earlier"),
+        }
+    }
+
+    fn element(&self, v: ValueId, access: Access, seg: Seg) -> Piece<'s, T> {
+        let view = match self.locs[v] {
+            Loc::Array(view) => view,
+            Loc::Local(k) => self.locals[k].view(),
+            Loc::Scalar(s) => return Piece::Scalar(s),
+            Loc::Absent => unreachable!("the plan was checked: every value read is computed earlier"),
         };
         match access {
             Access::Item => Piece::Scalar(view.item(seg.fixed)),
@@ -80,8 +80,8 @@ impl<'s, T: Real> Scope<'s, '_, T> {
 
     fn factor(&self, f: Factor, seg: Seg) -> Piece<'s, T> {
         match f {
-            Factor::Param(p) => Piece::Scalar(self.params[p]),
-            Factor::Element(p, a) => self.element(p, a, seg),
+            Factor::Scalar(v) => Piece::Scalar(self.scalar(v)),
+            Factor::Array(v, a) => self.element(v, a, seg),
             Factor::Sum => self.sum,
         }
     }
@@ -231,7 +231,7 @@ pub(crate) fn generic<T: Real>(node: &Node, scope: &Scope<T>, seg: Seg, dest: &m
         return dest.fill(v);
     }
     let piece = match node {
-        Node::Element(p, a) => Some(scope.element(*p, *a, seg)),
+        Node::Array(v, a) => Some(scope.element(*v, *a, seg)),
         Node::Sum => Some(scope.sum),
         _ => None,
     };
@@ -263,7 +263,7 @@ pub(crate) fn generic<T: Real>(node: &Node, scope: &Scope<T>, seg: Seg, dest: &m
                 }
             }
         }
-        (Node::Number(_) | Node::Param(_) | Node::Element(..) | Node::Sum, None) => {
+        (Node::Number(_) | Node::Scalar(_) | Node::Array(..) | Node::Sum, None) => {
             unreachable!("leaves are uniform or pieces")
         }
     }
@@ -273,8 +273,8 @@ pub(crate) fn generic<T: Real>(node: &Node, scope: &Scope<T>, seg: Seg, dest: &m
 fn uniform<T: Real>(node: &Node, scope: &Scope<T>, seg: Seg) -> Option<T> {
     match node {
         Node::Number(v) => Some(T::from_f64(*v)),
-        Node::Param(p) => Some(scope.params[*p]),
-        Node::Element(p, a) => match scope.element(*p, *a, seg) {
+        Node::Scalar(v) => Some(scope.scalar(*v)),
+        Node::Array(v, a) => match scope.element(*v, *a, seg) {
             Piece::Scalar(v) => Some(v),
             Piece::Run(_) => None,
         },

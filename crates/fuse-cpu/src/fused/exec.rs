@@ -13,7 +13,7 @@ use std::mem;
 
 use rayon::prelude::*;
 
-use fuse_core::{Arg, Bindings, Program, Shape, Sizes};
+use fuse_core::{Bindings, Program, Shape, Sizes};
 
 use super::eval::{self, Loc, Piece, Scope, Seg};
 use super::memory::{split_rows, Local, View, ViewMut};
@@ -85,7 +85,6 @@ struct KernelRun<'k> {
 struct Shared<'s, 'a, T> {
     kernel: &'s KernelPlan,
     locs: &'s [Loc<'a, T>],
-    params: &'s [Vec<T>],
     dests: &'s [Dest],
     tile: Tile,
 }
@@ -116,11 +115,9 @@ impl KernelRun<'_> {
             }
         }
         let locs = self.locations(input, buffers, &dests);
-        let params: Vec<Vec<T>> = self.kernel.calls.iter().map(|c| parameters(&c.args, &locs)).collect();
         let shared = Shared {
             kernel: self.kernel,
             locs: &locs,
-            params: &params,
             dests: &dests,
             tile: tile::<T>(self.kernel.space),
         };
@@ -192,19 +189,6 @@ impl KernelRun<'_> {
         }
         locs
     }
-}
-
-/// The scalar arguments of a call, by position.
-fn parameters<T: Real>(args: &[Arg], locs: &[Loc<T>]) -> Vec<T> {
-    args.iter()
-        .map(|a| match a {
-            Arg::Literal(v) => T::from_f64(*v),
-            Arg::Value(v) => match locs[*v] {
-                Loc::Scalar(s) => s,
-                _ => T::ZERO,
-            },
-        })
-        .collect()
 }
 
 /// The tile of a kernel over `space`.
@@ -318,12 +302,10 @@ impl<'a, T: Real> Shared<'_, 'a, T> {
         }
     }
 
-    fn scope<'s>(&'s self, c: usize, locals: &'s [Local<'a, T>], sum: Piece<'s, T>) -> Scope<'s, 'a, T> {
+    fn scope<'s>(&'s self, locals: &'s [Local<'a, T>], sum: Piece<'s, T>) -> Scope<'s, 'a, T> {
         Scope {
             locs: self.locs,
             locals,
-            args: &self.kernel.calls[c].args,
-            params: &self.params[c],
             sum,
         }
     }
@@ -339,12 +321,12 @@ impl<'a, T: Real> Shared<'_, 'a, T> {
             match (&call.op, self.dests[c]) {
                 (Op::Map(stage), Dest::Chip(l) | Dest::Parts(l, _)) => {
                     let mut dest = mem::replace(&mut locals[l], Local::Lent);
-                    let scope = self.scope(c, locals, Piece::Scalar(T::ZERO));
+                    let scope = self.scope(locals, Piece::Scalar(T::ZERO));
                     eval::map(stage, &scope, seg, dest.view_mut().run_mut(a, len), &mut work.scratch);
                     locals[l] = dest;
                 }
                 (Op::Reduce { body, .. }, _) => {
-                    let scope = self.scope(c, locals, Piece::Scalar(T::ZERO));
+                    let scope = self.scope(locals, Piece::Scalar(T::ZERO));
                     work.scalars[c] += eval::sum(body, &scope, seg, &mut work.scratch);
                 }
                 _ => unreachable!("BLAS-1 kernels hold maps and reductions"),
@@ -370,7 +352,7 @@ impl<'a, T: Real> Shared<'_, 'a, T> {
             match (&call.op, self.dests[c]) {
                 (Op::Map(stage), Dest::Chip(l) | Dest::Parts(l, _)) => {
                     let mut dest = mem::replace(&mut locals[l], Local::Lent);
-                    let scope = self.scope(c, locals, Piece::Scalar(T::ZERO));
+                    let scope = self.scope(locals, Piece::Scalar(T::ZERO));
                     let mut out = dest.view_mut();
                     for i in rows.clone() {
                         eval::map(stage, &scope, seg(i), out.row_mut(i, c0, w), &mut work.scratch);
@@ -378,13 +360,13 @@ impl<'a, T: Real> Shared<'_, 'a, T> {
                     locals[l] = dest;
                 }
                 (Op::RowSums { body, .. }, _) => {
-                    let scope = self.scope(c, locals, Piece::Scalar(T::ZERO));
+                    let scope = self.scope(locals, Piece::Scalar(T::ZERO));
                     for i in rows.clone() {
                         work.rows[c][i - rows.start] += eval::sum(body, &scope, seg(i), &mut work.scratch);
                     }
                 }
                 (Op::ColumnSums { body, .. }, _) => {
-                    let scope = self.scope(c, locals, Piece::Scalar(T::ZERO));
+                    let scope = self.scope(locals, Piece::Scalar(T::ZERO));
                     let dest = &mut work.columns[c][c0..c0 + w];
                     eval::accumulate(body, &scope, rows.clone(), c0, dest, &mut work.scratch);
                 }
@@ -407,7 +389,7 @@ impl<'a, T: Real> Shared<'_, 'a, T> {
             match outer {
                 None => out.copy_from_slice(sums),
                 Some(stage) => {
-                    let scope = self.scope(c, locals, Piece::Run(sums));
+                    let scope = self.scope(locals, Piece::Run(sums));
                     let seg = Seg {
                         fixed: 0,
                         start: rows.start,
@@ -428,7 +410,7 @@ impl<'a, T: Real> Shared<'_, 'a, T> {
                 let value = match outer {
                     None => total,
                     Some(stage) => {
-                        let scope = self.scope(c, &[], Piece::Scalar(total));
+                        let scope = self.scope(&[], Piece::Scalar(total));
                         let mut one = [T::ZERO];
                         let mut scratch = vec![vec![T::ZERO; 1]; stage.depth];
                         eval::generic(
@@ -462,7 +444,7 @@ impl<'a, T: Real> Shared<'_, 'a, T> {
             match outer {
                 None => out.copy_from_slice(&sums),
                 Some(stage) => {
-                    let scope = self.scope(c, &[], Piece::Run(&sums));
+                    let scope = self.scope(&[], Piece::Run(&sums));
                     let mut scratch = vec![vec![T::ZERO; out.len()]; stage.depth];
                     let seg = Seg {
                         fixed: 0,

@@ -35,8 +35,6 @@ pub(crate) enum Op {
 /// One call of a kernel.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct CallPlan {
-    /// Its arguments, in signature order.
-    pub args: Vec<Arg>,
     /// The value it defines.
     pub result: ValueId,
     /// What it computes.
@@ -172,11 +170,12 @@ fn lower_kernel(ctx: &Context, k: usize, calls: &[CallId]) -> Result<KernelPlan,
         lowered.push(call);
     }
     let flow = dataflow(ctx, calls);
-    let chip = lowered
+    let chip: Vec<ValueId> = lowered
         .iter()
         .filter(|c| matches!(c.op, Op::Map(_)) && !flow.stores.contains(&c.result))
         .map(|c| c.result)
         .collect();
+    let (lowered, chip) = inline_chip_values(lowered, chip);
     let depth = lowered
         .iter()
         .flat_map(|c| stages(&c.op))
@@ -189,6 +188,48 @@ fn lower_kernel(ctx: &Context, k: usize, calls: &[CallId]) -> Result<KernelPlan,
         chip,
         depth,
     })
+}
+
+/// Puts the terms of each on-chip map in place of its runs in the calls after it, so a chain
+/// of maps runs as one pass over its operands (VADD's `x = (w + y) + z` reads three vectors and
+/// writes one, with no tile buffer in between). A value no call reads any more is not computed
+/// at all; the others stay in tile buffers.
+fn inline_chip_values(mut calls: Vec<CallPlan>, chip: Vec<ValueId>) -> (Vec<CallPlan>, Vec<ValueId>) {
+    let mut kept = Vec::new();
+    for v in chip {
+        let Some(p) = calls.iter().position(|c| c.result == v) else {
+            continue;
+        };
+        let producer = match &calls[p].op {
+            Op::Map(Stage { terms: Some(t), .. }) => t.clone(),
+            _ => {
+                kept.push(v);
+                continue;
+            }
+        };
+        let mut gone = true;
+        for call in &mut calls[p + 1..] {
+            for stage in stages_mut(&mut call.op) {
+                gone &= stage.substitute(v, &producer);
+            }
+        }
+        match gone {
+            true => {
+                calls.remove(p);
+            }
+            false => kept.push(v),
+        }
+    }
+    (calls, kept)
+}
+
+fn stages_mut(op: &mut Op) -> Vec<&mut Stage> {
+    match op {
+        Op::Map(s) => vec![s],
+        Op::Reduce { body, outer } | Op::RowSums { body, outer } | Op::ColumnSums { body, outer } => {
+            std::iter::once(body).chain(outer.as_mut()).collect()
+        }
+    }
 }
 
 /// The stages of an op.
@@ -210,6 +251,7 @@ fn lower_call(program: &Program, sizes: &Sizes, c: CallId) -> Result<(CallPlan, 
         what,
     };
     let formula = &call.form.formula;
+    let args = &call.args;
     let extents = index_extents(program, sizes, c);
     let vars = formula.indices.len();
     let roles = |pairs: &[(usize, Role)]| {
@@ -220,13 +262,13 @@ fn lower_call(program: &Program, sizes: &Sizes, c: CallId) -> Result<(CallPlan, 
     let (op, space) = match call.kind {
         HigherOrderKind::Map => {
             let v = formula.result_indices[0];
-            let body = Stage::lower(&formula.body, &roles(&[(v, Role::Varying)]), false, false);
+            let body = Stage::lower(&formula.body, args, &roles(&[(v, Role::Varying)]), false, false);
             (Op::Map(body.map_err(unsupported)?), Space::Vector(extents[v]))
         }
         HigherOrderKind::Reduce => {
             let (k, sum) = the_sum(&formula.body).map_err(unsupported)?;
-            let body = Stage::lower(sum, &roles(&[(k, Role::Varying)]), false, false).map_err(unsupported)?;
-            let outer = outer_stage(&formula.body, &roles(&[]), false).map_err(unsupported)?;
+            let body = Stage::lower(sum, args, &roles(&[(k, Role::Varying)]), false, false).map_err(unsupported)?;
+            let outer = outer_stage(&formula.body, args, &roles(&[]), false).map_err(unsupported)?;
             (Op::Reduce { body, outer }, Space::Vector(extents[k]))
         }
         HigherOrderKind::NestedMap | HigherOrderKind::NestedReduce => {
@@ -241,19 +283,18 @@ fn lower_call(program: &Program, sizes: &Sizes, c: CallId) -> Result<(CallPlan, 
             let space = Space::Matrix(extents[row], extents[col]);
             if call.kind == HigherOrderKind::NestedMap {
                 (
-                    Op::Map(Stage::lower(&formula.body, &tile, false, false).map_err(unsupported)?),
+                    Op::Map(Stage::lower(&formula.body, args, &tile, false, false).map_err(unsupported)?),
                     space,
                 )
             } else {
                 (
-                    lower_nested_reduce(&formula.body, &tile, row, col, &roles).map_err(unsupported)?,
+                    lower_nested_reduce(&formula.body, args, &tile, (row, col), &roles).map_err(unsupported)?,
                     space,
                 )
             }
         }
     };
     let plan = CallPlan {
-        args: call.args.clone(),
         result: call.result,
         op,
     };
@@ -263,18 +304,18 @@ fn lower_call(program: &Program, sizes: &Sizes, c: CallId) -> Result<(CallPlan, 
 /// A nested reduction: along rows when it sums over the column index, down columns otherwise.
 fn lower_nested_reduce(
     body: &Expr,
+    args: &[Arg],
     tile: &[Role],
-    row: usize,
-    col: usize,
+    (row, col): (usize, usize),
     roles: &dyn Fn(&[(usize, Role)]) -> Vec<Role>,
 ) -> Result<Op, String> {
     let (k, sum) = the_sum(body)?;
-    let summands = Stage::lower(sum, tile, false, false)?;
+    let summands = Stage::lower(sum, args, tile, false, false)?;
     if k == col {
-        let outer = outer_stage(body, &roles(&[(row, Role::Varying)]), true)?;
+        let outer = outer_stage(body, args, &roles(&[(row, Role::Varying)]), true)?;
         Ok(Op::RowSums { body: summands, outer })
     } else if k == row {
-        let outer = outer_stage(body, &roles(&[(col, Role::Varying)]), true)?;
+        let outer = outer_stage(body, args, &roles(&[(col, Role::Varying)]), true)?;
         Ok(Op::ColumnSums { body: summands, outer })
     } else {
         Err("a nested reduction must sum over the matrix's row or column index".into())
@@ -282,10 +323,10 @@ fn lower_nested_reduce(
 }
 
 /// The stage after the sum, or `None` when the formula is the bare sum.
-fn outer_stage(body: &Expr, roles: &[Role], sum_is_run: bool) -> Result<Option<Stage>, String> {
+fn outer_stage(body: &Expr, args: &[Arg], roles: &[Role], sum_is_run: bool) -> Result<Option<Stage>, String> {
     match body {
         Expr::Sum { .. } => Ok(None),
-        _ => Stage::lower(body, roles, true, sum_is_run).map(Some),
+        _ => Stage::lower(body, args, roles, true, sum_is_run).map(Some),
     }
 }
 

@@ -11,8 +11,13 @@
 //! (`a·x + y`, `A + a·x·yᵀ`, `A·x` summands…): those run through the hand-written loops of
 //! [`super::loops`]; anything else (`abs`, `sqrt`, `/`, long products) goes through the generic
 //! evaluator, so every library formula runs.
+//!
+//! Stages name the program's values, not the call's parameters, so the terms of one call can
+//! be put in place of a value another call of the kernel computes ([`Stage::substitute`]): a
+//! chain of maps then runs as one pass over its operands.
 
 use fuse_core::formula::{BinOp, Expr, Func};
+use fuse_core::{Arg, ValueId};
 
 /// Products of more than this many terms are evaluated generically.
 pub(crate) const MAX_TERMS: usize = 8;
@@ -49,12 +54,12 @@ impl Access {
 /// A formula node with element accesses resolved for the stage.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Node {
-    /// A constant.
+    /// A constant (literal arguments included).
     Number(f64),
-    /// The scalar argument at this parameter position.
-    Param(usize),
-    /// The array argument at this parameter position.
-    Element(usize, Access),
+    /// A run-time scalar value.
+    Scalar(ValueId),
+    /// An array value, reached by `Access`.
+    Array(ValueId, Access),
     /// The finished sum of a reduction (in the stage after the sum).
     Sum,
     /// `-a`.
@@ -68,10 +73,10 @@ pub(crate) enum Node {
 /// A factor of a product term.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) enum Factor {
-    /// A scalar argument.
-    Param(usize),
-    /// An array argument.
-    Element(usize, Access),
+    /// A run-time scalar value.
+    Scalar(ValueId),
+    /// An array value.
+    Array(ValueId, Access),
     /// The finished sum.
     Sum,
 }
@@ -97,10 +102,17 @@ pub(crate) struct Stage {
 }
 
 impl Stage {
-    /// Lowers `expr` with index variables playing `roles`; `sum` is whether a `sum(…)` stands
-    /// for the finished sum here (and whether that sum is a run, `sum_is_run`).
-    pub(crate) fn lower(expr: &Expr, roles: &[Role], sum: bool, sum_is_run: bool) -> Result<Stage, String> {
-        let node = lower(expr, roles, sum)?;
+    /// Lowers `expr` of a call with arguments `args`, index variables playing `roles`; `sum` is
+    /// whether a `sum(…)` stands for the finished sum here (and whether that sum is a run,
+    /// `sum_is_run`).
+    pub(crate) fn lower(
+        expr: &Expr,
+        args: &[Arg],
+        roles: &[Role],
+        sum: bool,
+        sum_is_run: bool,
+    ) -> Result<Stage, String> {
+        let node = lower(expr, args, roles, sum)?;
         let terms = expand(&node).filter(|t| fits_loops(t, sum_is_run));
         Ok(Stage {
             depth: depth(&node),
@@ -108,14 +120,64 @@ impl Stage {
             terms,
         })
     }
+
+    /// Whether the stage reads value `v`.
+    pub(crate) fn reads(&self, v: ValueId) -> bool {
+        reads(&self.node, v)
+    }
+
+    /// Puts `producer` — the terms of the map computing `v` on the same segments — in place of
+    /// every run of `v` in the terms, where the result still fits the loops. Returns whether
+    /// the stage no longer reads `v`.
+    pub(crate) fn substitute(&mut self, v: ValueId, producer: &[Term]) -> bool {
+        let Some(terms) = &self.terms else {
+            return !self.reads(v);
+        };
+        let mut out = Vec::new();
+        for term in terms {
+            let (hits, rest): (Vec<Factor>, Vec<Factor>) = term
+                .factors
+                .iter()
+                .partition(|f| matches!(f, Factor::Array(x, a) if *x == v && a.is_run()));
+            match hits.len() {
+                0 => out.push(term.clone()),
+                1 => out.extend(producer.iter().map(|p| Term {
+                    coef: term.coef * p.coef,
+                    factors: [rest.clone(), p.factors.clone()].concat(),
+                })),
+                _ => return false,
+            }
+        }
+        if out.len() > MAX_TERMS || !fits_loops(&out, false) {
+            return false;
+        }
+        self.terms = Some(out);
+        true
+    }
 }
 
-fn lower(e: &Expr, roles: &[Role], sum: bool) -> Result<Node, String> {
-    let recur = |e: &Expr| lower(e, roles, sum).map(Box::new);
+fn reads(node: &Node, v: ValueId) -> bool {
+    match node {
+        Node::Array(x, _) | Node::Scalar(x) => *x == v,
+        Node::Number(_) | Node::Sum => false,
+        Node::Neg(a) | Node::Call(_, a) => reads(a, v),
+        Node::Binary(_, a, b) => reads(a, v) || reads(b, v),
+    }
+}
+
+fn lower(e: &Expr, args: &[Arg], roles: &[Role], sum: bool) -> Result<Node, String> {
+    let recur = |e: &Expr| lower(e, args, roles, sum).map(Box::new);
     Ok(match e {
         Expr::Number(v) => Node::Number(*v),
-        Expr::Scalar(p) => Node::Param(*p),
-        Expr::Element { param, index } => Node::Element(*param, access(index, roles)?),
+        Expr::Scalar(p) => match args.get(*p) {
+            Some(Arg::Value(v)) => Node::Scalar(*v),
+            Some(Arg::Literal(x)) => Node::Number(*x),
+            None => return Err(format!("no argument for parameter {}", p + 1)),
+        },
+        Expr::Element { param, index } => match args.get(*param) {
+            Some(Arg::Value(v)) => Node::Array(*v, access(index, roles)?),
+            _ => return Err(format!("no array argument for parameter {}", param + 1)),
+        },
         Expr::Neg(a) => Node::Neg(recur(a)?),
         Expr::Binary(op, a, b) => Node::Binary(*op, recur(a)?, recur(b)?),
         Expr::Call(f, a) => Node::Call(*f, recur(a)?),
@@ -141,7 +203,7 @@ fn access(index: &[usize], roles: &[Role]) -> Result<Access, String> {
 /// nested.
 fn depth(node: &Node) -> usize {
     match node {
-        Node::Number(_) | Node::Param(_) | Node::Element(..) | Node::Sum => 0,
+        Node::Number(_) | Node::Scalar(_) | Node::Array(..) | Node::Sum => 0,
         Node::Neg(a) | Node::Call(_, a) => depth(a),
         Node::Binary(_, a, b) => depth(a).max(1 + depth(b)),
     }
@@ -160,8 +222,8 @@ fn expand(node: &Node) -> Option<Vec<Term>> {
             coef: *v,
             factors: Vec::new(),
         }]),
-        Node::Param(p) => one(Factor::Param(*p)),
-        Node::Element(p, a) => one(Factor::Element(*p, *a)),
+        Node::Scalar(v) => one(Factor::Scalar(*v)),
+        Node::Array(v, a) => one(Factor::Array(*v, *a)),
         Node::Sum => one(Factor::Sum),
         Node::Neg(a) => Some(negated(expand(a)?)),
         Node::Binary(BinOp::Add, a, b) => Some([expand(a)?, expand(b)?].concat()),
@@ -190,9 +252,9 @@ fn negated(mut terms: Vec<Term>) -> Vec<Term> {
 fn fits_loops(terms: &[Term], sum_is_run: bool) -> bool {
     terms.iter().all(|t| {
         let runs = t.factors.iter().filter(|f| match f {
-            Factor::Element(_, a) => a.is_run(),
+            Factor::Array(_, a) => a.is_run(),
             Factor::Sum => sum_is_run,
-            Factor::Param(_) => false,
+            Factor::Scalar(_) => false,
         });
         runs.count() <= 2
     })
@@ -203,10 +265,12 @@ mod tests {
     use super::*;
     use fuse_core::formula::{parse_formula, parse_signature};
 
+    /// Lowers `formula`; argument `k` is value `10 + k`.
     fn stage(signature: &str, formula: &str, roles: &[Role]) -> Result<Stage, String> {
         let s = parse_signature(signature).unwrap();
         let f = parse_formula(formula, &s).unwrap();
-        Stage::lower(&f.body, roles, false, false)
+        let args: Vec<Arg> = (0..s.params.len()).map(|k| Arg::Value(10 + k)).collect();
+        Stage::lower(&f.body, &args, roles, false, false)
     }
 
     #[test]
@@ -219,15 +283,30 @@ mod tests {
         .unwrap();
         let terms = s.terms.unwrap();
         assert_eq!(terms.len(), 2);
-        assert_eq!(terms[0].factors, [Factor::Element(3, Access::Row)]);
+        assert_eq!(terms[0].factors, [Factor::Array(13, Access::Row)]);
         assert_eq!(
             terms[1].factors,
             [
-                Factor::Param(0),
-                Factor::Element(1, Access::Item),
-                Factor::Element(2, Access::Run)
+                Factor::Scalar(10),
+                Factor::Array(11, Access::Item),
+                Factor::Array(12, Access::Run)
             ]
         );
+    }
+
+    #[test]
+    fn a_map_is_substituted_into_its_consumer() {
+        let roles = [Role::Varying];
+        // x = t + z with t = w + y (values 10 + k are the arguments of each).
+        let mut consumer = stage("(x[n], y[n]) -> [n]", "out[i] = x[i] + y[i]", &roles).unwrap();
+        let producer = stage("(x[n], y[n]) -> [n]", "out[i] = 2.0 * x[i] - y[i]", &roles).unwrap();
+        assert!(consumer.substitute(10, producer.terms.as_ref().unwrap()));
+        let terms = consumer.terms.unwrap();
+        let coefs: Vec<f64> = terms.iter().map(|t| t.coef).collect();
+        assert_eq!(coefs, [2.0, -1.0, 1.0]);
+        assert_eq!(terms[2].factors, [Factor::Array(11, Access::Run)]);
+        let mut generic = stage("(x[n], y[n]) -> [n]", "out[i] = x[i] / y[i]", &roles).unwrap();
+        assert!(!generic.substitute(10, &[]), "a generic stage keeps reading the value");
     }
 
     #[test]
