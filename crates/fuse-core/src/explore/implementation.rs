@@ -271,65 +271,7 @@ impl<'c> KernelRoutines<'c> {
     }
 
     fn predict(&self, predictor: &Predictor, setting: &Setting, grid: &Grid, finishes: Vec<Finish>) -> Implementation {
-        let program = self.ctx.program;
-        let precision = program.precision;
-        let bytes = precision.bytes();
-        let key = |pos: usize, routine: &'static str| RoutineKey {
-            function: &program.calls[self.order[pos]].function,
-            variant: &setting.variants[pos],
-            routine,
-            precision,
-        };
-        let mut runs: Vec<RoutineRun> = Vec::new();
-        for (pos, routine, role) in &self.loads {
-            runs.push(RoutineRun {
-                key: RoutineKey {
-                    routine,
-                    ..key(*pos, "")
-                },
-                runs: grid.transfers(*role),
-                work: Work::Bytes(role.numbers() * bytes),
-            });
-        }
-        for (pos, &c) in self.order.iter().enumerate() {
-            runs.push(RoutineRun {
-                key: key(pos, "compute"),
-                runs: grid.instances(),
-                work: Work::Flops(self.ctx.mappings[c].flops_per_instance),
-            });
-        }
-        for &(pos, role) in &self.stores {
-            runs.push(RoutineRun {
-                key: key(pos, "store"),
-                runs: grid.transfers(role),
-                work: Work::Bytes(role.numbers() * bytes),
-            });
-        }
-        let mut finish = FinishWork::default();
-        let (mut memset, mut second_kernel) = (false, false);
-        let atomic_cost = predictor.table().model.atomic_cost;
-        for (&(pos, c, _), &how) in self.reduces.iter().zip(&finishes) {
-            let (partials, per) = grid.partials(self.ctx, c);
-            let per_bytes = per * bytes;
-            let result_bytes = grid.result_numbers(self.ctx, c) * bytes;
-            let (routine, work) = match how {
-                Finish::Atomic => ("accumulate", (per_bytes as f64 * atomic_cost).round() as u64),
-                _ => ("store", per_bytes),
-            };
-            runs.push(RoutineRun {
-                key: key(pos, routine),
-                runs: partials,
-                work: Work::Bytes(work),
-            });
-            match how {
-                Finish::Complete => {}
-                Finish::Atomic => (memset, finish.bytes) = (true, finish.bytes + result_bytes),
-                Finish::Kernel => {
-                    (second_kernel, finish.bytes) = (true, finish.bytes + partials * per_bytes + result_bytes)
-                }
-            }
-        }
-        finish.launches = memset as u32 + second_kernel as u32;
+        let (runs, finish) = self.routine_runs(predictor, setting, grid, &finishes);
         let env = Environment {
             threads: setting.block.threads,
             serial_iterations: grid.serial,
@@ -353,6 +295,131 @@ impl<'c> KernelRoutines<'c> {
             time: predictor.kernel(&runs, &env, finish),
         }
     }
+
+    /// Every routine the kernel runs (loads, computes, stores, partial-result stores or
+    /// accumulations) with its executions and work, and the work that finishes its reductions.
+    fn routine_runs<'s>(
+        &'s self,
+        predictor: &Predictor,
+        setting: &'s Setting,
+        grid: &Grid,
+        finishes: &[Finish],
+    ) -> (Vec<RoutineRun<'s>>, FinishWork) {
+        let program = self.ctx.program;
+        let precision = program.precision;
+        let bytes = precision.bytes();
+        let key = |pos: usize, routine: &'s str| RoutineKey {
+            function: &program.calls[self.order[pos]].function,
+            variant: &setting.variants[pos],
+            routine,
+            precision,
+        };
+        let mut runs: Vec<RoutineRun> = Vec::new();
+        for (pos, routine, role) in &self.loads {
+            runs.push(RoutineRun {
+                key: key(*pos, routine),
+                runs: grid.transfers(*role),
+                work: Work::Bytes(role.numbers() * bytes),
+            });
+        }
+        for (pos, &c) in self.order.iter().enumerate() {
+            runs.push(RoutineRun {
+                key: key(pos, "compute"),
+                runs: grid.instances(),
+                work: Work::Flops(self.ctx.mappings[c].flops_per_instance),
+            });
+        }
+        for &(pos, role) in &self.stores {
+            runs.push(RoutineRun {
+                key: key(pos, "store"),
+                runs: grid.transfers(role),
+                work: Work::Bytes(role.numbers() * bytes),
+            });
+        }
+        let mut finish = FinishWork::default();
+        let (mut memset, mut second_kernel) = (false, false);
+        let atomic_cost = predictor.table().model.atomic_cost;
+        for (&(pos, c, _), &how) in self.reduces.iter().zip(finishes) {
+            let (partials, per) = grid.partials(self.ctx, c);
+            let per_bytes = per * bytes;
+            let result_bytes = grid.result_numbers(self.ctx, c) * bytes;
+            let (routine, work) = match how {
+                Finish::Atomic => ("accumulate", (per_bytes as f64 * atomic_cost).round() as u64),
+                _ => ("store", per_bytes),
+            };
+            runs.push(RoutineRun {
+                key: key(pos, routine),
+                runs: partials,
+                work: Work::Bytes(work),
+            });
+            match how {
+                Finish::Complete => {}
+                Finish::Atomic => (memset, finish.bytes) = (true, finish.bytes + result_bytes),
+                Finish::Kernel => {
+                    (second_kernel, finish.bytes) = (true, finish.bytes + partials * per_bytes + result_bytes)
+                }
+            }
+        }
+        finish.launches = memset as u32 + second_kernel as u32;
+        (runs, finish)
+    }
+}
+
+/// One routine of a kernel, with owned names: what calibration splits a measured kernel into.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RoutineShare {
+    /// Function name without prefix.
+    pub function: String,
+    /// Variant name.
+    pub variant: String,
+    /// `load.PARAM`, `compute`, `store` or `accumulate`.
+    pub routine: String,
+    /// Executions in the whole grid.
+    pub runs: u64,
+    /// Work per execution.
+    pub work: Work,
+}
+
+/// The implementation of the fusion of `calls` in one launch configuration — the order with
+/// the least on-chip memory, default variants, partial reductions finished by atomics (as the
+/// generator does) — predicted, with the routines it runs. Calibration times the generated
+/// kernel of exactly this configuration and splits the time among these routines.
+pub fn implementation_with(
+    ctx: &Context,
+    calls: &[CallId],
+    block: Block,
+    serial_iterations: u32,
+    walk: Option<Axis>,
+    predictor: &Predictor,
+) -> (Implementation, Vec<RoutineShare>) {
+    let (order, peak, _) = best_order(ctx, calls, walk, Limits::default().max_orders);
+    let kernel = KernelRoutines::new(ctx, &order);
+    let variants: Vec<String> = order.iter().map(|_| DEFAULT_VARIANT.to_string()).collect();
+    let setting = Setting {
+        block,
+        walk,
+        shared: peak * block.instances as u64,
+        variants: &variants,
+    };
+    let grid = Grid::new(kernel.tiles, block, serial_iterations.max(1), walk);
+    let finishes: Vec<Finish> = (kernel.reduces.iter())
+        .map(|&(_, c, _)| match grid.complete(ctx, c) {
+            true => Finish::Complete,
+            false => Finish::Atomic,
+        })
+        .collect();
+    let (runs, _) = kernel.routine_runs(predictor, &setting, &grid, &finishes);
+    let shares = runs
+        .iter()
+        .map(|r| RoutineShare {
+            function: r.key.function.to_string(),
+            variant: r.key.variant.to_string(),
+            routine: r.key.routine.to_string(),
+            runs: r.runs,
+            work: r.work,
+        })
+        .collect();
+    (kernel.predict(predictor, &setting, &grid, finishes), shares)
 }
 
 /// The grid of one launch configuration.
@@ -701,6 +768,60 @@ mod tests {
         let imps = implement(&ctx, &[0, 1], &Predictor::new(&table, true), &Limits::default());
         assert!(imps.list.is_empty());
         assert_eq!(imps.unlaunchable, 2 * NESTED_THREADS.len());
+    }
+
+    #[test]
+    fn a_chosen_configuration_is_predicted_from_the_routines_it_lists() {
+        let p = load("bicgk");
+        let table = TimingTable::builtin().unwrap();
+        let predictor = Predictor::new(&table, true);
+        let ctx = Context::new(&p, &p.sizes);
+        let block = Block {
+            threads: 256,
+            instances: 1,
+        };
+        let (imp, shares) = implementation_with(&ctx, &[0], block, 4, Some(Axis::Rows), &predictor);
+        assert_eq!(
+            (imp.block, imp.serial_iterations, imp.walk),
+            (block, 4, Some(Axis::Rows))
+        );
+        let routines: Vec<&str> = shares.iter().map(|s| s.routine.as_str()).collect();
+        assert_eq!(routines, ["load.A", "load.x", "compute", "accumulate"]);
+        // A is read once: every one of its 32×32 tiles, 4 bytes per number.
+        let a = &shares[0];
+        assert_eq!((a.runs, a.work), (128 * 128, Work::Bytes(32 * 32 * 4)));
+        // The listed routines are the ones predicted: their analytic times add up.
+        let env = Environment {
+            threads: 256,
+            serial_iterations: 4,
+            shared_bytes: imp.shared_bytes,
+            blocks: imp.blocks,
+        };
+        let transfer: f64 = shares
+            .iter()
+            .filter(|s| matches!(s.work, Work::Bytes(_)))
+            .map(|s| {
+                let key = RoutineKey {
+                    function: &s.function,
+                    variant: &s.variant,
+                    routine: &s.routine,
+                    precision: p.precision,
+                };
+                predictor.routine_us(
+                    &RoutineRun {
+                        key,
+                        runs: s.runs,
+                        work: s.work,
+                    },
+                    &env,
+                )
+            })
+            .sum();
+        assert!(
+            (transfer - imp.time.transfer_us).abs() < 1e-9,
+            "{transfer} {:?}",
+            imp.time
+        );
     }
 
     #[test]

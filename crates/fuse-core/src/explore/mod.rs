@@ -53,10 +53,12 @@ pub use callset::CallSet;
 pub use context::Context;
 pub use explain::{PairExplanation, Verdict, Why};
 pub use fusion::Fusion;
-pub use implementation::{Block, Dataflow, Finish, Implementation, Implemented, Reduction};
+pub use implementation::{
+    implementation_with, Block, Dataflow, Finish, Implementation, Implemented, Reduction, RoutineShare,
+};
 pub use mapping::{Axis, CallMapping, Role, Space};
 pub use plan::{Kernel, Plan, PlanCount, Plans};
-pub use predict::{Environment, KernelTime, Predictor};
+pub use predict::{Environment, KernelTime, Predictor, Work};
 pub use rules::{Rule, Violation};
 pub use timing::{library_checksum, TimingError, TimingTable};
 
