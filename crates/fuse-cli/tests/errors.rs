@@ -256,3 +256,12 @@ fn bad_size_override() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("expected NAME=VALUE"));
 }
+
+#[test]
+fn missing_sections() {
+    let at = BICGK.find("calls:").unwrap();
+    let e = check_fails(&BICGK[..at]);
+    assert_message(&e, 1, 1, &["missing `calls`", "expected a list of calls"]);
+    let e = check_fails(&BICGK.replace("outputs: [q, s]\n", ""));
+    assert_message(&e, 1, 1, &["missing `outputs`"]);
+}

@@ -174,34 +174,21 @@ impl<'a> Checker<'a> {
         if let Some(node) = section("sizes") {
             self.sizes(node)?;
         }
-        match section("inputs") {
-            Some(node) => self.inputs(node)?,
-            None => {
-                return Err(Diagnostic::new(
-                    Location::at(self.file, 1, 1),
-                    "missing `inputs`: expected a mapping of input names to shapes",
-                )
-                .into())
-            }
-        }
-        match section("calls") {
-            Some(node) => self.calls(node)?,
-            None => {
-                return Err(Diagnostic::new(
-                    Location::at(self.file, 1, 1),
-                    "missing `calls`: expected a list of calls like `q = sgemv(A, p)`",
-                )
-                .into())
-            }
-        }
-        match section("outputs") {
-            Some(node) => self.outputs(node),
-            None => Err(Diagnostic::new(
-                Location::at(self.file, 1, 1),
-                "missing `outputs`: expected a list of the names to return",
-            )
-            .into()),
-        }
+        let file = self.file;
+        let required = |name: &str, expected: &str| {
+            top.get_node(name).ok_or_else(|| {
+                Error::from(Diagnostic::new(
+                    Location::at(file, 1, 1),
+                    format!("missing `{name}`: expected {expected}"),
+                ))
+            })
+        };
+        let inputs = required("inputs", "a mapping of input names to shapes")?;
+        let calls = required("calls", "a list of calls like `q = sgemv(A, p)`")?;
+        let outputs = required("outputs", "a list of the names to return")?;
+        self.inputs(inputs)?;
+        self.calls(calls)?;
+        self.outputs(outputs)
     }
 
     fn scalar<'n>(&self, node: &'n Node, what: &str) -> Result<&'n str> {
