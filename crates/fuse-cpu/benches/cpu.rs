@@ -13,12 +13,11 @@ use std::time::Duration;
 
 use criterion::measurement::WallTime;
 use criterion::{criterion_group, criterion_main, BenchmarkGroup, Criterion, SamplingMode, Throughput};
-use rayon::prelude::*;
 
 use fuse_core::data::fill_random_inputs;
 use fuse_core::testing::{sequence, SEQUENCES};
 use fuse_core::{explore, Bindings, Library, Limits, Precision, Program};
-use fuse_cpu::fused::calibrate::COPY_BYTES;
+use fuse_cpu::fused::calibrate::{CopyProbe, COPY_BYTES};
 use fuse_cpu::fused::{timings, unfused_plan, FusedPlan};
 use fuse_cpu::reference::evaluate;
 
@@ -47,20 +46,11 @@ fn configure(group: &mut BenchmarkGroup<WallTime>) {
 
 /// A parallel copy between two arrays of 256 MiB; throughput counts bytes read and written.
 fn copy(c: &mut Criterion) {
-    let len = if full() { COPY_BYTES / 8 } else { 1 << 12 };
-    let src: Vec<f64> = (0..len).into_par_iter().map(|k| k as f64).collect();
-    let mut dst = vec![0.0f64; len];
-    let piece = len.div_ceil(rayon::current_num_threads());
+    let mut probe = CopyProbe::new(if full() { COPY_BYTES } else { 1 << 15 });
     let mut group = c.benchmark_group("copy");
     configure(&mut group);
-    group.throughput(Throughput::Bytes(2 * 8 * len as u64));
-    group.bench_function("parallel copy", |b| {
-        b.iter(|| {
-            dst.par_chunks_mut(piece)
-                .zip(src.par_chunks(piece))
-                .for_each(|(d, s)| d.copy_from_slice(s))
-        })
-    });
+    group.throughput(Throughput::Bytes(probe.bytes()));
+    group.bench_function("parallel copy", |b| b.iter(|| probe.copy()));
     group.finish();
 }
 

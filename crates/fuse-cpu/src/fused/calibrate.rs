@@ -157,20 +157,44 @@ pub fn median_seconds(reps: usize, mut f: impl FnMut()) -> f64 {
     times[times.len() / 2]
 }
 
-/// The copy bandwidth of memory, GB/s: bytes read plus bytes written per second by a parallel
-/// copy between two arrays of `bytes` (the STREAM convention), median of `reps` copies.
-pub fn copy_bandwidth(bytes: usize, reps: usize) -> f64 {
-    let len = bytes / std::mem::size_of::<f64>();
-    let src: Vec<f64> = (0..len).into_par_iter().map(|k| k as f64).collect();
-    let mut dst = vec![0.0f64; len];
-    let piece = len.div_ceil(rayon::current_num_threads()).max(1);
-    let seconds = median_seconds(reps, || {
-        dst.par_chunks_mut(piece)
-            .zip(src.par_chunks(piece))
+/// Two arrays to time parallel copies between: the reference bandwidth of memory.
+pub struct CopyProbe {
+    src: Vec<f64>,
+    dst: Vec<f64>,
+}
+
+impl CopyProbe {
+    /// Arrays of `bytes` each, written once so that their pages exist.
+    pub fn new(bytes: usize) -> Self {
+        let len = (bytes / std::mem::size_of::<f64>()).max(1);
+        CopyProbe {
+            src: (0..len).into_par_iter().map(|k| k as f64).collect(),
+            dst: vec![0.0; len],
+        }
+    }
+
+    /// Bytes one copy reads plus writes (the STREAM convention).
+    pub fn bytes(&self) -> u64 {
+        2 * std::mem::size_of_val(self.src.as_slice()) as u64
+    }
+
+    /// One copy, every thread copying its share.
+    pub fn copy(&mut self) {
+        let piece = self.src.len().div_ceil(rayon::current_num_threads()).max(1);
+        self.dst
+            .par_chunks_mut(piece)
+            .zip(self.src.par_chunks(piece))
             .for_each(|(d, s)| d.copy_from_slice(s));
-        black_box(&dst);
-    });
-    2.0 * (len * std::mem::size_of::<f64>()) as f64 / seconds / 1e9
+        black_box(&self.dst);
+    }
+}
+
+/// The copy bandwidth of memory, GB/s: bytes read plus bytes written per second by a parallel
+/// copy between two arrays of `bytes`, median of `reps` copies.
+pub fn copy_bandwidth(bytes: usize, reps: usize) -> f64 {
+    let mut probe = CopyProbe::new(bytes);
+    let seconds = median_seconds(reps, || probe.copy());
+    probe.bytes() as f64 / seconds / 1e9
 }
 
 /// Independent multiply-add chains per thread in the peak measurement: enough to fill the
