@@ -26,10 +26,10 @@ const SPEC: Spec = Spec {
     files: &["libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"],
     symbol: PROBE_SYMBOL,
     companions: &["libnvrtc-builtins.so"],
-    cudarc_present: cudarc_present,
-    cudarc_symbol: cudarc_symbol,
+    cudarc_present,
+    cudarc_symbol,
     version: version_of,
-    cudarc_version: cudarc_version,
+    cudarc_version,
 };
 
 /// The library cudarc uses, pinned for the life of the process.

@@ -1,0 +1,451 @@
+//! Runs a [`Baseline`] on the GPU through cuBLAS, on the device's one stream.
+//!
+//! Scalars go by device pointer (`CUBLAS_POINTER_MODE_DEVICE`): the host-known ones are uploaded
+//! once with the inputs, reduction results stay where `dot` wrote them, and no call waits for
+//! the host — which is how a cuBLAS user keeps a sequence asynchronous.
+
+use std::collections::BTreeMap;
+use std::ffi::c_int;
+
+use cudarc::cublas::sys::{self, cublasHandle_t, cublasOperation_t, cublasStatus_t};
+use cudarc::cublas::CudaBlas;
+use cudarc::driver::{CudaSlice, DevicePtr};
+use fuse_core::data::check_inputs;
+use fuse_core::{Bindings, HostArray, HostData, Precision, Program, Sizes, ValueId};
+
+use super::{host_scalars, Baseline, BlasOp, ScalarArg, Trans};
+use crate::device::Device;
+use crate::error::{cublas, driver, CudaError};
+use crate::plan::{download, host_bytes, poisoned};
+use crate::probe;
+use crate::timer::{Timer, Timing, TimingOptions};
+
+/// A baseline ready to run on a GPU.
+pub struct CublasPlan {
+    device: Device,
+    blas: CudaBlas,
+    baseline: Baseline,
+    /// The host-known scalars, in the order of the constants buffer.
+    constants: Vec<ScalarArg>,
+}
+
+/// A baseline's device buffers: inputs uploaded, the others poisoned, constants set.
+pub struct BaselineWorkspace {
+    buffers: BTreeMap<ValueId, CudaSlice<u8>>,
+    constants: CudaSlice<u8>,
+}
+
+impl CublasPlan {
+    /// Loads cuBLAS (an error, not a panic, where it is missing) and binds it to `device`'s
+    /// stream in device pointer mode.
+    pub fn new(device: &Device, baseline: Baseline) -> Result<CublasPlan, CudaError> {
+        probe::cublas()?;
+        let blas = CudaBlas::new(device.stream().clone()).map_err(cublas("cublasCreate"))?;
+        blas.set_pointer_mode(sys::cublasPointerMode_t::CUBLAS_POINTER_MODE_DEVICE)
+            .map_err(cublas("cublasSetPointerMode"))?;
+        Ok(CublasPlan {
+            device: device.clone(),
+            blas,
+            constants: host_scalars(&baseline),
+            baseline,
+        })
+    }
+
+    /// The calls it makes.
+    pub fn baseline(&self) -> &Baseline {
+        &self.baseline
+    }
+
+    /// Runs once on `inputs`; returns the outputs by name.
+    pub fn run(&self, program: &Program, sizes: &Sizes, inputs: &Bindings) -> Result<Bindings, CudaError> {
+        let workspace = self.prepare(program, sizes, inputs)?;
+        self.enqueue(&workspace)?;
+        self.device.synchronize()?;
+        self.download(program, &workspace)
+    }
+
+    /// Allocates the buffers at `sizes` (the sizes the baseline was built for).
+    pub fn prepare(&self, program: &Program, sizes: &Sizes, inputs: &Bindings) -> Result<BaselineWorkspace, CudaError> {
+        check_inputs(program, sizes, inputs)?;
+        let stream = self.device.stream();
+        let bytes = program.precision.bytes() as usize;
+        let mut buffers = BTreeMap::new();
+        for (&v, &len) in &self.baseline.buffers {
+            let value = &program.values[v];
+            let slice = match value.producer {
+                None => stream
+                    .clone_htod(host_bytes(&inputs[&value.variable].data))
+                    .map_err(driver("cuMemcpyHtoD"))?,
+                Some(_) => poisoned(&self.device, len * bytes)?,
+            };
+            buffers.insert(v, slice);
+        }
+        let values: Vec<f64> = self.constants.iter().map(|s| host_value(s, program, inputs)).collect();
+        let data = match program.precision {
+            Precision::F32 => HostData::F32(values.iter().map(|&v| v as f32).collect()),
+            Precision::F64 => HostData::F64(values),
+        };
+        let mut constants = host_bytes(&data).to_vec();
+        constants.resize(constants.len().max(8), 0);
+        let constants = stream.clone_htod(&constants).map_err(driver("cuMemcpyHtoD"))?;
+        Ok(BaselineWorkspace { buffers, constants })
+    }
+
+    /// Queues every call on the stream (no wait).
+    pub fn enqueue(&self, workspace: &BaselineWorkspace) -> Result<(), CudaError> {
+        let calls = Calls {
+            handle: *self.blas.handle(),
+            plan: self,
+            workspace,
+        };
+        for op in &self.baseline.ops {
+            match self.baseline.precision {
+                Precision::F32 => calls.op::<f32>(op)?,
+                Precision::F64 => calls.op::<f64>(op)?,
+            }
+        }
+        Ok(())
+    }
+
+    /// Copies the outputs back (waits for the queued work).
+    pub fn download(&self, program: &Program, workspace: &BaselineWorkspace) -> Result<Bindings, CudaError> {
+        let mut out = Bindings::new();
+        for &v in &program.outputs {
+            let owner = self.baseline.storage.get(&v).ok_or_else(|| missing(v))?;
+            let buffer = workspace.buffers.get(owner).ok_or_else(|| missing(v))?;
+            let mut data = download(&self.device, buffer, program.precision)?;
+            let dims = program.values[v]
+                .shape
+                .extents(&self.baseline.sizes)
+                .unwrap_or_default();
+            truncate(&mut data, dims.iter().product());
+            out.insert(program.values[v].variable.clone(), HostArray { dims, data });
+        }
+        Ok(out)
+    }
+
+    /// Times the calls on `workspace` with CUDA events.
+    pub fn time(&self, workspace: &BaselineWorkspace, options: &TimingOptions) -> Result<Timing, CudaError> {
+        let timer = Timer::new(&self.device, options.flush_l2)?;
+        timer.time(options, &mut || self.enqueue(workspace))
+    }
+}
+
+/// Drops the padding of a buffer allocated larger than its value (scalars get 8 bytes).
+fn truncate(data: &mut HostData, len: usize) {
+    match data {
+        HostData::F32(v) => v.truncate(len),
+        HostData::F64(v) => v.truncate(len),
+    }
+}
+
+fn missing(v: ValueId) -> CudaError {
+    CudaError::Unsupported(format!("value {v} has no baseline buffer (a fuse bug, please report)"))
+}
+
+/// The value of a host-known scalar.
+fn host_value(s: &ScalarArg, program: &Program, inputs: &Bindings) -> f64 {
+    match *s {
+        ScalarArg::Host { factor, input: None } => factor,
+        ScalarArg::Host { factor, input: Some(v) } => {
+            factor
+                * inputs[&program.values[v].variable]
+                    .to_f64()
+                    .first()
+                    .copied()
+                    .unwrap_or(0.0)
+        }
+        ScalarArg::Device(_) => f64::NAN,
+    }
+}
+
+/// cuBLAS's 32-bit dimension.
+fn dim(n: usize) -> Result<c_int, CudaError> {
+    c_int::try_from(n).map_err(|_| CudaError::Unsupported(format!("dimension {n} exceeds cuBLAS's 32-bit interface")))
+}
+
+fn operation(t: Trans) -> cublasOperation_t {
+    match t {
+        Trans::N => cublasOperation_t::CUBLAS_OP_N,
+        Trans::T => cublasOperation_t::CUBLAS_OP_T,
+    }
+}
+
+/// The calls of one enqueue.
+struct Calls<'a> {
+    handle: cublasHandle_t,
+    plan: &'a CublasPlan,
+    workspace: &'a BaselineWorkspace,
+}
+
+impl Calls<'_> {
+    /// The device address of value `v`'s buffer.
+    fn buffer(&self, v: ValueId) -> Result<u64, CudaError> {
+        let slice = self.workspace.buffers.get(&v).ok_or_else(|| missing(v))?;
+        Ok(slice.device_ptr(self.plan.device.stream()).0)
+    }
+
+    /// The device address of a scalar: its slot among the constants, or a reduction's buffer.
+    fn scalar<T>(&self, s: &ScalarArg) -> Result<*const T, CudaError> {
+        let address = match s {
+            ScalarArg::Device(v) => self.buffer(*v)?,
+            host => {
+                let slot = self.plan.constants.iter().position(|c| c == host).unwrap_or(0);
+                let base = self.workspace.constants.device_ptr(self.plan.device.stream()).0;
+                base + (slot * std::mem::size_of::<T>()) as u64
+            }
+        };
+        Ok(address as *const T)
+    }
+
+    fn op<T: Element>(&self, op: &BlasOp) -> Result<(), CudaError> {
+        let h = self.handle;
+        let b = |v: ValueId| self.buffer(v);
+        // SAFETY (every call below): the handle is live, pointer mode is device, every pointer is
+        // a device buffer of this workspace holding at least the elements the call touches (the
+        // translation sized each buffer from the same shapes), and scalars point into device
+        // memory of the element type.
+        let status = unsafe {
+            match *op {
+                BlasOp::Copy { len, src, dst } => {
+                    let bytes = len * std::mem::size_of::<T>();
+                    let stream = self.plan.device.stream().cu_stream();
+                    cudarc::driver::result::memcpy_dtod_async(b(dst)?, b(src)?, bytes, stream)
+                        .map_err(driver("cuMemcpyDtoDAsync"))?;
+                    return Ok(());
+                }
+                BlasOp::Scal { n, alpha, x } => T::scal(h, dim(n)?, self.scalar(&alpha)?, b(x)? as *mut T),
+                BlasOp::Axpy { n, alpha, x, y } => {
+                    T::axpy(h, dim(n)?, self.scalar(&alpha)?, b(x)? as *const T, b(y)? as *mut T)
+                }
+                BlasOp::Dot { n, x, y, result } => {
+                    T::dot(h, dim(n)?, b(x)? as *const T, b(y)? as *const T, b(result)? as *mut T)
+                }
+                BlasOp::Asum { n, x, result } => T::asum(h, dim(n)?, b(x)? as *const T, b(result)? as *mut T),
+                BlasOp::Nrm2 { n, x, result } => T::nrm2(h, dim(n)?, b(x)? as *const T, b(result)? as *mut T),
+                BlasOp::Gemv {
+                    trans,
+                    m,
+                    n,
+                    lda,
+                    alpha,
+                    a,
+                    x,
+                    beta,
+                    y,
+                } => T::gemv(
+                    h,
+                    operation(trans),
+                    [dim(m)?, dim(n)?, dim(lda)?],
+                    self.scalar(&alpha)?,
+                    b(a)? as *const T,
+                    b(x)? as *const T,
+                    self.scalar(&beta)?,
+                    b(y)? as *mut T,
+                ),
+                BlasOp::Ger {
+                    m,
+                    n,
+                    lda,
+                    alpha,
+                    x,
+                    y,
+                    a,
+                } => T::ger(
+                    h,
+                    [dim(m)?, dim(n)?, dim(lda)?],
+                    self.scalar(&alpha)?,
+                    b(x)? as *const T,
+                    b(y)? as *const T,
+                    b(a)? as *mut T,
+                ),
+                BlasOp::Geam {
+                    m,
+                    n,
+                    ld,
+                    alpha,
+                    a,
+                    beta,
+                    b: bm,
+                    c,
+                } => T::geam(
+                    h,
+                    [dim(m)?, dim(n)?, dim(ld)?],
+                    self.scalar(&alpha)?,
+                    b(a)? as *const T,
+                    self.scalar(&beta)?,
+                    b(bm)? as *const T,
+                    b(c)? as *mut T,
+                ),
+            }
+        };
+        status.result().map_err(cublas(op_name(op)))
+    }
+}
+
+fn op_name(op: &BlasOp) -> &'static str {
+    match op {
+        BlasOp::Copy { .. } => "copy",
+        BlasOp::Scal { .. } => "scal",
+        BlasOp::Axpy { .. } => "axpy",
+        BlasOp::Dot { .. } => "dot",
+        BlasOp::Asum { .. } => "asum",
+        BlasOp::Nrm2 { .. } => "nrm2",
+        BlasOp::Gemv { .. } => "gemv",
+        BlasOp::Ger { .. } => "ger",
+        BlasOp::Geam { .. } => "geam",
+    }
+}
+
+/// The s/d routines of one element type (unit strides, as the arrays are contiguous).
+#[allow(clippy::too_many_arguments)]
+trait Element: Sized {
+    unsafe fn scal(h: cublasHandle_t, n: c_int, a: *const Self, x: *mut Self) -> cublasStatus_t;
+    unsafe fn axpy(h: cublasHandle_t, n: c_int, a: *const Self, x: *const Self, y: *mut Self) -> cublasStatus_t;
+    unsafe fn dot(h: cublasHandle_t, n: c_int, x: *const Self, y: *const Self, r: *mut Self) -> cublasStatus_t;
+    unsafe fn asum(h: cublasHandle_t, n: c_int, x: *const Self, r: *mut Self) -> cublasStatus_t;
+    unsafe fn nrm2(h: cublasHandle_t, n: c_int, x: *const Self, r: *mut Self) -> cublasStatus_t;
+    /// `[m, n, lda]`.
+    unsafe fn gemv(
+        h: cublasHandle_t,
+        t: cublasOperation_t,
+        d: [c_int; 3],
+        a: *const Self,
+        m: *const Self,
+        x: *const Self,
+        b: *const Self,
+        y: *mut Self,
+    ) -> cublasStatus_t;
+    /// `[m, n, lda]`.
+    unsafe fn ger(
+        h: cublasHandle_t,
+        d: [c_int; 3],
+        a: *const Self,
+        x: *const Self,
+        y: *const Self,
+        m: *mut Self,
+    ) -> cublasStatus_t;
+    /// `[m, n, ld]`.
+    unsafe fn geam(
+        h: cublasHandle_t,
+        d: [c_int; 3],
+        a: *const Self,
+        ma: *const Self,
+        b: *const Self,
+        mb: *const Self,
+        c: *mut Self,
+    ) -> cublasStatus_t;
+}
+
+const N: cublasOperation_t = cublasOperation_t::CUBLAS_OP_N;
+
+macro_rules! element {
+    ($t:ty, $scal:ident, $axpy:ident, $dot:ident, $asum:ident, $nrm2:ident, $gemv:ident, $ger:ident, $geam:ident) => {
+        impl Element for $t {
+            unsafe fn scal(h: cublasHandle_t, n: c_int, a: *const Self, x: *mut Self) -> cublasStatus_t {
+                unsafe { sys::$scal(h, n, a, x, 1) }
+            }
+            unsafe fn axpy(
+                h: cublasHandle_t,
+                n: c_int,
+                a: *const Self,
+                x: *const Self,
+                y: *mut Self,
+            ) -> cublasStatus_t {
+                unsafe { sys::$axpy(h, n, a, x, 1, y, 1) }
+            }
+            unsafe fn dot(h: cublasHandle_t, n: c_int, x: *const Self, y: *const Self, r: *mut Self) -> cublasStatus_t {
+                unsafe { sys::$dot(h, n, x, 1, y, 1, r) }
+            }
+            unsafe fn asum(h: cublasHandle_t, n: c_int, x: *const Self, r: *mut Self) -> cublasStatus_t {
+                unsafe { sys::$asum(h, n, x, 1, r) }
+            }
+            unsafe fn nrm2(h: cublasHandle_t, n: c_int, x: *const Self, r: *mut Self) -> cublasStatus_t {
+                unsafe { sys::$nrm2(h, n, x, 1, r) }
+            }
+            unsafe fn gemv(
+                h: cublasHandle_t,
+                t: cublasOperation_t,
+                d: [c_int; 3],
+                a: *const Self,
+                m: *const Self,
+                x: *const Self,
+                b: *const Self,
+                y: *mut Self,
+            ) -> cublasStatus_t {
+                unsafe { sys::$gemv(h, t, d[0], d[1], a, m, d[2], x, 1, b, y, 1) }
+            }
+            unsafe fn ger(
+                h: cublasHandle_t,
+                d: [c_int; 3],
+                a: *const Self,
+                x: *const Self,
+                y: *const Self,
+                m: *mut Self,
+            ) -> cublasStatus_t {
+                unsafe { sys::$ger(h, d[0], d[1], a, x, 1, y, 1, m, d[2]) }
+            }
+            unsafe fn geam(
+                h: cublasHandle_t,
+                d: [c_int; 3],
+                a: *const Self,
+                ma: *const Self,
+                b: *const Self,
+                mb: *const Self,
+                c: *mut Self,
+            ) -> cublasStatus_t {
+                unsafe { sys::$geam(h, N, N, d[0], d[1], a, ma, d[2], b, mb, d[2], c, d[2]) }
+            }
+        }
+    };
+}
+
+element!(
+    f32,
+    cublasSscal_v2,
+    cublasSaxpy_v2,
+    cublasSdot_v2,
+    cublasSasum_v2,
+    cublasSnrm2_v2,
+    cublasSgemv_v2,
+    cublasSger_v2,
+    cublasSgeam
+);
+element!(
+    f64,
+    cublasDscal_v2,
+    cublasDaxpy_v2,
+    cublasDdot_v2,
+    cublasDasum_v2,
+    cublasDnrm2_v2,
+    cublasDgemv_v2,
+    cublasDger_v2,
+    cublasDgeam
+);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dimensions_beyond_32_bits_are_refused() {
+        assert_eq!(dim(16384 * 16384).unwrap(), 1 << 28);
+        assert!(dim(1 << 31).is_err());
+    }
+
+    #[test]
+    fn host_scalars_multiply_their_input() {
+        let library = fuse_core::Library::builtin().unwrap();
+        let text = "sizes: {n: 2}\ninputs: {x: [n], alpha: scalar}\noutputs: [y]\ncalls:\n  - y = sscal(alpha, x)\n";
+        let program = fuse_core::script::parse("t.yaml", text, &library).unwrap();
+        let mut inputs = Bindings::new();
+        inputs.insert("alpha".into(), HostArray::f32(vec![], vec![0.5]));
+        let alpha = program.value("alpha").unwrap();
+        let s = ScalarArg::Host {
+            factor: -2.0,
+            input: Some(alpha),
+        };
+        assert_eq!(host_value(&s, &program, &inputs), -1.0);
+        assert_eq!(host_value(&ScalarArg::constant(3.0), &program, &inputs), 3.0);
+    }
+}

@@ -1,0 +1,673 @@
+//! The baseline: a program written as a cuBLAS user would write it, call by call.
+//!
+//! [`Baseline::new`] translates each call into cuBLAS routines on row-major data — `gemv` with
+//! the transpose flag swapped (a row-major m×n matrix is a column-major n×m one), `ger` with its
+//! vectors swapped, `geam` for `madd`, `copy`/`scal`/`axpy`/`dot`/`asum`/`nrm2` for BLAS-1 —
+//! including the copies that in-place BLAS forces: `saxpy` overwrites its `y`, so
+//! `z = saxpy(a, x, w)` becomes a copy of `w` into `z` and then `saxpy` on `z`, unless `w` is a
+//! temporary no later call reads (or the script itself overwrites it, as in `x = sscal(a, x)`),
+//! in which case the call runs in place as a user would. A scaling read by one `axpy` only is
+//! folded into that `axpy`'s coefficient (`z = w − α·v` is `copy w→z; axpy(−α, v, z)`), as a
+//! user writes it. The 11 sequences of the paper come out as the paper's cuBLAS versions.
+//!
+//! The translation is pure data ([`BlasOp`] at concrete sizes), tested on the CPU against the
+//! reference interpreter with the exact cuBLAS argument conventions; [`cublas`] runs it on a GPU.
+
+pub mod cublas;
+#[cfg(test)]
+mod host;
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use fuse_core::{Arg, CallId, Precision, Program, Shape, Sizes, ValueId};
+
+use crate::error::CudaError;
+
+/// A scalar argument of a cuBLAS call. All are passed by device pointer (pointer mode device),
+/// so that no call waits for the host.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum ScalarArg {
+    /// `factor × input` (or `factor` alone): known before the run, uploaded with the inputs.
+    Host {
+        /// A literal factor.
+        factor: f64,
+        /// A run-time scalar input it multiplies, if any.
+        input: Option<ValueId>,
+    },
+    /// A scalar computed on the device (a reduction's result), by the buffer holding it.
+    Device(ValueId),
+}
+
+impl ScalarArg {
+    /// The constant `value`.
+    pub fn constant(value: f64) -> Self {
+        ScalarArg::Host {
+            factor: value,
+            input: None,
+        }
+    }
+}
+
+/// cuBLAS's transpose flag.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Trans {
+    /// `CUBLAS_OP_N`.
+    N,
+    /// `CUBLAS_OP_T`.
+    T,
+}
+
+/// One cuBLAS call (or device-to-device copy), with cuBLAS's own column-major arguments.
+/// Buffers are named by the value that owns them.
+#[derive(Debug, Clone, PartialEq)]
+pub enum BlasOp {
+    /// `cudaMemcpy` device to device of `len` elements.
+    Copy {
+        /// Elements.
+        len: usize,
+        /// From.
+        src: ValueId,
+        /// To.
+        dst: ValueId,
+    },
+    /// `x ← alpha·x`.
+    Scal {
+        /// Elements.
+        n: usize,
+        /// Factor.
+        alpha: ScalarArg,
+        /// Vector.
+        x: ValueId,
+    },
+    /// `y ← alpha·x + y`.
+    Axpy {
+        /// Elements.
+        n: usize,
+        /// Factor.
+        alpha: ScalarArg,
+        /// Read.
+        x: ValueId,
+        /// Read and written.
+        y: ValueId,
+    },
+    /// `result ← xᵀy`.
+    Dot {
+        /// Elements.
+        n: usize,
+        /// First vector.
+        x: ValueId,
+        /// Second vector.
+        y: ValueId,
+        /// One-element buffer.
+        result: ValueId,
+    },
+    /// `result ← Σ|xᵢ|`.
+    Asum {
+        /// Elements.
+        n: usize,
+        /// Vector.
+        x: ValueId,
+        /// One-element buffer.
+        result: ValueId,
+    },
+    /// `result ← ‖x‖₂`.
+    Nrm2 {
+        /// Elements.
+        n: usize,
+        /// Vector.
+        x: ValueId,
+        /// One-element buffer.
+        result: ValueId,
+    },
+    /// `y ← alpha·op(M)·x + beta·y`, M column-major m×n with leading dimension `lda`.
+    Gemv {
+        /// Transpose flag.
+        trans: Trans,
+        /// Rows of M.
+        m: usize,
+        /// Columns of M.
+        n: usize,
+        /// Leading dimension of M.
+        lda: usize,
+        /// Factor of the product.
+        alpha: ScalarArg,
+        /// The matrix.
+        a: ValueId,
+        /// The vector multiplied.
+        x: ValueId,
+        /// Factor of `y` (`y` is not read when it is the constant 0).
+        beta: ScalarArg,
+        /// The result.
+        y: ValueId,
+    },
+    /// `M ← alpha·x·yᵀ + M`, M column-major m×n.
+    Ger {
+        /// Rows of M (length of x).
+        m: usize,
+        /// Columns of M (length of y).
+        n: usize,
+        /// Leading dimension of M.
+        lda: usize,
+        /// Factor.
+        alpha: ScalarArg,
+        /// Column vector.
+        x: ValueId,
+        /// Row vector.
+        y: ValueId,
+        /// The matrix, updated in place.
+        a: ValueId,
+    },
+    /// `C ← alpha·A + beta·B`, all column-major m×n with leading dimension `ld`.
+    Geam {
+        /// Rows.
+        m: usize,
+        /// Columns.
+        n: usize,
+        /// Leading dimension of all three.
+        ld: usize,
+        /// Factor of A.
+        alpha: ScalarArg,
+        /// First matrix.
+        a: ValueId,
+        /// Factor of B.
+        beta: ScalarArg,
+        /// Second matrix.
+        b: ValueId,
+        /// The result.
+        c: ValueId,
+    },
+}
+
+/// A program as cuBLAS calls at concrete sizes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Baseline {
+    /// The calls, in order.
+    pub ops: Vec<BlasOp>,
+    /// Every buffer, by its owning value, with its element count.
+    pub buffers: BTreeMap<ValueId, usize>,
+    /// For every value that lives in a buffer, the owner of that buffer.
+    pub storage: BTreeMap<ValueId, ValueId>,
+    /// Element precision.
+    pub precision: Precision,
+    /// The sizes it was translated at.
+    pub sizes: Sizes,
+}
+
+impl Baseline {
+    /// Translates `program` at `sizes` (see the module docs).
+    pub fn new(program: &Program, sizes: &Sizes) -> Result<Baseline, CudaError> {
+        Translator::new(program, sizes).run()
+    }
+
+    /// Bytes the calls move through device memory (each call reads its operands and writes its
+    /// results once; `gemv` reads `y` only when `beta` is not the constant 0).
+    pub fn traffic_bytes(&self) -> u64 {
+        let elements: usize = self.ops.iter().map(op_traffic).sum();
+        elements as u64 * self.precision.bytes()
+    }
+
+    /// The calls in one line, e.g. `copy w→z; axpy(-1·alpha, v, z); dot(z, u)→r`.
+    pub fn describe(&self, program: &Program) -> String {
+        let ops: Vec<String> = self.ops.iter().map(|op| describe_op(op, program)).collect();
+        ops.join("; ")
+    }
+}
+
+fn op_traffic(op: &BlasOp) -> usize {
+    match *op {
+        BlasOp::Copy { len, .. } => 2 * len,
+        BlasOp::Scal { n, .. } => 2 * n,
+        BlasOp::Axpy { n, .. } => 3 * n,
+        BlasOp::Dot { n, .. } => 2 * n + 1,
+        BlasOp::Asum { n, .. } | BlasOp::Nrm2 { n, .. } => n + 1,
+        BlasOp::Gemv { trans, m, n, beta, .. } => {
+            let (inner, outer) = if trans == Trans::N { (n, m) } else { (m, n) };
+            let reads_y = beta != ScalarArg::constant(0.0);
+            m * n + inner + outer * (1 + reads_y as usize)
+        }
+        BlasOp::Ger { m, n, .. } => 2 * m * n + m + n,
+        BlasOp::Geam { m, n, .. } => 3 * m * n,
+    }
+}
+
+fn describe_op(op: &BlasOp, program: &Program) -> String {
+    let name = |v: ValueId| program.values[v].name.clone();
+    let scalar = |s: &ScalarArg| match *s {
+        ScalarArg::Host { factor, input: None } => format!("{factor}"),
+        ScalarArg::Host { factor, input: Some(v) } => match factor {
+            1.0 => name(v),
+            _ => format!("{factor}·{}", name(v)),
+        },
+        ScalarArg::Device(v) => format!("*{}", name(v)),
+    };
+    let t = |t: Trans| if t == Trans::N { "N" } else { "T" };
+    match op {
+        BlasOp::Copy { src, dst, .. } => format!("copy {}→{}", name(*src), name(*dst)),
+        BlasOp::Scal { alpha, x, .. } => format!("scal({}, {})", scalar(alpha), name(*x)),
+        BlasOp::Axpy { alpha, x, y, .. } => format!("axpy({}, {}, {})", scalar(alpha), name(*x), name(*y)),
+        BlasOp::Dot { x, y, result, .. } => format!("dot({}, {})→{}", name(*x), name(*y), name(*result)),
+        BlasOp::Asum { x, result, .. } => format!("asum({})→{}", name(*x), name(*result)),
+        BlasOp::Nrm2 { x, result, .. } => format!("nrm2({})→{}", name(*x), name(*result)),
+        BlasOp::Gemv {
+            trans,
+            alpha,
+            a,
+            x,
+            beta,
+            y,
+            ..
+        } => format!(
+            "gemv_{}({}, {}, {}, {}, {})",
+            t(*trans),
+            scalar(alpha),
+            name(*a),
+            name(*x),
+            scalar(beta),
+            name(*y)
+        ),
+        BlasOp::Ger { alpha, x, y, a, .. } => {
+            format!("ger({}, {}, {}, {})", scalar(alpha), name(*x), name(*y), name(*a))
+        }
+        BlasOp::Geam {
+            alpha, a, beta, b, c, ..
+        } => format!(
+            "geam({}, {}, {}, {})→{}",
+            scalar(alpha),
+            name(*a),
+            scalar(beta),
+            name(*b),
+            name(*c)
+        ),
+    }
+}
+
+impl fmt::Display for Trans {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(if *self == Trans::N { "N" } else { "T" })
+    }
+}
+
+/// A scaling folded into the `axpy` that reads it: `t = scal(factor, source)`.
+#[derive(Debug, Clone, Copy)]
+struct Fold {
+    factor: ScalarArg,
+    source: ValueId,
+}
+
+/// The state of one translation.
+struct Translator<'p> {
+    program: &'p Program,
+    sizes: &'p Sizes,
+    folds: BTreeMap<ValueId, Fold>,
+    /// The last call reading each value (after folding).
+    last_reader: BTreeMap<ValueId, CallId>,
+    out: Baseline,
+}
+
+impl<'p> Translator<'p> {
+    fn new(program: &'p Program, sizes: &'p Sizes) -> Self {
+        let out = Baseline {
+            ops: Vec::new(),
+            buffers: BTreeMap::new(),
+            storage: BTreeMap::new(),
+            precision: program.precision,
+            sizes: sizes.clone(),
+        };
+        let mut t = Translator {
+            program,
+            sizes,
+            folds: BTreeMap::new(),
+            last_reader: BTreeMap::new(),
+            out,
+        };
+        // Array inputs have buffers; scalar inputs travel with the host scalars.
+        for &v in &program.inputs {
+            if program.values[v].shape != Shape::Scalar {
+                t.fresh(v);
+            }
+        }
+        t.find_folds();
+        t.find_last_readers();
+        t
+    }
+
+    fn run(mut self) -> Result<Baseline, CudaError> {
+        for c in 0..self.program.calls.len() {
+            if !self.folds.contains_key(&self.program.calls[c].result) {
+                self.call(c)?;
+            }
+        }
+        Ok(self.out)
+    }
+
+    /// Elements of value `v` at the sizes (1 for a scalar).
+    fn len(&self, v: ValueId) -> usize {
+        let dims = self.program.values[v].shape.extents(self.sizes).unwrap_or_default();
+        dims.iter().product()
+    }
+
+    /// `(rows, columns)` of matrix value `v`.
+    fn matrix(&self, v: ValueId) -> (usize, usize) {
+        match self.program.values[v].shape.extents(self.sizes).unwrap_or_default()[..] {
+            [m, n] => (m, n),
+            _ => (1, self.len(v)),
+        }
+    }
+
+    /// Scalings worth folding: `t = scal(a, x)` whose only reader is `axpy(b, t, y)` with `t`
+    /// as its `x` and not its `y`, and `a·b` known on the host (at most one run-time input).
+    fn find_folds(&mut self) {
+        let program = self.program;
+        for call in &program.calls {
+            if call.function != "scal" || program.is_output(call.result) {
+                continue;
+            }
+            let readers: Vec<&fuse_core::Call> = (program.calls.iter())
+                .filter(|c| c.reads().contains(&call.result))
+                .collect();
+            let [reader] = readers[..] else { continue };
+            let is_x = reader.function == "axpy"
+                && reader.args.get(1) == Some(&Arg::Value(call.result))
+                && reader.args.get(2) != Some(&Arg::Value(call.result));
+            let (Some(factor), Some(&Arg::Value(source))) = (self.host_scalar(&call.args[0]), call.args.get(1)) else {
+                continue;
+            };
+            let combined = self.host_scalar(&reader.args[0]).and_then(|b| multiply(factor, b));
+            if is_x && combined.is_some() {
+                self.folds.insert(call.result, Fold { factor, source });
+            }
+        }
+    }
+
+    /// The last reader of every value, a folded scaling's source read where the fold lands.
+    fn find_last_readers(&mut self) {
+        for (c, call) in self.program.calls.iter().enumerate() {
+            for v in call.reads() {
+                let v = self.folds.get(&v).map_or(v, |f| f.source);
+                self.last_reader.insert(v, c);
+            }
+        }
+    }
+
+    /// A literal or a scalar input as a host-known scalar; `None` for a device scalar.
+    fn host_scalar(&self, arg: &Arg) -> Option<ScalarArg> {
+        match self.scalar(arg) {
+            s @ ScalarArg::Host { .. } => Some(s),
+            ScalarArg::Device(_) => None,
+        }
+    }
+
+    fn scalar(&self, arg: &Arg) -> ScalarArg {
+        match *arg {
+            Arg::Literal(value) => ScalarArg::constant(value),
+            Arg::Value(v) if self.program.values[v].producer.is_none() => ScalarArg::Host {
+                factor: 1.0,
+                input: Some(v),
+            },
+            Arg::Value(v) => ScalarArg::Device(self.owner(v)),
+        }
+    }
+
+    fn value(&self, arg: &Arg) -> ValueId {
+        match *arg {
+            Arg::Value(v) => self.owner(v),
+            Arg::Literal(_) => unreachable!("array arguments are values (the parser checks shapes)"),
+        }
+    }
+
+    fn owner(&self, v: ValueId) -> ValueId {
+        self.out.storage.get(&v).copied().unwrap_or(v)
+    }
+
+    /// Whether call `c` may overwrite `v`'s buffer (see the module docs).
+    fn can_overwrite(&self, v: ValueId, c: CallId) -> bool {
+        let value = &self.program.values[v];
+        let result = &self.program.values[self.program.calls[c].result];
+        let own = value.producer.is_some() || value.variable == result.variable;
+        own && value.shape != Shape::Scalar && !self.program.is_output(v) && self.last_reader.get(&v) == Some(&c)
+    }
+
+    /// The buffer call `c` writes its result into when it updates `v` in place: `v`'s own when
+    /// it may be overwritten and no other operand shares it, else a fresh buffer holding a copy.
+    fn place(&mut self, v: ValueId, c: CallId, others: &[ValueId]) -> ValueId {
+        let result = self.program.calls[c].result;
+        let owner = self.owner(v);
+        if self.can_overwrite(v, c) && !others.contains(&owner) {
+            self.out.storage.insert(result, owner);
+            return owner;
+        }
+        let len = self.len(result);
+        self.fresh(result);
+        self.out.ops.push(BlasOp::Copy {
+            len,
+            src: owner,
+            dst: result,
+        });
+        result
+    }
+
+    /// A new buffer for `v`.
+    fn fresh(&mut self, v: ValueId) -> ValueId {
+        let len = self.len(v);
+        self.out.buffers.insert(v, len);
+        self.out.storage.insert(v, v);
+        v
+    }
+
+    fn call(&mut self, c: CallId) -> Result<(), CudaError> {
+        let program = self.program;
+        let call = &program.calls[c];
+        let args = &call.args;
+        let result = call.result;
+        let n = self.len(result);
+        match (call.function.as_str(), args.len()) {
+            ("scal", 2) => {
+                let x = self.place(self.arg_value(&args[1]), c, &[]);
+                self.push(BlasOp::Scal {
+                    n,
+                    alpha: self.scalar(&args[0]),
+                    x,
+                });
+            }
+            ("axpy", 3) => self.axpy(c, self.scalar(&args[0]), &args[1], &args[2]),
+            ("axpby", 4) => {
+                let x = self.value(&args[1]);
+                let y = self.place(self.arg_value(&args[3]), c, &[x]);
+                self.push(BlasOp::Scal {
+                    n,
+                    alpha: self.scalar(&args[2]),
+                    x: y,
+                });
+                self.push(BlasOp::Axpy {
+                    n,
+                    alpha: self.scalar(&args[0]),
+                    x,
+                    y,
+                });
+            }
+            ("add", 2) => self.add(c, &args[0], &args[1]),
+            ("copy", 1) => {
+                let src = self.value(&args[0]);
+                let dst = self.fresh(result);
+                self.push(BlasOp::Copy { len: n, src, dst });
+            }
+            ("dot", 2) => {
+                let (x, y) = (self.value(&args[0]), self.value(&args[1]));
+                let result = self.fresh(result);
+                let n = self.len(self.arg_value(&args[0]));
+                self.push(BlasOp::Dot { n, x, y, result });
+            }
+            ("asum" | "nrm2", 1) => {
+                let x = self.value(&args[0]);
+                let n = self.len(self.arg_value(&args[0]));
+                let result = self.fresh(result);
+                self.push(match call.function.as_str() {
+                    "asum" => BlasOp::Asum { n, x, result },
+                    _ => BlasOp::Nrm2 { n, x, result },
+                });
+            }
+            ("gemv" | "gemtv", 2 | 3 | 5) => self.gemv(c),
+            ("ger", 3 | 4) => self.ger(c),
+            ("madd", 2) => {
+                let (a, b) = (self.value(&args[0]), self.value(&args[1]));
+                let (m, cols) = self.matrix(self.arg_value(&args[0]));
+                let c = self.fresh(result);
+                let one = ScalarArg::constant(1.0);
+                self.push(BlasOp::Geam {
+                    m: cols,
+                    n: m,
+                    ld: cols,
+                    alpha: one,
+                    a,
+                    beta: one,
+                    b,
+                    c,
+                });
+            }
+            _ => {
+                return Err(CudaError::Unsupported(format!(
+                    "{}: `{}` has no cuBLAS equivalent in the baseline",
+                    program.file, call.text
+                )))
+            }
+        }
+        Ok(())
+    }
+
+    /// The value an array argument names (not its owner).
+    fn arg_value(&self, arg: &Arg) -> ValueId {
+        match *arg {
+            Arg::Value(v) => v,
+            Arg::Literal(_) => unreachable!("array arguments are values (the parser checks shapes)"),
+        }
+    }
+
+    fn push(&mut self, op: BlasOp) {
+        self.out.ops.push(op);
+    }
+
+    /// `axpy(a, x, y)`, with a scaling of `x` folded into `a`.
+    fn axpy(&mut self, c: CallId, alpha: ScalarArg, x: &Arg, y: &Arg) {
+        let n = self.len(self.program.calls[c].result);
+        let (alpha, x) = match self.folds.get(&self.arg_value(x)) {
+            Some(fold) => {
+                let alpha = multiply(alpha, fold.factor).expect("folds are checked to multiply");
+                (alpha, self.owner(fold.source))
+            }
+            None => (alpha, self.value(x)),
+        };
+        let y = self.place(self.arg_value(y), c, &[x]);
+        self.push(BlasOp::Axpy { n, alpha, x, y });
+    }
+
+    /// `add(x, y)`: `axpy(1, x, y)` in place on `y` when allowed, else on (a copy of) `x`.
+    fn add(&mut self, c: CallId, x: &Arg, y: &Arg) {
+        let n = self.len(self.program.calls[c].result);
+        let (xv, yv) = (self.arg_value(x), self.arg_value(y));
+        let one = ScalarArg::constant(1.0);
+        let (target, other) = if self.can_overwrite(yv, c) && self.owner(xv) != self.owner(yv) {
+            (yv, xv)
+        } else {
+            (xv, yv)
+        };
+        let other = self.owner(other);
+        let target = self.place(target, c, &[other]);
+        self.push(BlasOp::Axpy {
+            n,
+            alpha: one,
+            x: other,
+            y: target,
+        });
+    }
+
+    /// `gemv`/`gemtv` in their three forms; row-major A is column-major Aᵀ.
+    fn gemv(&mut self, c: CallId) {
+        let program = self.program;
+        let call = &program.calls[c];
+        let args = &call.args;
+        let (alpha, a, x) = match args.len() {
+            2 => (ScalarArg::constant(1.0), &args[0], &args[1]),
+            _ => (self.scalar(&args[0]), &args[1], &args[2]),
+        };
+        let (rows, cols) = self.matrix(self.arg_value(a));
+        let (a, x) = (self.value(a), self.value(x));
+        let (beta, y) = match args.len() {
+            5 => (self.scalar(&args[3]), self.place(self.arg_value(&args[4]), c, &[a, x])),
+            _ => (ScalarArg::constant(0.0), self.fresh(call.result)),
+        };
+        let trans = if call.function == "gemv" { Trans::T } else { Trans::N };
+        self.push(BlasOp::Gemv {
+            trans,
+            m: cols,
+            n: rows,
+            lda: cols,
+            alpha,
+            a,
+            x,
+            beta,
+            y,
+        });
+    }
+
+    /// `ger`: row-major A += a·x·yᵀ is column-major Aᵀ += a·y·xᵀ.
+    fn ger(&mut self, c: CallId) {
+        let program = self.program;
+        let args = &program.calls[c].args;
+        let (alpha, x, y, a) = match args.len() {
+            3 => (ScalarArg::constant(1.0), &args[0], &args[1], &args[2]),
+            _ => (self.scalar(&args[0]), &args[1], &args[2], &args[3]),
+        };
+        let (rows, cols) = self.matrix(self.arg_value(a));
+        let (x, y) = (self.value(x), self.value(y));
+        let a = self.place(self.arg_value(a), c, &[x, y]);
+        self.push(BlasOp::Ger {
+            m: cols,
+            n: rows,
+            lda: cols,
+            alpha,
+            x: y,
+            y: x,
+            a,
+        });
+    }
+}
+
+/// The product of two host scalars, when at most one depends on an input.
+fn multiply(a: ScalarArg, b: ScalarArg) -> Option<ScalarArg> {
+    match (a, b) {
+        (ScalarArg::Host { factor: fa, input: ia }, ScalarArg::Host { factor: fb, input: ib })
+            if ia.is_none() || ib.is_none() =>
+        {
+            Some(ScalarArg::Host {
+                factor: fa * fb,
+                input: ia.or(ib),
+            })
+        }
+        _ => None,
+    }
+}
+
+/// The host scalars of `baseline` in the order the GPU executor uploads them, deduplicated.
+pub fn host_scalars(baseline: &Baseline) -> Vec<ScalarArg> {
+    let mut out: Vec<ScalarArg> = Vec::new();
+    let mut add = |s: &ScalarArg| {
+        if matches!(s, ScalarArg::Host { .. }) && !out.contains(s) {
+            out.push(*s);
+        }
+    };
+    for op in &baseline.ops {
+        match op {
+            BlasOp::Scal { alpha, .. } | BlasOp::Axpy { alpha, .. } | BlasOp::Ger { alpha, .. } => add(alpha),
+            BlasOp::Gemv { alpha, beta, .. } | BlasOp::Geam { alpha, beta, .. } => {
+                add(alpha);
+                add(beta);
+            }
+            BlasOp::Copy { .. } | BlasOp::Dot { .. } | BlasOp::Asum { .. } | BlasOp::Nrm2 { .. } => {}
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests;

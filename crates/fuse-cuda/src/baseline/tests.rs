@@ -1,0 +1,138 @@
+//! The translation to cuBLAS calls, checked without a GPU: the calls a cuBLAS user writes for
+//! each sequence, and their results (cuBLAS semantics on the host) against the reference.
+
+use fuse_core::data::{fill_random_inputs, relative_error};
+use fuse_core::testing::{random_program, sequence, sizes_mn, SEQUENCES};
+use fuse_core::{Bindings, Library, Precision, Program};
+
+use super::*;
+
+fn describe(name: &str) -> String {
+    let program = sequence(name, Precision::F32);
+    let sizes = sizes_mn(&program, 67, 45);
+    Baseline::new(&program, &sizes).unwrap().describe(&program)
+}
+
+#[test]
+fn each_sequence_is_written_as_a_cublas_user_would() {
+    let expected = [
+        ("axpydot", "copy w→z; axpy(-1·alpha, v, z); dot(z, u)→r"),
+        ("atax", "gemv_T(1, A, x, 0, t); gemv_N(1, A, t, 0, y)"),
+        ("bicgk", "gemv_T(1, A, p, 0, q); gemv_N(1, A, r, 0, s)"),
+        ("sgemv", "copy y→z; gemv_T(alpha, A, x, beta, z)"),
+        ("sgemvt", "copy z→x; gemv_N(beta, A, y, 1, x); gemv_T(alpha, A, x, 0, w)"),
+        ("sscal", "scal(alpha, x)"),
+        (
+            "gemver",
+            "copy A→B1; ger(1, v1, u1, B1); ger(1, v2, u2, B1); copy z→x; gemv_N(beta, B1, y, 1, x); gemv_T(alpha, B1, x, 0, w)",
+        ),
+        ("gesummv", "gemv_T(alpha, A, x, 0, t); gemv_T(beta, B, x, 1, t)"),
+        ("madd", "geam(1, A, 1, B)→C"),
+        ("vadd", "copy w→t; axpy(1, y, t); axpy(1, z, t)"),
+        ("waxpby", "copy y→w; scal(beta, w); axpy(alpha, x, w)"),
+    ];
+    assert_eq!(expected.len(), SEQUENCES.len());
+    for (name, want) in expected {
+        assert_eq!(describe(name), want, "{name}");
+    }
+}
+
+#[test]
+fn row_major_matrices_are_passed_transposed() {
+    let program = sequence("bicgk", Precision::F32);
+    let sizes = sizes_mn(&program, 67, 45);
+    let baseline = Baseline::new(&program, &sizes).unwrap();
+    // A is 67×45 row-major: column-major 45×67 with leading dimension 45.
+    for op in &baseline.ops {
+        let BlasOp::Gemv { m, n, lda, .. } = *op else {
+            panic!("{op:?}")
+        };
+        assert_eq!((m, n, lda), (45, 67, 45));
+    }
+    let a = program.value("A").unwrap();
+    assert_eq!(baseline.buffers[&a], 67 * 45);
+}
+
+#[test]
+fn traffic_counts_what_cublas_moves() {
+    let n = 1000;
+    let traffic = |name: &str| {
+        let program = sequence(name, Precision::F32);
+        let sizes = sizes_mn(&program, n, n);
+        Baseline::new(&program, &sizes).unwrap().traffic_bytes() / 4
+    };
+    let n = n as u64;
+    // copy (2n) + axpy (3n) + dot (2n + the result).
+    assert_eq!(traffic("axpydot"), 7 * n + 1);
+    // copy (2n) + two axpy (3n each).
+    assert_eq!(traffic("vadd"), 8 * n);
+    // Two gemv reading A, x and writing y.
+    assert_eq!(traffic("bicgk"), 2 * (n * n + 2 * n));
+    assert_eq!(traffic("madd"), 3 * n * n);
+}
+
+/// Runs the baseline's cuBLAS calls on the host and the reference; compares every output.
+fn check(program: &Program, m: usize, n: usize, seed: u64) {
+    let sizes = sizes_mn(program, m, n);
+    let baseline = Baseline::new(program, &sizes).unwrap_or_else(|e| panic!("{}: {e}", program.name));
+    let mut inputs = Bindings::new();
+    fill_random_inputs(program, &sizes, seed, &mut inputs);
+    let want = fuse_cpu::reference::evaluate(program, &sizes, &inputs).unwrap();
+    let got = host::run(&baseline, program, &sizes, &inputs);
+    for (name, w) in &want {
+        let error = relative_error(&got[name].to_f64(), &w.to_f64());
+        assert!(
+            error < 1e-12,
+            "{} {m}x{n} `{name}`: error {error:e}\n{}",
+            program.name,
+            baseline.describe(program)
+        );
+    }
+}
+
+#[test]
+fn the_cublas_calls_compute_each_sequence() {
+    for name in SEQUENCES {
+        let program = sequence(name, Precision::F64);
+        for (seed, (m, n)) in [(67, 45), (1, 300), (300, 1)].into_iter().enumerate() {
+            check(&program, m, n, seed as u64);
+        }
+    }
+}
+
+#[test]
+fn the_cublas_calls_compute_random_scripts() {
+    let library = Library::builtin().unwrap();
+    for seed in 0..40 {
+        let program = random_program(&library, seed, 1 + seed as usize % 7).unwrap();
+        check(&program, 23, 17, seed);
+    }
+}
+
+#[test]
+fn a_scaling_read_twice_is_not_folded() {
+    let library = Library::builtin().unwrap();
+    let text = "sizes: {n: 8}\ninputs: {v: [n], w: [n], alpha: scalar}\noutputs: [z, y]\ncalls:\n  - t = sscal(alpha, v)\n  - z = saxpy(2.0, t, w)\n  - y = sadd(t, w)\n";
+    let program = fuse_core::script::parse("t.yaml", text, &library).unwrap();
+    let baseline = Baseline::new(&program, &program.sizes).unwrap();
+    assert_eq!(
+        baseline.describe(&program),
+        "copy v→t; scal(alpha, t); copy w→z; axpy(2, t, z); axpy(1, w, t)"
+    );
+    check(&program, 1, 8, 3);
+}
+
+#[test]
+fn functions_without_a_cublas_twin_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("twice.yaml"),
+        "name: twice\nkind: map\nforms:\n  - signature: (x[n]) -> [n]\n    formula: out[i] = x[i] + x[i]\n",
+    )
+    .unwrap();
+    let library = Library::load(dir.path()).unwrap();
+    let text = "sizes: {n: 8}\ninputs: {x: [n]}\noutputs: [y]\ncalls:\n  - y = stwice(x)\n";
+    let program = fuse_core::script::parse("t.yaml", text, &library).unwrap();
+    let err = Baseline::new(&program, &program.sizes).unwrap_err().to_string();
+    assert!(err.contains("`y = stwice(x)` has no cuBLAS equivalent"), "{err}");
+}

@@ -1,0 +1,356 @@
+//! A generated plan on the GPU: the GPU twin of `fuse_cpu::emulate::EmulatedPlan`.
+//!
+//! [`CudaPlan::compile`] turns a [`Generated`] module into a loaded CUDA module (from the
+//! on-disk cache when it can); [`CudaPlan::run`] uploads the inputs, poisons every other buffer
+//! with NaN (so an element a kernel forgets to write shows up in any comparison), runs the
+//! steps — zero-fills and launches — in order on the device's one stream, and downloads the
+//! outputs. Timing goes through [`CudaPlan::prepare`] and [`CudaPlan::enqueue`], which separate
+//! the upload from the launches.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use cudarc::driver::sys::CUfunction_attribute_enum as FuncAttr;
+use cudarc::driver::{CudaFunction, CudaModule, CudaSlice, DevicePtr, LaunchConfig, PushKernelArg};
+use cudarc::nvrtc::Ptx;
+use fuse_codegen::generate::{Generated, Launch, LaunchArg, Step};
+use fuse_core::data::check_inputs;
+use fuse_core::{Bindings, HostArray, HostData, Precision, Program, Sizes, ValueId};
+
+use crate::cache::ModuleCache;
+use crate::device::Device;
+use crate::error::{driver, CudaError};
+use crate::timer::{Timer, Timing, TimingOptions};
+
+/// The largest grid the hardware takes in y and z.
+const MAX_GRID_YZ: u32 = 65_535;
+/// The bit pattern written into buffers before a run: a NaN in f32 and (twice) in f64.
+const POISON: u32 = 0xFFFF_FFFF;
+
+/// A loaded CUDA module, the module's kernels, and the steps that run it.
+#[derive(Debug)]
+pub struct CudaModuleSet {
+    module: Arc<CudaModule>,
+    functions: BTreeMap<String, CudaFunction>,
+    /// Whether the cubin came from the on-disk cache (nothing was compiled).
+    pub from_cache: bool,
+    /// Why the cache could not be written, if it could not.
+    pub cache_warning: Option<String>,
+}
+
+impl CudaModuleSet {
+    /// Compiles (or finds in `cache`) `source` for `device` and loads the named kernels.
+    pub fn load(source: &str, kernels: &[&str], device: &Device, cache: &ModuleCache) -> Result<Self, CudaError> {
+        let compiled = cache.get_or_compile(source, device.arch()?)?;
+        let module = device
+            .context()
+            .load_module(Ptx::from_binary(compiled.cubin))
+            .map_err(driver("cuModuleLoadData"))?;
+        let mut functions = BTreeMap::new();
+        for &name in kernels {
+            let function = module.load_function(name).map_err(driver("cuModuleGetFunction"))?;
+            functions.insert(name.to_string(), function);
+        }
+        Ok(CudaModuleSet {
+            module,
+            functions,
+            from_cache: compiled.from_cache,
+            cache_warning: compiled.warning,
+        })
+    }
+
+    /// The kernel `name`, loaded by [`CudaModuleSet::load`].
+    pub fn function(&self, name: &str) -> Result<&CudaFunction, CudaError> {
+        self.functions
+            .get(name)
+            .ok_or_else(|| CudaError::Unsupported(format!("kernel `{name}` is not in the module")))
+    }
+
+    /// Keeps the module alive as long as the set (functions hold it too; this is explicit).
+    pub fn module(&self) -> &Arc<CudaModule> {
+        &self.module
+    }
+}
+
+/// A generated plan loaded on a GPU, reusable across runs and sizes.
+#[derive(Debug)]
+pub struct CudaPlan {
+    device: Device,
+    kernels: CudaModuleSet,
+    generated: Generated,
+    /// Dynamic shared memory added to every launch, bytes: 0 except when calibration simulates
+    /// the occupancy of a fusion that uses more shared memory.
+    extra_shared: u32,
+}
+
+/// A plan's device buffers at fixed sizes: inputs uploaded, everything else allocated.
+#[derive(Debug)]
+pub struct Workspace {
+    sizes: Sizes,
+    buffers: BTreeMap<ValueId, CudaSlice<u8>>,
+}
+
+impl Workspace {
+    /// Bytes of device memory held.
+    pub fn bytes(&self) -> usize {
+        self.buffers.values().map(|b| b.len()).sum()
+    }
+}
+
+impl CudaPlan {
+    /// Compiles `generated` for `device`, through the user's module cache.
+    pub fn compile(generated: Generated, device: &Device) -> Result<CudaPlan, CudaError> {
+        Self::compile_with(generated, device, &ModuleCache::default_location())
+    }
+
+    /// Compiles `generated` for `device` through `cache`.
+    pub fn compile_with(generated: Generated, device: &Device, cache: &ModuleCache) -> Result<CudaPlan, CudaError> {
+        let names: Vec<&str> = generated
+            .steps
+            .iter()
+            .filter_map(|s| match s {
+                Step::Launch(l) => Some(l.kernel.as_str()),
+                Step::Zero(_) => None,
+            })
+            .collect();
+        let kernels = CudaModuleSet::load(&generated.source, &names, device, cache)?;
+        Ok(CudaPlan {
+            device: device.clone(),
+            kernels,
+            generated,
+            extra_shared: 0,
+        })
+    }
+
+    /// Whether the module came from the on-disk cache.
+    pub fn from_cache(&self) -> bool {
+        self.kernels.from_cache
+    }
+
+    /// Why the module cache could not be written, if it could not.
+    pub fn cache_warning(&self) -> Option<&str> {
+        self.kernels.cache_warning.as_deref()
+    }
+
+    /// The generated module it runs.
+    pub fn generated(&self) -> &Generated {
+        &self.generated
+    }
+
+    /// The device it runs on.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// Adds `bytes` of (unused) dynamic shared memory to every launch, lowering occupancy the
+    /// way a fusion with that much more shared memory would (calibration's simulated
+    /// environments, paper §4.2).
+    pub fn set_extra_shared(&mut self, bytes: u32) -> Result<(), CudaError> {
+        for function in self.kernels.functions.values() {
+            let attr = FuncAttr::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
+            function
+                .set_attribute(attr, bytes as i32)
+                .map_err(driver("cuFuncSetAttribute"))?;
+        }
+        self.extra_shared = bytes;
+        Ok(())
+    }
+
+    /// Static shared memory of kernel `name`, bytes (from the driver: no compile report needed).
+    pub fn static_shared(&self, name: &str) -> Result<u64, CudaError> {
+        let f = self.kernels.function(name)?;
+        let bytes = f
+            .get_attribute(FuncAttr::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES)
+            .map_err(driver("cuFuncGetAttribute"))?;
+        Ok(bytes.max(0) as u64)
+    }
+
+    /// Runs the plan once on `inputs`; returns the outputs by name. Buffers that kernels write
+    /// hold NaN before the run.
+    pub fn run(&self, program: &Program, sizes: &Sizes, inputs: &Bindings) -> Result<Bindings, CudaError> {
+        let mut workspace = self.prepare(program, sizes, inputs)?;
+        self.enqueue(&mut workspace)?;
+        self.device.synchronize()?;
+        self.download(program, &workspace)
+    }
+
+    /// Allocates a buffer per global value at `sizes`: inputs uploaded, the others poisoned.
+    pub fn prepare(&self, program: &Program, sizes: &Sizes, inputs: &Bindings) -> Result<Workspace, CudaError> {
+        check_inputs(program, sizes, inputs)?;
+        let stream = self.device.stream();
+        let mut buffers = BTreeMap::new();
+        for &v in &self.generated.buffers {
+            let value = &program.values[v];
+            let slice = match value.producer {
+                None => stream
+                    .clone_htod(host_bytes(&inputs[&value.variable].data))
+                    .map_err(driver("cuMemcpyHtoD"))?,
+                Some(_) => {
+                    let len: usize = value.shape.extents(sizes).unwrap_or_default().iter().product();
+                    poisoned(&self.device, len * program.precision.bytes() as usize)?
+                }
+            };
+            buffers.insert(v, slice);
+        }
+        Ok(Workspace {
+            sizes: sizes.clone(),
+            buffers,
+        })
+    }
+
+    /// Queues every step on the stream (no wait).
+    pub fn enqueue(&self, workspace: &mut Workspace) -> Result<(), CudaError> {
+        for step in &self.generated.steps {
+            match step {
+                Step::Zero(v) => {
+                    let buffer = workspace.buffers.get_mut(v).ok_or_else(|| missing(*v))?;
+                    self.device
+                        .stream()
+                        .memset_zeros(buffer)
+                        .map_err(driver("cuMemsetD8Async"))?;
+                }
+                Step::Launch(launch) => self.launch(launch, workspace)?,
+            }
+        }
+        Ok(())
+    }
+
+    fn launch(&self, launch: &Launch, workspace: &Workspace) -> Result<(), CudaError> {
+        let config = self.config(launch, &workspace.sizes)?;
+        let function = self.kernels.function(&launch.kernel)?;
+        // Sizes live here until the launch is queued: the builder keeps pointers to them.
+        let sizes: Vec<i64> = launch
+            .args
+            .iter()
+            .map(|a| match a {
+                LaunchArg::Size(s) => workspace.sizes.get(s).unwrap_or(0) as i64,
+                LaunchArg::Buffer(_) => 0,
+            })
+            .collect();
+        let stream = self.device.stream();
+        let mut builder = stream.launch_builder(function);
+        for (arg, size) in launch.args.iter().zip(&sizes) {
+            match arg {
+                LaunchArg::Buffer(v) => builder.arg(workspace.buffers.get(v).ok_or_else(|| missing(*v))?),
+                LaunchArg::Size(_) => builder.arg(size),
+            };
+        }
+        // SAFETY: the argument list is the kernel's parameter list in order (the generator emits
+        // both from one list): buffers as device pointers of the value's element type and
+        // length, sizes as 64-bit integers; the buffers outlive the queued work because the
+        // workspace is only dropped after a synchronize or with cudarc's stream-ordered free.
+        unsafe { builder.launch(config) }.map_err(driver("cuLaunchKernel"))?;
+        Ok(())
+    }
+
+    /// The launch configuration at `sizes`, checked against the hardware's limits.
+    fn config(&self, launch: &Launch, sizes: &Sizes) -> Result<LaunchConfig, CudaError> {
+        let grid = launch.grid.dims(sizes);
+        let threads = launch.block.0 * launch.block.1 * launch.block.2;
+        let limit = |why: String| CudaError::Launch {
+            kernel: launch.kernel.clone(),
+            why,
+        };
+        if grid.1 > MAX_GRID_YZ || grid.2 > MAX_GRID_YZ || grid.0 > i32::MAX as u32 {
+            return Err(limit(format!(
+                "grid {grid:?} exceeds the hardware's (2³¹−1, 65535, 65535); choose a plan with more serial iterations"
+            )));
+        }
+        if threads > self.device.info().max_threads_per_block {
+            return Err(limit(format!("{threads} threads per block")));
+        }
+        Ok(LaunchConfig {
+            grid_dim: grid,
+            block_dim: launch.block,
+            shared_mem_bytes: self.extra_shared,
+        })
+    }
+
+    /// Copies the outputs back (waits for the queued work).
+    pub fn download(&self, program: &Program, workspace: &Workspace) -> Result<Bindings, CudaError> {
+        let mut out = Bindings::new();
+        for &v in &program.outputs {
+            let buffer = workspace.buffers.get(&v).ok_or_else(|| missing(v))?;
+            let dims = program.values[v].shape.extents(&workspace.sizes).unwrap_or_default();
+            let data = download(&self.device, buffer, program.precision)?;
+            out.insert(program.values[v].variable.clone(), HostArray { dims, data });
+        }
+        Ok(out)
+    }
+
+    /// Times the plan's steps on `workspace` with CUDA events (see [`Timer`]).
+    pub fn time(&self, workspace: &mut Workspace, options: &TimingOptions) -> Result<Timing, CudaError> {
+        let timer = Timer::new(&self.device, options.flush_l2)?;
+        timer.time(options, &mut || self.enqueue(workspace))
+    }
+}
+
+fn missing(v: ValueId) -> CudaError {
+    CudaError::Unsupported(format!("value {v} has no device buffer (a fuse bug, please report)"))
+}
+
+/// The elements of `data` as bytes (the layout the kernels read).
+pub(crate) fn host_bytes(data: &HostData) -> &[u8] {
+    match data {
+        // SAFETY: f32/f64 have no padding and any byte pattern may be read as u8; the length
+        // covers exactly the elements.
+        HostData::F32(v) => unsafe {
+            std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), std::mem::size_of_val(&v[..]))
+        },
+        HostData::F64(v) => unsafe {
+            std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), std::mem::size_of_val(&v[..]))
+        },
+    }
+}
+
+/// A device buffer of `bytes` filled with NaN.
+pub(crate) fn poisoned(device: &Device, bytes: usize) -> Result<CudaSlice<u8>, CudaError> {
+    let stream = device.stream();
+    // SAFETY: filled right below, before any use.
+    let slice = unsafe { stream.alloc::<u8>(bytes.max(4)) }.map_err(driver("cuMemAlloc"))?;
+    let pointer = slice.device_ptr(stream).0;
+    // SAFETY: the allocation holds `bytes.max(4)` bytes, a multiple of 4 for f32/f64 buffers.
+    unsafe { cudarc::driver::sys::cuMemsetD32Async(pointer, POISON, bytes.max(4) / 4, stream.cu_stream()) }
+        .result()
+        .map_err(driver("cuMemsetD32Async"))?;
+    Ok(slice)
+}
+
+/// The buffer's elements in `precision`.
+pub(crate) fn download(device: &Device, buffer: &CudaSlice<u8>, precision: Precision) -> Result<HostData, CudaError> {
+    let bytes = device.stream().clone_dtoh(buffer).map_err(driver("cuMemcpyDtoH"))?;
+    Ok(match precision {
+        Precision::F32 => HostData::F32(
+            bytes
+                .chunks_exact(4)
+                .map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
+                .collect(),
+        ),
+        Precision::F64 => HostData::F64(
+            bytes
+                .chunks_exact(8)
+                .map(|c| f64::from_ne_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
+                .collect(),
+        ),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_bytes_are_the_elements_in_memory_order() {
+        let data = HostData::F32(vec![1.0, -2.0]);
+        let bytes = host_bytes(&data);
+        assert_eq!(bytes.len(), 8);
+        assert_eq!(&bytes[..4], &1.0f32.to_ne_bytes());
+        assert_eq!(host_bytes(&HostData::F64(vec![0.5])), &0.5f64.to_ne_bytes());
+    }
+
+    #[test]
+    fn the_poison_is_nan_in_both_precisions() {
+        assert!(f32::from_bits(POISON).is_nan());
+        assert!(f64::from_bits(((POISON as u64) << 32) | POISON as u64).is_nan());
+    }
+}

@@ -1,0 +1,218 @@
+//! The timing table plans are ranked by on a GPU.
+//!
+//! Taken, in order: the table named by the caller or by `FUSE_CUDA_TIMINGS`; the table
+//! `fuse calibrate` wrote for this GPU (`<cache>/timings/<gpu>.yaml`, keyed by the GPU's name
+//! and compute capability); a measured table shipped in `library/timings/` for a GPU of this
+//! name and compute capability; else the shipped analytic H100 estimate, with a note saying so.
+//!
+//! A table calibrated with another function library is stale. Named explicitly or calibrated
+//! on this machine it is refused with [`CudaError::StaleTimings`], which says to re-run
+//! `fuse calibrate`; shipped, it is passed over with a note.
+
+use std::path::{Path, PathBuf};
+
+use include_dir::{include_dir, Dir};
+
+use fuse_core::explore::timing::Source;
+use fuse_core::explore::{library_checksum, TimingTable};
+use fuse_core::Library;
+
+use crate::cache::cache_root;
+use crate::device::DeviceInfo;
+use crate::error::CudaError;
+
+/// Env var naming a GPU timing table to use instead of the calibrated or shipped ones.
+pub const ENV: &str = "FUSE_CUDA_TIMINGS";
+
+/// The shipped tables.
+static SHIPPED: Dir<'static> = include_dir!("$CARGO_MANIFEST_DIR/../../library/timings");
+
+/// A table chosen for a GPU, and what the user should know about the choice.
+#[derive(Debug, Clone)]
+pub struct Selected {
+    /// The table.
+    pub table: TimingTable,
+    /// Why it is an estimate, or why a table was passed over.
+    pub note: Option<String>,
+}
+
+/// Where `fuse calibrate` writes the table of `gpu` by default, and where it is looked up.
+pub fn calibrated_path(gpu: &DeviceInfo) -> PathBuf {
+    cache_root().join("timings").join(format!("{}.yaml", gpu.key()))
+}
+
+/// Chooses the timing table for `gpu` and `library` (see the module docs).
+pub fn select(gpu: &DeviceInfo, library: &Library, explicit: Option<&Path>) -> Result<Selected, CudaError> {
+    let checksum = library_checksum(library);
+    let from_env = std::env::var_os(ENV).filter(|v| !v.is_empty());
+    if let Some(path) = explicit.or(from_env.as_deref().map(Path::new)) {
+        let table = TimingTable::load(path)?;
+        check_fresh(&table, &checksum)?;
+        let note = other_gpu(&table, gpu);
+        return Ok(Selected { table, note });
+    }
+    let calibrated = calibrated_path(gpu);
+    if calibrated.exists() {
+        let table = TimingTable::load(&calibrated)?;
+        check_fresh(&table, &checksum)?;
+        return Ok(Selected { table, note: None });
+    }
+    let mut passed_over = None;
+    for table in shipped()?.into_iter().filter(|t| for_gpu(t, gpu)) {
+        match check_fresh(&table, &checksum) {
+            Ok(()) => return Ok(Selected { table, note: None }),
+            Err(_) => {
+                passed_over = Some(format!(
+                    "{} was calibrated with another function library: not used; run `fuse calibrate`",
+                    table.origin
+                ))
+            }
+        }
+    }
+    let table = TimingTable::builtin()?;
+    let why = passed_over.unwrap_or_else(|| {
+        format!(
+            "no timing table for {} ships with fuse or was calibrated here; run `fuse calibrate`",
+            gpu.name
+        )
+    });
+    Ok(Selected {
+        note: Some(format!("{why} — plans are ranked by {}", table.describe())),
+        table,
+    })
+}
+
+/// Refuses a table measured on another library.
+pub fn check_fresh(table: &TimingTable, checksum: &str) -> Result<(), CudaError> {
+    match &table.library_checksum {
+        Some(sum) if sum != checksum && !table.routines.is_empty() => Err(CudaError::StaleTimings {
+            file: table.origin.clone(),
+            table: sum.clone(),
+            library: checksum.to_string(),
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// Whether `table` was measured on a GPU like `gpu` (same name and compute capability).
+pub fn for_gpu(table: &TimingTable, gpu: &DeviceInfo) -> bool {
+    table.source == Source::Measured
+        && table.device.name == gpu.name
+        && table.device.compute_capability == gpu.compute_capability_text()
+}
+
+/// A note when a table named explicitly was measured on another GPU.
+fn other_gpu(table: &TimingTable, gpu: &DeviceInfo) -> Option<String> {
+    (table.source == Source::Measured && !for_gpu(table, gpu)).then(|| {
+        format!(
+            "{} was measured on {} (sm_{}), not on this {}",
+            table.origin,
+            table.device.name,
+            table.device.compute_capability.replace('.', ""),
+            gpu.name
+        )
+    })
+}
+
+/// The measured GPU tables shipped with fuse: every `library/timings/*.yaml` but the CPU ones
+/// (compute capability 0.0) and the analytic estimates.
+pub fn shipped() -> Result<Vec<TimingTable>, CudaError> {
+    let mut out = Vec::new();
+    for file in SHIPPED.files() {
+        let Some(name) = file.path().file_name().and_then(|n| n.to_str()) else {
+            continue;
+        };
+        let Some(text) = file.contents_utf8().filter(|_| name.ends_with(".yaml")) else {
+            continue;
+        };
+        let table = TimingTable::parse(&format!("built-in library/timings/{name}"), text)?;
+        if table.source == Source::Measured && table.device.compute_capability != "0.0" {
+            out.push(table);
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn h100() -> DeviceInfo {
+        DeviceInfo {
+            ordinal: 0,
+            name: "NVIDIA H100 80GB HBM3".into(),
+            compute_capability: (9, 0),
+            memory_bytes: 80 << 30,
+            sms: 132,
+            max_threads_per_block: 1024,
+            max_threads_per_sm: 2048,
+            max_blocks_per_sm: 32,
+            max_shared_per_block: 232448,
+            shared_per_sm: 233472,
+            l2_bytes: 50 << 20,
+            driver_cuda: (13, 0),
+            driver_library: "libcuda.so.1".into(),
+        }
+    }
+
+    fn measured(library_sum: &str, name: &str) -> String {
+        TimingTable::builtin()
+            .map(|t| {
+                let mut t = t;
+                t.source = Source::Measured;
+                t.device.name = name.to_string();
+                t.library_checksum = Some(library_sum.to_string());
+                t.routines.push(fuse_core::explore::timing::Measurement {
+                    function: "copy".into(),
+                    variant: "default".into(),
+                    routine: "load.x".into(),
+                    precision: "f32".into(),
+                    threads: 256,
+                    serial_iterations: 1,
+                    shared_bytes: 0,
+                    ns_per_call: 1.0,
+                });
+                serde_yaml::to_string(&t).unwrap()
+            })
+            .unwrap()
+    }
+
+    #[test]
+    fn a_stale_table_named_explicitly_is_refused_with_the_fix() {
+        let library = Library::builtin().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.yaml");
+        std::fs::write(&path, measured("fnv1a64:0000000000000001", "NVIDIA H100 80GB HBM3")).unwrap();
+        let err = select(&h100(), &library, Some(&path)).unwrap_err().to_string();
+        assert!(err.contains("re-run `fuse calibrate`"), "{err}");
+    }
+
+    #[test]
+    fn a_fresh_table_of_another_gpu_is_used_with_a_note() {
+        let library = Library::builtin().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.yaml");
+        std::fs::write(&path, measured(&library_checksum(&library), "NVIDIA A100-SXM4-80GB")).unwrap();
+        let selected = select(&h100(), &library, Some(&path)).unwrap();
+        let note = selected.note.unwrap();
+        assert!(note.contains("measured on NVIDIA A100"), "{note}");
+    }
+
+    #[test]
+    fn shipped_gpu_tables_parse_and_are_measured() {
+        for table in shipped().unwrap() {
+            assert_eq!(table.source, Source::Measured, "{}", table.origin);
+            assert_ne!(table.device.compute_capability, "0.0");
+        }
+    }
+
+    #[test]
+    fn calibrated_tables_live_under_the_cache_by_gpu() {
+        let path = calibrated_path(&h100());
+        assert!(
+            path.ends_with("timings/nvidia-h100-80gb-hbm3-sm90.yaml"),
+            "{}",
+            path.display()
+        );
+    }
+}
