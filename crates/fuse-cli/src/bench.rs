@@ -1,5 +1,5 @@
-//! `fuse bench` (fused against unfused on the CPU backend) and the plan-to-CPU path shared
-//! with `fuse run --backend cpu`.
+//! `fuse bench` — on the CPU, fused against unfused; on a GPU, fused against the same calls
+//! written with cuBLAS — and the plan-to-CPU path shared with `fuse run --backend cpu`.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -8,12 +8,19 @@ use clap::{Args, ValueEnum};
 use serde_json::json;
 
 use fuse_core::data::{fill_random_inputs, relative_error};
-use fuse_core::{explore, Bindings, Library, Limits, Precision, Program, Sizes};
+use fuse_core::{explore, Bindings, Library, Limits, Precision, Program, Sizes, TimingTable};
 use fuse_cpu::fused::calibrate::{copy_bandwidth, COPY_BYTES, COPY_REPS};
 use fuse_cpu::fused::{timings, unfused_plan, FusedPlan};
+use fuse_cuda::bench::BenchOptions;
+use fuse_cuda::timer::TimingOptions;
+use fuse_cuda::Device;
 
 use crate::calibrate::progress_bar;
+use crate::gpu::{self, failure};
 use crate::{bad_input, internal, load, parse_size, Failure};
+
+/// Bytes of each buffer of the GPU's copy-bandwidth measurement.
+const GPU_COPY_BYTES: usize = 512 << 20;
 
 /// Largest size of any dimension in the correctness check before timing.
 const CHECK_EXTENT: usize = 513;
@@ -26,18 +33,23 @@ pub struct BenchArgs {
     /// Script files.
     #[arg(required = true, value_name = "SCRIPT")]
     scripts: Vec<PathBuf>,
-    /// Where to run: `cpu`, the fused CPU backend, against the same calls one kernel each.
-    #[arg(long, value_enum, default_value_t = BenchBackend::Cpu)]
-    backend: BenchBackend,
+    /// Where to run: `cuda` (fused plan against cuBLAS) or `cpu` (fused against the same calls
+    /// one kernel each); without it, the GPU when one is there, else the CPU.
+    #[arg(long, value_enum)]
+    backend: Option<BenchBackend>,
     /// A size, e.g. --size m=8192 (repeatable); each script takes the sizes it has.
     #[arg(long = "size", value_name = "NAME=VALUE", value_parser = parse_size)]
     sizes: Vec<(String, usize)>,
-    /// Timed runs of the fused and of the unfused program each; the median is reported.
-    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..))]
-    runs: u32,
-    /// CPU timing table to rank plans with, instead of the one chosen for this CPU.
+    /// Timed runs of the fused program and of the baseline each; the median is reported
+    /// (default: 10 on the CPU, 25 on a GPU).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    runs: Option<u32>,
+    /// Timing table to rank plans with, instead of the one chosen for this CPU or GPU.
     #[arg(long, value_name = "FILE")]
     timings: Option<PathBuf>,
+    /// GPU to run on (cuda).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    device: usize,
     /// Seed of the random inputs.
     #[arg(long, default_value_t = 0)]
     seed: u64,
@@ -51,6 +63,87 @@ pub struct BenchArgs {
 enum BenchBackend {
     /// The fused CPU backend (rayon).
     Cpu,
+    /// A GPU: the plan `fuse run --backend cuda` runs, against cuBLAS.
+    Cuda,
+}
+
+/// Where a benchmark runs, with the table its plans are ranked by.
+enum Target {
+    Cpu { table: TimingTable },
+    Cuda { device: Device, table: TimingTable },
+}
+
+impl Target {
+    fn new(args: &BenchArgs, library: &Library) -> Result<Target, Failure> {
+        let backend = args.backend.unwrap_or_else(|| match gpu::detect() {
+            Ok(gpu) => {
+                eprintln!("backend: cuda ({})", gpu.describe());
+                BenchBackend::Cuda
+            }
+            Err(e) => {
+                eprintln!("backend: cpu ({})", gpu::short_reason(&e));
+                BenchBackend::Cpu
+            }
+        });
+        Ok(match backend {
+            BenchBackend::Cpu => {
+                let selected = timings::select(library, args.timings.as_deref()).map_err(bad_input)?;
+                if let Some(note) = &selected.note {
+                    eprintln!("note: {note}");
+                }
+                Target::Cpu { table: selected.table }
+            }
+            BenchBackend::Cuda => {
+                let device = gpu::open(args.device)?;
+                let table = gpu::table(device.info(), library, args.timings.as_deref())?;
+                Target::Cuda { device, table }
+            }
+        })
+    }
+
+    fn table(&self) -> &TimingTable {
+        match self {
+            Target::Cpu { table } | Target::Cuda { table, .. } => table,
+        }
+    }
+
+    /// Timed runs per program.
+    fn runs(&self, args: &BenchArgs) -> u32 {
+        args.runs.unwrap_or(match self {
+            Target::Cpu { .. } => 10,
+            Target::Cuda { .. } => 25,
+        })
+    }
+
+    /// The copy bandwidth (GB/s, bytes read + written) and how it was measured.
+    fn copy_bandwidth(&self) -> Result<(f64, String), Failure> {
+        Ok(match self {
+            Target::Cpu { .. } => (
+                copy_bandwidth(COPY_BYTES, COPY_REPS),
+                format!("a parallel copy of {} MiB arrays", COPY_BYTES >> 20),
+            ),
+            Target::Cuda { device, .. } => {
+                let gbps = fuse_cuda::calibrate::copy_bandwidth(device, GPU_COPY_BYTES, &TimingOptions::default())
+                    .map_err(failure)?;
+                (gbps, format!("a device-to-device copy of {} MiB", GPU_COPY_BYTES >> 20))
+            }
+        })
+    }
+
+    /// What the fused plan is compared with.
+    fn baseline_name(&self) -> &'static str {
+        match self {
+            Target::Cpu { .. } => "unfused",
+            Target::Cuda { .. } => "cuBLAS",
+        }
+    }
+
+    fn name(&self) -> &'static str {
+        match self {
+            Target::Cpu { .. } => "cpu",
+            Target::Cuda { .. } => "cuda",
+        }
+    }
 }
 
 /// One script's measurement.
@@ -61,6 +154,8 @@ struct Measured {
     fused_us: f64,
     baseline_us: f64,
     bytes: u64,
+    /// The baseline's calls, where they are not simply the fused plan's calls one kernel each.
+    baseline_calls: Option<String>,
 }
 
 /// The best plan of `program` at `sizes` for the CPU, prepared; and a note on the timing table.
@@ -87,27 +182,23 @@ pub fn run_cpu(program: &Program, sizes: &Sizes, library: &Library, inputs: &Bin
 
 /// `fuse bench`.
 pub fn run(args: &BenchArgs, library: &Library) -> Result<(), Failure> {
-    let BenchBackend::Cpu = args.backend;
     let programs = args
         .scripts
         .iter()
         .map(|p| load(p, library))
         .collect::<Result<Vec<_>, _>>()?;
     check_sizes_used(&programs, &args.sizes)?;
-    let selected = timings::select(library, args.timings.as_deref()).map_err(bad_input)?;
-    if let Some(note) = &selected.note {
-        eprintln!("note: {note}");
-    }
+    let target = Target::new(args, library)?;
     let bar = progress_bar(1 + 3 * programs.len());
     bar.set_message("copy bandwidth");
-    let copy = copy_bandwidth(COPY_BYTES, COPY_REPS);
+    let copy = target.copy_bandwidth()?;
     bar.inc(1);
     let mut results = Vec::new();
     for program in &programs {
         let bench = Bench {
             program,
             library,
-            table: &selected.table,
+            target: &target,
             args,
             bar: &bar,
         };
@@ -115,8 +206,8 @@ pub fn run(args: &BenchArgs, library: &Library) -> Result<(), Failure> {
     }
     bar.finish_and_clear();
     match args.json {
-        true => print_json(&results, copy),
-        false => print_table(&results, copy, &selected.table.describe(), args.runs),
+        true => print_json(&results, copy.0, &target),
+        false => print_table(&results, &copy, &target, target.runs(args)),
     }
     Ok(())
 }
@@ -137,7 +228,7 @@ fn check_sizes_used(programs: &[Program], sizes: &[(String, usize)]) -> Result<(
 struct Bench<'a> {
     program: &'a Program,
     library: &'a Library,
-    table: &'a fuse_core::TimingTable,
+    target: &'a Target,
     args: &'a BenchArgs,
     bar: &'a indicatif::ProgressBar,
 }
@@ -150,7 +241,45 @@ impl Bench<'_> {
             .cloned()
             .collect();
         let sizes = program.bind_sizes(&overrides).map_err(bad_input)?;
-        let exploration = explore(program, &sizes, self.table, self.library, Limits::default()).map_err(bad_input)?;
+        match self.target {
+            Target::Cpu { table } => self.cpu(sizes, table),
+            Target::Cuda { device, .. } => self.cuda(sizes, device),
+        }
+    }
+
+    /// The plan `fuse run --backend cuda` runs (tuned, or the best predicted by the GPU's table),
+    /// against the program written with cuBLAS.
+    fn cuda(&self, sizes: Sizes, device: &Device) -> Result<Measured, Failure> {
+        let program = self.program;
+        self.step("planning");
+        let plan = gpu::plan(device, program, &sizes, self.library, self.args.timings.as_deref())?;
+        self.bar.inc(1);
+        self.step("checking and timing");
+        let options = BenchOptions {
+            timing: TimingOptions {
+                runs: self.target.runs(self.args) as usize,
+                ..TimingOptions::default()
+            },
+            seed: self.args.seed,
+            ..BenchOptions::default()
+        };
+        let m = fuse_cuda::bench::measure(device, program, &sizes, &plan, &options).map_err(failure)?;
+        self.bar.inc(2);
+        Ok(Measured {
+            script: program.file.clone(),
+            kernels: (m.kernels, m.baseline_calls),
+            bytes: program.compulsory_bytes(&sizes),
+            sizes,
+            fused_us: m.fused.median_us,
+            baseline_us: m.baseline.median_us,
+            baseline_calls: Some(m.baseline_text),
+        })
+    }
+
+    /// The best plan for the CPU against the same calls one kernel each.
+    fn cpu(&self, sizes: Sizes, table: &TimingTable) -> Result<Measured, Failure> {
+        let program = self.program;
+        let exploration = explore(program, &sizes, table, self.library, Limits::default()).map_err(bad_input)?;
         let fused_plan = exploration.best();
         let baseline_plan = unfused_plan(program, &sizes);
         self.step("checking");
@@ -165,7 +294,8 @@ impl Bench<'_> {
         fill_random_inputs(program, &sizes, self.args.seed, &mut inputs);
         self.bar.inc(1);
         self.step("timing");
-        let (fused_us, baseline_us) = time_both(&fused, &baseline, &inputs, self.args.runs as usize)?;
+        let runs = self.target.runs(self.args) as usize;
+        let (fused_us, baseline_us) = time_both(&fused, &baseline, &inputs, runs)?;
         self.bar.inc(1);
         Ok(Measured {
             script: program.file.clone(),
@@ -174,6 +304,7 @@ impl Bench<'_> {
             sizes,
             fused_us,
             baseline_us,
+            baseline_calls: None,
         })
     }
 
@@ -243,16 +374,15 @@ impl Measured {
     }
 }
 
-fn print_table(results: &[Measured], copy: f64, timings: &str, runs: u32) {
-    println!(
-        "copy bandwidth: {copy:.1} GB/s (bytes read + written by a parallel copy of {} MiB arrays)",
-        COPY_BYTES >> 20
-    );
-    println!("plans ranked by: {timings}");
+fn print_table(results: &[Measured], copy: &(f64, String), target: &Target, runs: u32) {
+    let (gbps, how) = copy;
+    println!("copy bandwidth: {gbps:.1} GB/s (bytes read + written by {how})");
+    println!("plans ranked by: {}", target.table().describe());
     println!("times: median of {runs} runs after warm-up; GB/s: compulsory bytes (inputs read once, outputs written once) over the fused time");
+    let baseline = format!("{} µs", target.baseline_name());
     println!(
         "{:<22} {:<16} {:>9} {:>12} {:>12} {:>8} {:>7} {:>9}",
-        "script", "sizes", "kernels", "fused µs", "unfused µs", "speedup", "GB/s", "% copy"
+        "script", "sizes", "kernels", "fused µs", baseline, "speedup", "GB/s", "% copy"
     );
     for r in results {
         println!(
@@ -264,12 +394,23 @@ fn print_table(results: &[Measured], copy: f64, timings: &str, runs: u32) {
             r.baseline_us,
             r.baseline_us / r.fused_us,
             r.gbps(),
-            100.0 * r.gbps() / copy
+            100.0 * r.gbps() / gbps
         );
+    }
+    let written: Vec<&Measured> = results.iter().filter(|r| r.baseline_calls.is_some()).collect();
+    if !written.is_empty() {
+        println!(
+            "{} versions (kernels: fused / {} calls):",
+            target.baseline_name(),
+            target.baseline_name()
+        );
+    }
+    for r in written {
+        println!("  {}: {}", r.script, r.baseline_calls.as_deref().unwrap_or_default());
     }
 }
 
-fn print_json(results: &[Measured], copy: f64) {
+fn print_json(results: &[Measured], copy: f64, target: &Target) {
     let rows: Vec<serde_json::Value> = results
         .iter()
         .map(|r| {
@@ -278,6 +419,7 @@ fn print_json(results: &[Measured], copy: f64) {
                 "sizes": r.sizes.iter().collect::<std::collections::BTreeMap<_, _>>(),
                 "kernels": r.kernels.0,
                 "baseline_kernels": r.kernels.1,
+                "baseline_calls": r.baseline_calls,
                 "fused_us": r.fused_us,
                 "baseline_us": r.baseline_us,
                 "speedup": r.baseline_us / r.fused_us,
@@ -286,5 +428,12 @@ fn print_json(results: &[Measured], copy: f64) {
             })
         })
         .collect();
-    println!("{}", json!({ "copy_gbps": copy, "results": rows }));
+    let object = json!({
+        "backend": target.name(),
+        "baseline": target.baseline_name(),
+        "timings": target.table().describe(),
+        "copy_gbps": copy,
+        "results": rows,
+    });
+    println!("{object}");
 }

@@ -8,18 +8,25 @@ use indicatif::{ProgressBar, ProgressStyle};
 use fuse_core::Library;
 use fuse_cpu::fused::calibrate::{calibrate, to_yaml};
 use fuse_cpu::fused::timings;
+use fuse_cuda::calibrate::{self as gpu_calibrate, CalibrateOptions};
 
+use crate::gpu::{self, failure};
 use crate::{bad_input, internal, Failure};
 
 /// Options of `fuse calibrate`.
 #[derive(Args)]
 pub struct CalibrateArgs {
-    /// What to calibrate: `cpu` measures this machine's CPU and memory (works anywhere).
-    #[arg(long, value_enum, default_value_t = Target::Cpu)]
-    backend: Target,
-    /// Where to write the table (YAML); without it, standard output.
+    /// What to calibrate: `cuda` a GPU, `cpu` this machine's CPU and memory (works anywhere);
+    /// without it, the GPU when one is there, else the CPU.
+    #[arg(long, value_enum)]
+    backend: Option<Target>,
+    /// Where to write the table (YAML). Without it: standard output for the CPU; for a GPU, only
+    /// the per-GPU location that `fuse run`, `explore` and `bench` look in (always written).
     #[arg(short = 'o', long = "out", value_name = "FILE")]
     out: Option<PathBuf>,
+    /// GPU to calibrate (cuda).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    device: usize,
 }
 
 /// The backends that can be calibrated.
@@ -28,6 +35,9 @@ enum Target {
     /// The fused CPU backend: copy bandwidth, arithmetic peaks, the cost of a parallel
     /// section, and each library function's compute time.
     Cpu,
+    /// A GPU: copy bandwidth, launch overhead, arithmetic peaks, and every library routine in
+    /// simulated fusion environments.
+    Cuda,
 }
 
 /// A progress bar on the terminal (hidden when standard error is not one).
@@ -39,9 +49,66 @@ pub fn progress_bar(len: usize) -> ProgressBar {
     bar
 }
 
-/// `fuse calibrate --backend cpu`: measures, then writes the table.
+/// `fuse calibrate`: the backend asked for, or the GPU when one is there, else the CPU.
 pub fn run(args: &CalibrateArgs, library: &Library) -> Result<(), Failure> {
-    let Target::Cpu = args.backend;
+    let target = args.backend.unwrap_or_else(|| match gpu::detect() {
+        Ok(gpu) => {
+            eprintln!("calibrating: cuda ({})", gpu.describe());
+            Target::Cuda
+        }
+        Err(e) => {
+            eprintln!("calibrating: cpu ({})", gpu::short_reason(&e));
+            Target::Cpu
+        }
+    });
+    match target {
+        Target::Cpu => run_cpu(args, library),
+        Target::Cuda => run_cuda(args, library),
+    }
+}
+
+/// `fuse calibrate --backend cuda`: measures GPU `--device`, installs the table for that GPU
+/// and writes it to `-o FILE` too.
+fn run_cuda(args: &CalibrateArgs, library: &Library) -> Result<(), Failure> {
+    let device = gpu::open(args.device)?;
+    let options = CalibrateOptions::default();
+    let bar = progress_bar(0);
+    let calibration = gpu_calibrate::calibrate(&device, library, &options, &mut |step| {
+        bar.set_length(step.total as u64);
+        bar.set_position(step.done as u64);
+        bar.set_message(step.what.to_string());
+    })
+    .map_err(failure)?;
+    bar.finish_and_clear();
+    for note in &calibration.notes {
+        eprintln!("note: {note}");
+    }
+    let model = &calibration.table.model;
+    eprintln!(
+        "{}: copy {:.1} GB/s, launch {:.2} µs, peak {:.0}/{:.0} GFLOP/s (f32/f64), {} kernels, {} routine times",
+        calibration.table.device.name,
+        model.bandwidth_gb_s,
+        model.launch_us,
+        model.peak_gflop_s.f32,
+        model.peak_gflop_s.f64,
+        calibration.kernels,
+        calibration.table.routines.len()
+    );
+    let yaml = gpu_calibrate::to_yaml(&calibration, &options);
+    let installed = fuse_cuda::timings::calibrated_path(device.info());
+    for path in std::iter::once(&installed).chain(args.out.as_ref()) {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|e| bad_input(format!("{}: {e}", dir.display())))?;
+        }
+        std::fs::write(path, &yaml).map_err(|e| bad_input(format!("{}: {e}", path.display())))?;
+        eprintln!("wrote {}", path.display());
+    }
+    eprintln!("`fuse run`, `explore`, `bench` and `tune` use it on this GPU from now on");
+    Ok(())
+}
+
+/// `fuse calibrate --backend cpu`: measures, then writes the table.
+fn run_cpu(args: &CalibrateArgs, library: &Library) -> Result<(), Failure> {
     let bar = progress_bar(0);
     let calibration = calibrate(library, &mut |step| {
         bar.set_length(step.total as u64);

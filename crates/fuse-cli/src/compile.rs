@@ -19,10 +19,9 @@ pub fn plan(
     rank: usize,
 ) -> Result<Plan, Failure> {
     let table = match timings {
-        Some(path) => TimingTable::load(path),
-        None => TimingTable::builtin(),
-    }
-    .map_err(bad_input)?;
+        Some(path) => TimingTable::load(path).map_err(bad_input)?,
+        None => crate::gpu::default_table(library)?,
+    };
     let exploration = explore(program, sizes, &table, library, Limits::default()).map_err(bad_input)?;
     if rank == 0 {
         return Err(bad_input("--plan 0: plans are ranked from 1 (the best predicted)"));

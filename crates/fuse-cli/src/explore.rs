@@ -15,7 +15,8 @@ use crate::{bad_input, load, parse_size, Failure};
 pub struct Inputs {
     /// Script file.
     script: PathBuf,
-    /// Timing table (YAML) to predict with; without it, the built-in analytic H100 estimate.
+    /// Timing table (YAML) to predict with; without it, this GPU's (see `fuse calibrate`) or,
+    /// without a GPU, the built-in analytic H100 estimate.
     #[arg(long, value_name = "FILE")]
     timings: Option<PathBuf>,
     /// Override a size of the script, e.g. --size m=1000 (repeatable).
@@ -50,10 +51,9 @@ pub struct ExplainArgs {
 fn prepare(inputs: &Inputs, library: &Library) -> Result<(Program, TimingTable), Failure> {
     let program = load(&inputs.script, library)?;
     let table = match &inputs.timings {
-        Some(path) => TimingTable::load(path),
-        None => TimingTable::builtin(),
-    }
-    .map_err(bad_input)?;
+        Some(path) => TimingTable::load(path).map_err(bad_input)?,
+        None => crate::gpu::default_table(library)?,
+    };
     Ok((program, table))
 }
 

@@ -3,8 +3,12 @@
 mod bench;
 mod calibrate;
 mod compile;
+mod devices;
 mod explore;
+mod gpu;
 mod npy;
+mod selftest;
+mod tune;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -16,6 +20,8 @@ use fuse_core::{script, DataGraph, Library, Program};
 
 /// Exit status for bad input (scripts, library, sizes, files named on the command line).
 const EXIT_BAD_INPUT: u8 = 2;
+/// Exit status when the CUDA backend was asked for and no usable GPU (or driver) is here.
+const EXIT_NO_DEVICE: u8 = 3;
 
 #[derive(Parser)]
 #[command(
@@ -28,7 +34,8 @@ share data into single GPU kernels.\n\nA script looks like this (scripts/bicgk.y
 name: bicgk\n  precision: f32\n  sizes: {m: 4096, n: 4096}\n  inputs: {A: [m, n], p: [n], r: [m]}\n  \
 outputs: [q, s]\n  calls:\n    - q = sgemv(A, p)\n    - s = sgemtv(A, r)\n\nStart with \
 `fuse check scripts/*.yaml`, then `fuse run scripts/bicgk.yaml`.",
-    after_help = "Exit status: 0 on success, 2 on bad input (the message names the file, line and column)."
+    after_help = "Exit status: 0 on success, 1 on a failure of fuse or the GPU, 2 on bad input (the message \
+names the file, line and column), 3 when the CUDA backend is asked for and there is no usable GPU."
 )]
 struct Cli {
     /// Folder of elementary-function metadata (*.yaml) to use instead of the built-in library.
@@ -65,8 +72,12 @@ dashed line where two calls read the same value (the data a fused kernel reads o
 the file exists (float32 or float64 as the script's precision; scalars as 0-d arrays); every \
 other input is drawn uniformly from [-1, 1) with --seed. Outputs go to DIR/<name>.npy with \
 --outputs, or are summarised on the terminal.",
-        after_help = "Examples:\n  fuse run scripts/bicgk.yaml\n  fuse run scripts/gemver.yaml --size m=1000 --size n=300 --seed 7\n  \
-fuse run scripts/atax.yaml --inputs in/ --outputs out/"
+        after_help = "Without --backend, fuse runs on the GPU (cuda) when one is there and on the CPU otherwise, \
+and says which on standard error. On the GPU the plan is the one `fuse tune` remembered for this script, \
+sizes and GPU, else the best predicted by this GPU's timing table (see `fuse calibrate`); compiled \
+modules are cached on disk ($FUSE_CACHE_DIR, else ~/.cache/fuse), so a second run compiles nothing.\n\n\
+Examples:\n  fuse run scripts/bicgk.yaml\n  fuse run scripts/gemver.yaml --size m=1000 --size n=300 --seed 7\n  \
+fuse run scripts/atax.yaml --inputs in/ --outputs out/\n  fuse run scripts/bicgk.yaml --backend cuda --size m=8192 --size n=8192"
     )]
     Run {
         /// Script file.
@@ -128,28 +139,67 @@ fuse explore scripts/atax.yaml --top 1 --json --timings my-gpu.yaml"
     /// For every pair of calls that share data: fused in the best plan, or which rule kept them apart.
     #[command(after_help = "Example: fuse explain scripts/gemver.yaml")]
     Explain(explore::ExplainArgs),
-    /// Time fused plans against the same calls run one kernel each.
+    /// Time fused plans against cuBLAS (GPU) or the same calls run one kernel each (CPU).
     #[command(
-        long_about = "Benchmark scripts on the fused CPU backend. Per script: the best plan for \
-the CPU (fused) and the unfused plan (the same calls, one kernel each), each checked against \
-the f64 reference at small sizes first, then timed at the sizes given (median of --runs runs \
-after warm-up, both plans alternating). Reported: both times, the speedup, the effective GB/s \
-(compulsory bytes — every input read once, every output written once — over the fused time) \
-and its percentage of this machine's copy bandwidth, measured at the start.",
+        long_about = "Benchmark scripts. On a GPU (--backend cuda, the default where one is): the \
+plan `fuse run` runs (tuned, else the best predicted) against the same script written with cuBLAS as \
+a cuBLAS user would (gemv with the transpose flag for row-major data, ger, geam for madd, \
+copy/scal/axpy/dot, and the copies in-place BLAS forces), timed with CUDA events, the L2 cache \
+flushed before each run. On the CPU (--backend cpu): the best plan for the CPU against the unfused \
+plan (the same calls, one kernel each). Both versions are checked against the f64 reference at \
+small sizes first, then timed at the sizes given (median of --runs runs after warm-up, the two \
+alternating). Reported: both times, the speedup, the effective GB/s (compulsory bytes — every \
+input read once, every output written once — over the fused time) and its percentage of the \
+copy bandwidth, measured at the start.",
         after_help = "Examples:\n  fuse bench scripts/bicgk.yaml scripts/gemver.yaml --size m=8192 --size n=8192\n  \
-fuse bench scripts/vadd.yaml --size n=67108864 --json"
+fuse bench scripts/vadd.yaml --size n=67108864 --json\n  \
+fuse bench scripts/*.yaml --backend cuda --size m=16384 --size n=16384 --runs 30"
     )]
     Bench(bench::BenchArgs),
     /// Measure this machine and write a timing table for the explorer.
     #[command(
         long_about = "Measure what the explorer ranks plans by and write a timing table (YAML, \
-the format of library/timings/). `--backend cpu` measures the CPU: the copy bandwidth of \
-memory, the arithmetic peaks, the cost of a parallel section, and the compute time of every \
-library function on data in cache; it works on any machine. The table records the library's \
-checksum: after the library changes, calibrate again.",
-        after_help = "Example: fuse calibrate --backend cpu -o my-cpu.yaml && FUSE_CPU_TIMINGS=my-cpu.yaml fuse run scripts/bicgk.yaml"
+the format of library/timings/). `--backend cuda` (the default where a GPU is) measures a GPU \
+(paper §4.2): the device-to-device copy bandwidth, the launch overhead, the arithmetic peaks, and \
+every library routine in simulated fusion environments (warps per block, serial iterations, extra \
+shared memory), each with CUDA events, warm-up and the median of repeats; the table is keyed by the \
+GPU's name and compute capability and installed where `fuse run`, `explore`, `bench` and `tune` \
+find it for that GPU. `--backend cpu` measures the CPU: the copy bandwidth of memory, the \
+arithmetic peaks, the cost of a parallel section, and the compute time of every library function \
+on data in cache; it works on any machine. The table records the library's checksum: after the \
+library changes, calibrate again (a stale table is refused with that advice).",
+        after_help = "Examples:\n  fuse calibrate                      # the GPU, installed for it (a minute or two)\n  \
+fuse calibrate --device 1 -o gpu1.yaml\n  \
+fuse calibrate --backend cpu -o my-cpu.yaml && FUSE_CPU_TIMINGS=my-cpu.yaml fuse run scripts/bicgk.yaml"
     )]
     Calibrate(calibrate::CalibrateArgs),
+    /// Time the best predicted plans on the GPU and remember the fastest for `fuse run`.
+    #[command(
+        long_about = "Time the K best predicted plans of a script on the GPU (CUDA events, warm-up, \
+median of --runs), each first checked against the f64 reference at small sizes. Prints each plan's \
+predicted and measured time, the predicted rank of the fastest and the first predicted plan's speed as \
+a percentage of the fastest — how good the prediction is (paper Table 4). The fastest plan is \
+remembered in a per-GPU tune cache; `fuse run --backend cuda` uses it for the same script and sizes.",
+        after_help = "Examples:\n  fuse tune scripts/gemver.yaml --top 10\n  fuse tune scripts/bicgk.yaml --size m=16384 --size n=16384 --json"
+    )]
+    Tune(tune::TuneArgs),
+    /// Check generated kernels against the f64 reference: every script, top plans, odd sizes.
+    #[command(
+        long_about = "The correctness matrix of fuse's tests, run by the binary alone (no cargo needed on a \
+GPU machine): for every script, in f32 and its f64 twin, the --top best predicted plans (and, in f64, \
+the unfused plan) at the sizes 67×45, 1×300, 300×1 and 257×513, outputs poisoned with NaN before each \
+run, compared with the f64 reference (normwise relative error below 1e-4 in f32, 1e-12 in f64). One \
+line per plan; exit status 1 if any plan is wrong.",
+        after_help = "Examples:\n  fuse selftest scripts/*.yaml --backend cuda\n  fuse selftest scripts/bicgk.yaml --backend emulate --top 1"
+    )]
+    Selftest(selftest::SelftestArgs),
+    /// List the GPUs and the CUDA libraries fuse finds here.
+    #[command(
+        long_about = "Print each GPU the NVIDIA driver reports (name, compute capability, SMs, memory, L2), \
+the CUDA libraries fuse loads (driver, NVRTC, cuBLAS) and where its caches live. Exit status 3 when \
+there is no usable GPU."
+    )]
+    Devices,
 }
 
 /// Where a script runs.
@@ -161,11 +211,17 @@ enum Backend {
     Reference,
     /// The generated CUDA of the best plan, run on host threads (slow; for testing kernels).
     Emulate,
+    /// The generated CUDA on GPU 0 (NVIDIA, CUDA 13 driver): the tuned or best predicted plan.
+    Cuda,
 }
 
 impl Backend {
-    fn best_available() -> (Backend, &'static str) {
-        (Backend::Cpu, "no GPU backend in this build: the fused CPU backend")
+    /// The GPU when one is usable here, else the fused CPU backend; and why.
+    fn best_available() -> (Backend, String) {
+        match gpu::detect() {
+            Ok(gpu) => (Backend::Cuda, gpu.describe()),
+            Err(e) => (Backend::Cpu, gpu::short_reason(&e)),
+        }
     }
 }
 
@@ -248,6 +304,9 @@ fn run(cli: Cli) -> Result<(), Failure> {
         Command::Explain(args) => explore::run_explain(&args, &library),
         Command::Bench(args) => bench::run(&args, &library),
         Command::Calibrate(args) => calibrate::run(&args, &library),
+        Command::Tune(args) => tune::run(&args, &library),
+        Command::Selftest(args) => selftest::run(&args, &library),
+        Command::Devices => devices::run(),
         Command::Compile {
             script,
             out,
@@ -333,6 +392,7 @@ fn run_script(program: &Program, options: &RunOptions) -> Result<(), Failure> {
             let emulated = fuse_cpu::emulate::EmulatedPlan::compile(generated).map_err(internal)?;
             emulated.run(program, &sizes, &inputs).map_err(internal)?
         }
+        Backend::Cuda => gpu::run(program, &sizes, options.library, &inputs)?,
     };
     match &options.outputs {
         Some(dir) => {

@@ -1,0 +1,41 @@
+//! `fuse devices`: what the CUDA backend finds on this machine.
+
+use fuse_codegen::nvrtc;
+use fuse_cuda::{cache, device_count, probe, timings, DeviceInfo};
+
+use crate::gpu::failure;
+use crate::Failure;
+
+/// Prints every GPU, the CUDA libraries and the cache folders; fails (status 3) without a GPU.
+pub fn run() -> Result<(), Failure> {
+    let count = device_count().map_err(failure)?;
+    if count == 0 {
+        return Err(failure(fuse_cuda::CudaError::NoDevice {
+            ordinal: 0,
+            reason: "the driver sees no device".to_string(),
+        }));
+    }
+    let driver = probe::driver().map_err(failure)?;
+    println!("driver: {}", driver.origin);
+    match nvrtc::load().and_then(|origin| Ok((origin, nvrtc::version()?))) {
+        Ok((origin, (major, minor))) => println!("nvrtc: {origin} (NVRTC {major}.{minor})"),
+        Err(e) => println!("nvrtc: not found: {e}"),
+    }
+    match probe::cublas() {
+        Ok(pinned) => println!("cublas: {}", pinned.origin),
+        Err(e) => println!("cublas: not found: {e}"),
+    }
+    println!("cache: {}", cache::cache_root().display());
+    for ordinal in 0..count {
+        let info = DeviceInfo::query(ordinal).map_err(failure)?;
+        println!("{}", info.describe());
+        let table = timings::calibrated_path(&info);
+        let calibrated = if table.exists() {
+            "calibrated"
+        } else {
+            "not calibrated yet"
+        };
+        println!("  timing table: {} ({calibrated})", table.display());
+    }
+    Ok(())
+}
