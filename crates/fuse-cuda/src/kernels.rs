@@ -21,7 +21,8 @@ pub const FMA_F64: &str = "fuse_fma_f64";
 /// pipeline latency.
 pub const FMA_CHAINS: u32 = 8;
 
-const SOURCE: &str = r#"
+/// The CUDA source of the runtime kernels.
+pub const SOURCE: &str = r#"
 // fuse runtime kernels
 extern "C" __global__ void fuse_flush_l2(const uint4* __restrict__ data, long long n, unsigned int* sink) {
     unsigned int acc = 0;
