@@ -89,10 +89,17 @@ pub fn plan(
     Ok(exploration.best())
 }
 
-/// `fuse run --backend cuda`: the plan on GPU 0, once.
-pub fn run(program: &Program, sizes: &Sizes, library: &Library, inputs: &Bindings) -> Result<Bindings, Failure> {
+/// `fuse run --backend cuda`: the plan chosen at `plan_sizes` (usually the run's sizes), run
+/// on GPU 0 once at `sizes`.
+pub fn run(
+    program: &Program,
+    sizes: &Sizes,
+    plan_sizes: &Sizes,
+    library: &Library,
+    inputs: &Bindings,
+) -> Result<Bindings, Failure> {
     let device = open(0)?;
-    let plan = plan(&device, program, sizes, library, None)?;
+    let plan = plan(&device, program, plan_sizes, library, None)?;
     let generated = generate_plan(program, &plan).map_err(crate::bad_input)?;
     let cuda = CudaPlan::compile(generated, &device).map_err(failure)?;
     match (cuda.from_cache(), cuda.cache_warning()) {

@@ -97,6 +97,10 @@ fuse run scripts/atax.yaml --inputs in/ --outputs out/\n  fuse run scripts/bicgk
         /// Seed for inputs not read from files.
         #[arg(long, default_value_t = 0)]
         seed: u64,
+        /// With --backend cuda: choose the plan as if a size were this (repeatable), e.g. run the
+        /// plan chosen for 8192×8192 at small sizes under compute-sanitizer.
+        #[arg(long = "plan-size", value_name = "NAME=VALUE", value_parser = parse_size)]
+        plan_sizes: Vec<(String, usize)>,
     },
     /// Generate the CUDA source of a plan; compile it with NVRTC where available.
     #[command(
@@ -288,12 +292,14 @@ fn run(cli: Cli) -> Result<(), Failure> {
             inputs,
             outputs,
             seed,
+            plan_sizes,
         } => {
             let program = load(&script, &library)?;
             let options = RunOptions {
                 library: &library,
                 backend,
                 sizes,
+                plan_sizes,
                 inputs,
                 outputs,
                 seed,
@@ -357,6 +363,7 @@ struct RunOptions<'a> {
     library: &'a Library,
     backend: Option<Backend>,
     sizes: Vec<(String, usize)>,
+    plan_sizes: Vec<(String, usize)>,
     inputs: Option<PathBuf>,
     outputs: Option<PathBuf>,
     seed: u64,
@@ -371,6 +378,9 @@ fn run_script(program: &Program, options: &RunOptions) -> Result<(), Failure> {
     fuse_core::data::check_inputs_given(program, &sizes, &inputs).map_err(bad_input)?;
     fill_random_inputs(program, &sizes, options.seed, &mut inputs);
     let backend = match options.backend {
+        Some(b) if !options.plan_sizes.is_empty() && !matches!(b, Backend::Cuda) => {
+            return Err(bad_input("--plan-size applies to --backend cuda only"))
+        }
         Some(b) => b,
         None => {
             let (b, why) = Backend::best_available();
@@ -380,6 +390,9 @@ fn run_script(program: &Program, options: &RunOptions) -> Result<(), Failure> {
                     .map(|v| v.get_name().to_string())
                     .unwrap_or_default()
             );
+            if !options.plan_sizes.is_empty() && !matches!(b, Backend::Cuda) {
+                eprintln!("note: --plan-size applies to --backend cuda only: ignored");
+            }
             b
         }
     };
@@ -392,7 +405,11 @@ fn run_script(program: &Program, options: &RunOptions) -> Result<(), Failure> {
             let emulated = fuse_cpu::emulate::EmulatedPlan::compile(generated).map_err(internal)?;
             emulated.run(program, &sizes, &inputs).map_err(internal)?
         }
-        Backend::Cuda => gpu::run(program, &sizes, options.library, &inputs)?,
+        Backend::Cuda => {
+            let overrides: Vec<(String, usize)> = (options.sizes.iter().chain(&options.plan_sizes)).cloned().collect();
+            let plan_sizes = program.bind_sizes(&overrides).map_err(bad_input)?;
+            gpu::run(program, &sizes, &plan_sizes, options.library, &inputs)?
+        }
     };
     match &options.outputs {
         Some(dir) => {

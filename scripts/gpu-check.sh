@@ -1,0 +1,317 @@
+#!/usr/bin/env bash
+# gpu-check.sh — everything the CUDA backend has to show, measured on a machine with an NVIDIA GPU
+# (H100/H200, CUDA 13 driver), with the prebuilt target/release/fuse: no Rust toolchain needed.
+#
+# usage: bash scripts/gpu-check.sh [STAGE...]
+#
+# Stages, in order, with the seconds each is budgeted:
+#   env        15  GPU, driver, libraries and tools found                       (nvidia-smi, fuse devices)
+#   selftest   90  the emulation test matrix on the GPU: 11 sequences, top-5 plans (+ unfused in
+#                  f64), sizes 67×45 1×300 300×1 257×513, outputs poisoned, f32 and f64
+#   calibrate 150  fuse calibrate: the timing table of this GPU (installed for the later stages and
+#                  copied to library/timings/<gpu>.yaml, to be committed as the shipped table)
+#   bench     240  fuse bench --backend cuda: BLAS-2 at 8192² and 16384², BLAS-1 at 2²⁶ (JSON)
+#   sanitize  200  compute-sanitizer memcheck and racecheck on the plan chosen for 8192² / 2²⁶,
+#                  run at small odd sizes
+#   ncu       150  Nsight Compute on the same plans at 8192² / 2²⁶ (the profile that explains misses)
+#   tune      180  fuse tune --top 10 at every bench size: prediction accuracy (paper Table 4)
+#   peers     330  scripts/peers.py: PyTorch eager, torch.compile, JAX jit at the same sizes
+# and, after every stage, the report: benches/results/<gpu>-<date>.md (scripts/report.py).
+#
+# Without arguments it runs every stage not done yet, in order, while they fit in the time budget
+# (GPU_CHECK_BUDGET seconds, default 540: one 10-minute call of the device tool), so the same
+# command run again continues where the last one stopped:
+#
+#   call 1: env selftest calibrate bench     call 2: sanitize ncu tune     call 3: peers
+#
+# Raw output goes to benches/results/<gpu>-<date>/ (one log or JSON per stage; the fuse caches
+# live there too, so a later call finds the calibrated table and tuned plans), and under $OUT, when
+# set, as gpu-check.tar.gz (everything but compiled modules) plus the .md: unpack the tar in the
+# repository root before the next call (`tar xzf gpu-check.tar.gz`) so that it carries the earlier
+# stages; commit the .md, the raw folder (without cache/) and library/timings/<gpu>.yaml.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+FUSE=${FUSE:-target/release/fuse}
+PYTHON=${PYTHON:-python3}
+BUDGET=${GPU_CHECK_BUDGET:-540}
+START=$SECONDS
+ALL_STAGES=(env selftest calibrate bench sanitize ncu tune peers)
+declare -A COST=([env]=15 [selftest]=90 [calibrate]=150 [bench]=240 [sanitize]=200 [ncu]=150 [tune]=180 [peers]=330)
+BLAS2=(atax bicgk sgemv sgemvt gemver gesummv madd)
+BLAS1=(axpydot sscal vadd waxpby)
+MATRIX_SIZES=(8192 16384)
+VECTOR_SIZE=67108864
+
+log() { echo "gpu-check: $*" >&2; }
+
+# --- where things are ---------------------------------------------------------------------------
+
+# The first folder of "$@" (after the library name) holding library $1.
+find_lib() {
+    local name=$1 dir
+    shift
+    for dir in "$@"; do
+        if [ -e "$dir/$name" ]; then
+            echo "$dir"
+            return 0
+        fi
+    done
+    # Last resort, bounded: anywhere under /usr and /opt.
+    timeout 30 find /usr /opt -name "$name" -print -quit 2>/dev/null | xargs -r dirname
+}
+
+# Library folders of the NVIDIA wheels of this Python (PyTorch's CUDA 13 runtime ships them).
+python_lib_dirs() {
+    "$PYTHON" - <<'PY' 2>/dev/null
+import importlib, os
+for module in ("nvidia.cu13", "nvidia.cuda_nvrtc", "nvidia.cublas"):
+    try:
+        for path in importlib.import_module(module).__path__:
+            print(os.path.join(path, "lib"))
+    except Exception:
+        pass
+PY
+}
+
+setup_environment() {
+    export PATH="/usr/local/cuda/bin:$PATH"
+    local ncu_dir
+    ncu_dir=$(ls -d /opt/nvidia/nsight-compute/*/ 2>/dev/null | tail -1)
+    [ -n "$ncu_dir" ] && export PATH="$PATH:$ncu_dir"
+    local candidates
+    # The toolkit first: it also has the unversioned names (libcublas.so) that cudarc tries first,
+    # so cudarc and fuse's probe land on the same files.
+    candidates="/usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib $(python_lib_dirs)"
+    # shellcheck disable=SC2086
+    NVRTC_DIR=$(find_lib libnvrtc.so.13 $candidates)
+    # shellcheck disable=SC2086
+    CUBLAS_DIR=$(find_lib libcublas.so.13 $candidates)
+    DRIVER_DIR=$(find_lib libcuda.so.1 /usr/local/nvidia/lib64 /usr/lib/x86_64-linux-gnu /usr/lib64)
+    local dir
+    for dir in "$DRIVER_DIR" "$CUBLAS_DIR" "$NVRTC_DIR"; do
+        [ -n "$dir" ] && export LD_LIBRARY_PATH="$dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    done
+    [ -n "$NVRTC_DIR" ] && export FUSE_NVRTC_LIB="$NVRTC_DIR"
+    [ -n "$CUBLAS_DIR" ] && export FUSE_CUBLAS_LIB="$CUBLAS_DIR"
+    export PYTHONUNBUFFERED=1
+}
+
+# benches/results/<gpu>-<date>: an unfinished one of this GPU is continued.
+results_dir() {
+    local gpu
+    gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 |
+        tr '[:upper:]' '[:lower:]' | sed -e 's/[^a-z0-9]\+/-/g' -e 's/^-//' -e 's/-$//')
+    gpu=${gpu:-unknown-gpu}
+    local existing
+    existing=$(ls -d benches/results/"$gpu"-*/ 2>/dev/null | while read -r d; do
+        [ -e "$d/.in-progress" ] && echo "${d%/}"
+    done | tail -1)
+    echo "${existing:-benches/results/$gpu-$(date -u +%Y-%m-%d)}"
+}
+
+scripts_of() {
+    local name
+    for name in "$@"; do echo "scripts/$name.yaml"; done
+}
+
+# --- stages -------------------------------------------------------------------------------------
+
+stage_env() {
+    echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
+    echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+    nvidia-smi
+    echo
+    "$FUSE" --version
+    "$FUSE" devices
+    echo
+    echo "FUSE_NVRTC_LIB=${FUSE_NVRTC_LIB:-unset} FUSE_CUBLAS_LIB=${FUSE_CUBLAS_LIB:-unset}"
+    echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
+    "$PYTHON" -c 'import sys, torch; print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda)'
+    "$PYTHON" -c 'import jax; print("jax", jax.__version__, jax.devices())' 2>&1 | tail -1
+    compute-sanitizer --version 2>&1 | tail -1
+    ncu --version 2>&1 | tail -1
+}
+
+stage_selftest() {
+    # shellcheck disable=SC2046
+    "$FUSE" selftest $(scripts_of "${BLAS2[@]}" "${BLAS1[@]}") --backend cuda --top 5
+}
+
+stage_calibrate() {
+    "$FUSE" calibrate --backend cuda -o "$RAW/timings.yaml" || return
+    local key
+    key=$(ls "$FUSE_CACHE_DIR/timings/" | head -1)
+    cp "$RAW/timings.yaml" "library/timings/$key"
+    echo "library/timings/$key" >"$RAW/shipped-table.txt"
+    echo "shipped table: library/timings/$key"
+    head -6 "$RAW/timings.yaml"
+}
+
+stage_bench() {
+    local n code status=0
+    for n in "${MATRIX_SIZES[@]}"; do
+        # shellcheck disable=SC2046
+        "$FUSE" bench $(scripts_of "${BLAS2[@]}") --backend cuda --size m="$n" --size n="$n" --runs 30 --json \
+            >"$RAW/bench-m$n.json"
+        code=$?
+        echo "bench m=n=$n: exit $code"
+        [ $code -eq 0 ] || status=1
+    done
+    # shellcheck disable=SC2046
+    "$FUSE" bench $(scripts_of "${BLAS1[@]}") --backend cuda --size n="$VECTOR_SIZE" --runs 30 --json \
+        >"$RAW/bench-blas1.json"
+    code=$?
+    echo "bench n=$VECTOR_SIZE: exit $code"
+    [ $code -eq 0 ] || status=1
+    return $status
+}
+
+# Runs the plan chosen for the bench sizes at small odd sizes under each tool.
+stage_sanitize() {
+    local tool name status=0
+    for tool in memcheck racecheck; do
+        for name in "${BLAS2[@]}"; do
+            sanitize "$tool" "$name" --size m=300 --size n=257 --plan-size m=8192 --plan-size n=8192 || status=1
+        done
+        for name in "${BLAS1[@]}"; do
+            sanitize "$tool" "$name" --size n=100003 --plan-size n="$VECTOR_SIZE" || status=1
+        done
+    done
+    return $status
+}
+
+sanitize() {
+    local tool=$1 name=$2
+    shift 2
+    local out
+    out=$(compute-sanitizer --tool "$tool" --error-exitcode 99 --print-limit 20 \
+        "$FUSE" run "scripts/$name.yaml" --backend cuda "$@" 2>&1)
+    local status=$?
+    echo "$out" | grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Hazard|Invalid|error" | head -20
+    if [ $status -eq 0 ]; then
+        echo "ok    $tool $name"
+    else
+        echo "FAIL  $tool $name (exit $status)"
+        echo "$out" | tail -40
+    fi
+    return $status
+}
+
+stage_ncu() {
+    local name
+    for name in "${BLAS2[@]}"; do
+        profile "$name" --size m=8192 --size n=8192
+    done
+    for name in "${BLAS1[@]}"; do
+        profile "$name" --size n="$VECTOR_SIZE"
+    done
+}
+
+profile() {
+    local name=$1
+    shift
+    echo "==== $name $*"
+    ncu --clock-control none --kernel-name regex:'^fuse_' \
+        --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \
+        --metrics dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum \
+        "$FUSE" run "scripts/$name.yaml" --backend cuda "$@" 2>&1 | grep -v '^[a-zA-Z_0-9]* *\[' | tail -120
+}
+
+stage_tune() {
+    local n name
+    : >"$RAW/tune.jsonl"
+    for n in "${MATRIX_SIZES[@]}"; do
+        for name in "${BLAS2[@]}"; do
+            "$FUSE" tune "scripts/$name.yaml" --top 10 --size m="$n" --size n="$n" --json >>"$RAW/tune.jsonl"
+            echo "tune $name m=n=$n: exit $?"
+        done
+    done
+    for name in "${BLAS1[@]}"; do
+        "$FUSE" tune "scripts/$name.yaml" --top 10 --size n="$VECTOR_SIZE" --json >>"$RAW/tune.jsonl"
+        echo "tune $name n=$VECTOR_SIZE: exit $?"
+    done
+}
+
+stage_peers() {
+    "$PYTHON" scripts/peers.py --matrix "${MATRIX_SIZES[@]}" --vector "$VECTOR_SIZE" --runs 25 --json "$RAW/peers.json"
+}
+
+# --- driver -------------------------------------------------------------------------------------
+
+run_stage() {
+    local stage=$1 left=$((BUDGET - (SECONDS - START)))
+    log "$stage (budget ${COST[$stage]} s, ${left} s left)"
+    local began=$SECONDS
+    {
+        echo "# stage $stage — $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
+        timeout --kill-after=10 "$left" bash -c "$(declare -f); $(declare -p RAW FUSE PYTHON BLAS1 BLAS2 \
+            MATRIX_SIZES VECTOR_SIZE); stage_$stage"
+        local status=$?
+        [ $status -eq 124 ] && echo "# stage $stage TIMED OUT after $left s (partial output above)"
+        echo "# stage $stage: exit $status, $((SECONDS - began)) s"
+    } >"$RAW/$stage.log" 2>&1
+    tail -3 "$RAW/$stage.log" >&2
+    # Exit status 3 is "no usable GPU": an environment problem, so the stage stays to be run.
+    grep -q "^# stage $stage: exit 3," "$RAW/$stage.log" || touch "$RAW/.done-$stage"
+}
+
+# Rebuilds the .md and the tar under $OUT; with "final", says what is left to run.
+report() {
+    "$PYTHON" scripts/report.py "$RAW" >"$RAW.md" || log "report.py failed"
+    if [ -n "${OUT:-}" ]; then
+        local shipped=()
+        [ -e "$RAW/shipped-table.txt" ] && mapfile -t shipped <"$RAW/shipped-table.txt"
+        tar czf "$OUT/gpu-check.tar.gz" --exclude="$RAW/cache/modules" "$RAW" "$RAW.md" "${shipped[@]}"
+        cp "$RAW.md" "$OUT/"
+    fi
+    [ "${1:-}" = final ] || return 0
+    local pending=()
+    local stage
+    for stage in "${ALL_STAGES[@]}"; do
+        [ -e "$RAW/.done-$stage" ] || pending+=("$stage")
+    done
+    if [ ${#pending[@]} -eq 0 ]; then
+        rm -f "$RAW/.in-progress"
+        log "all stages done: $RAW.md"
+    else
+        log "not run yet: ${pending[*]} — run the same command again (after unpacking \$OUT/gpu-check.tar.gz here)"
+    fi
+}
+
+main() {
+    if [ "${1:-}" = -h ] || [ "${1:-}" = --help ]; then
+        sed -n '2,/^set -uo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'
+        return 0
+    fi
+    [ -x "$FUSE" ] || { log "$FUSE not found: build it first (cargo build --release) and carry it"; return 2; }
+    setup_environment
+    if ! "$FUSE" devices >/dev/null; then
+        log "no usable GPU for fuse (see the error above): nothing run"
+        return 3
+    fi
+    RAW=$(results_dir)
+    mkdir -p "$RAW/cache"
+    touch "$RAW/.in-progress"
+    export FUSE_CACHE_DIR="$PWD/$RAW/cache"
+    log "results: $RAW (budget $BUDGET s)"
+    local stages=("$@")
+    [ ${#stages[@]} -eq 0 ] && stages=("${ALL_STAGES[@]}")
+    local explicit=$#
+    local stage
+    for stage in "${stages[@]}"; do
+        [ -n "${COST[$stage]:-}" ] || { log "unknown stage $stage (stages: ${ALL_STAGES[*]})"; return 2; }
+        if [ "$explicit" -eq 0 ] && [ -e "$RAW/.done-$stage" ]; then
+            continue
+        fi
+        if [ $((SECONDS - START + COST[$stage])) -gt "$BUDGET" ]; then
+            log "$stage does not fit in the $BUDGET s left of this call: stopping here"
+            break
+        fi
+        run_stage "$stage"
+        report
+    done
+    report final
+}
+
+main "$@"

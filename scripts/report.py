@@ -1,0 +1,173 @@
+#!/usr/bin/env python3
+"""Assemble the GPU results file from the raw output of scripts/gpu-check.sh.
+
+usage: report.py RAW_DIR > benches/results/<gpu>-<date>.md
+
+RAW_DIR holds what the stages wrote: env.log, selftest.log, sanitize.log, calibrate.log,
+bench-*.json (fuse bench --json), tune.jsonl (one fuse tune --json per line), peers.json
+(scripts/peers.py --json), ncu.log. Missing files are reported as not run. The summary checks
+the issue's targets — speedup over cuBLAS (≥ 1 everywhere; BiCGK ≥ 1.8, GEMVER ≥ 2.5, AXPYDOT,
+WAXPBY, VADD ≥ 1.8), ≥ 85 % of the copy bandwidth, ahead of torch.compile and JAX, first
+predicted plan ≥ 95 % of the fastest — and lists every miss with its size; the reasons belong
+below the summary, from the ncu profile in the raw output.
+"""
+
+import json
+import pathlib
+import sys
+
+SPEEDUP_TARGETS = {"bicgk": 1.8, "gemver": 2.5, "axpydot": 1.8, "waxpby": 1.8, "vadd": 1.8}
+COPY_TARGET = 85.0
+FIRST_PLAN_TARGET = 95.0
+STAGES = ["env", "selftest", "sanitize", "calibrate", "bench", "tune", "peers", "ncu"]
+
+
+def name_of(script):
+    return pathlib.Path(script).stem
+
+
+def sizes_text(sizes):
+    if isinstance(sizes, str):
+        return sizes
+    return " ".join(f"{k}={v}" for k, v in sorted(sizes.items()))
+
+
+def load_json(path):
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def bench_rows(raw):
+    rows = {}
+    copy = None
+    for path in sorted(raw.glob("bench-*.json")):
+        data = load_json(path)
+        if not data:
+            continue
+        copy = data.get("copy_gbps", copy)
+        for r in data["results"]:
+            rows[(name_of(r["script"]), sizes_text(r["sizes"]))] = r
+    return rows, copy
+
+
+def tune_rows(raw):
+    rows = {}
+    path = raw / "tune.jsonl"
+    if path.exists():
+        for line in path.read_text().splitlines():
+            try:
+                r = json.loads(line)
+            except ValueError:
+                continue
+            rows[(name_of(r["script"]), sizes_text(r["sizes"]))] = r
+    return rows
+
+
+def peer_rows(raw):
+    data = load_json(raw / "peers.json") or {"results": []}
+    rows = {}
+    for r in data["results"]:
+        rows.setdefault((name_of(r["script"]), sizes_text(r["sizes"])), {})[r["framework"]] = r
+    return rows, data.get("copy_gbps")
+
+
+def fmt(x, spec=".1f"):
+    return "—" if x is None else format(x, spec)
+
+
+def summary(raw):
+    bench, copy = bench_rows(raw)
+    tune = tune_rows(raw)
+    peers, peer_copy = peer_rows(raw)
+    keys = sorted(set(bench) | set(tune) | set(peers))
+    lines = [
+        "| sequence | sizes | fused µs | cuBLAS µs | speedup | % copy | torch eager µs | torch.compile µs | JAX µs "
+        "| tuned µs | first plan % of fastest | rank of fastest |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    misses = []
+    for key in keys:
+        name, sizes = key
+        b, t, p = bench.get(key), tune.get(key), peers.get(key, {})
+        speedup = b and b["speedup"]
+        pct = b and b["pct_of_copy"]
+        peer = {fw: p.get(fw, {}).get("us") for fw in ("torch eager", "torch.compile", "jax.jit")}
+        kernels = {fw: p.get(fw, {}).get("kernels") for fw in peer}
+        tuned = t and min(c["measured_us"] for c in t["candidates"])
+        first = t and t["first_pct_of_fastest"]
+        lines.append(
+            f"| {name} | {sizes} | {fmt(b and b['fused_us'])} | {fmt(b and b['baseline_us'])} | "
+            f"{fmt(speedup, '.2f')}× | {fmt(pct)} | "
+            + " | ".join(f"{fmt(peer[fw])}{'' if kernels[fw] in (None, -1) else f' ({kernels[fw]} k)'}" for fw in peer)
+            + f" | {fmt(tuned)} | {fmt(first)} | {t['fastest_rank'] if t else '—'} |"
+        )
+        misses.extend(check_targets(name, sizes, b, t, peer))
+    text = ["## Summary", ""]
+    if copy:
+        text.append(f"Copy bandwidth measured by fuse bench: {copy:.1f} GB/s"
+                    + (f"; by peers.py (torch): {peer_copy:.1f} GB/s." if peer_copy else "."))
+    text += [
+        "",
+        "`fused` is the plan `fuse run` picks untuned (best predicted); `tuned` the fastest of the "
+        "10 best predicted (`fuse tune`); `(n k)` the kernels and memory operations a peer launches "
+        "per call (torch profiler; for JAX counted in XLA's optimized HLO).",
+        "",
+        *lines,
+        "",
+        "### Targets missed",
+        "",
+    ]
+    text += [f"- {m}" for m in misses] or ["- none"]
+    text += ["", "Each miss above needs its reason from the ncu profile (raw output, `ncu`), not a guess.", ""]
+    return "\n".join(text)
+
+
+def check_targets(name, sizes, b, t, peer):
+    out = []
+    if b:
+        need = SPEEDUP_TARGETS.get(name, 1.0)
+        if b["speedup"] < need:
+            out.append(f"{name} {sizes}: {b['speedup']:.2f}× cuBLAS, target {need}× (short by "
+                       f"{100 * (1 - b['speedup'] / need):.0f}%)")
+        if b["pct_of_copy"] < COPY_TARGET:
+            out.append(f"{name} {sizes}: {b['pct_of_copy']:.1f}% of the copy bandwidth, target {COPY_TARGET:.0f}%")
+        for fw in ("torch.compile", "jax.jit"):
+            if peer.get(fw) is not None and peer[fw] < b["fused_us"]:
+                out.append(f"{name} {sizes}: {fw} {peer[fw]:.1f} µs beats fuse's {b['fused_us']:.1f} µs "
+                           f"by {100 * (b['fused_us'] / peer[fw] - 1):.0f}%")
+    if t and t["first_pct_of_fastest"] < FIRST_PLAN_TARGET:
+        out.append(f"{name} {sizes}: first predicted plan at {t['first_pct_of_fastest']:.1f}% of the fastest "
+                   f"(rank {t['fastest_rank']} was fastest), target {FIRST_PLAN_TARGET:.0f}%")
+    return out
+
+
+def raw_sections(raw):
+    text = ["## Raw output", ""]
+    for stage in STAGES:
+        files = sorted(raw.glob(f"{stage}*.log")) + sorted(raw.glob(f"{stage}*.json*"))
+        text += [f"### {stage}", ""]
+        if not files:
+            text += ["not run", ""]
+        for path in files:
+            text += [f"`{path.name}`", "", "```text", path.read_text(errors="replace").rstrip(), "```", ""]
+    return "\n".join(text)
+
+
+def main(argv):
+    if len(argv) != 2 or argv[1] in ("-h", "--help"):
+        print(__doc__)
+        return 0 if len(argv) == 2 else 2
+    raw = pathlib.Path(argv[1])
+    title = raw.name
+    print(f"# fuse on the GPU: {title}\n")
+    print("Measured by `bash scripts/gpu-check.sh` with the prebuilt `target/release/fuse`; the raw "
+          "output of every stage follows the summary.\n")
+    print(summary(raw))
+    print(raw_sections(raw))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
