@@ -21,15 +21,16 @@ use crate::script::{Inputs, Outputs};
 
 /// Where programs run.
 ///
-/// The fused CPU backend is the default; a CUDA backend will be a further variant, so `match`
-/// on it with a wildcard arm.
+/// The fused CPU backend is the default, since it works everywhere; [`Backend::detect`] picks
+/// the GPU when one is usable. More backends may come, so `match` on it with a wildcard arm.
 ///
 /// ```
 /// use fuse::Backend;
 ///
 /// let backend: Backend = "reference".parse()?;
 /// assert_eq!(backend, Backend::Reference);
-/// assert_eq!(Backend::default(), Backend::Cpu); // the best one available here
+/// assert_eq!("cuda:1".parse::<Backend>()?, Backend::Cuda { device: 1 });
+/// assert_eq!(Backend::default(), Backend::Cpu); // works on any machine
 /// # Ok::<(), fuse::Error>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
@@ -44,17 +45,34 @@ pub enum Backend {
     /// in the program's precision.
     #[default]
     Cpu,
+    /// An NVIDIA GPU through `fuse-cuda` (driver, NVRTC and cuBLAS loaded at run time): the
+    /// plan `fuse tune` remembered for the program, sizes and GPU, else the best predicted by
+    /// the GPU's timing table, compiled (or taken from the on-disk module cache) and run on
+    /// one stream. Compiling for it without a GPU is an [`Error::Cuda`] saying so.
+    Cuda {
+        /// The device ordinal (`cuda` is device 0, `cuda:1` device 1).
+        device: usize,
+    },
 }
 
 /// Names accepted by [`Backend::from_str`], in the order of [`Backend`]'s variants.
-const NAMES: [&str; 2] = ["reference", "cpu"];
+const NAMES: [&str; 3] = ["reference", "cpu", "cuda[:N]"];
 
 impl Backend {
+    /// GPU 0 when one is usable here, else the fused CPU backend.
+    pub fn detect() -> Backend {
+        match fuse_cuda::DeviceInfo::query(0) {
+            Ok(_) => Backend::Cuda { device: 0 },
+            Err(_) => Backend::Cpu,
+        }
+    }
+
     /// The backend's name, as `fuse run --backend` spells it.
     pub fn name(&self) -> &'static str {
         match self {
             Backend::Reference => NAMES[0],
             Backend::Cpu => NAMES[1],
+            Backend::Cuda { .. } => "cuda",
         }
     }
 
@@ -83,6 +101,7 @@ impl Backend {
                 sizes: sizes.clone(),
             }),
             Backend::Cpu => Box::new(cpu::Fused::new(&program, &sizes)?),
+            Backend::Cuda { device } => Box::new(cuda::Gpu::new(&program, &sizes, *device)?),
         };
         Ok(Compiled {
             backend: self.clone(),
@@ -95,23 +114,36 @@ impl Backend {
 
 impl fmt::Display for Backend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
+        match self {
+            Backend::Cuda { device } if *device > 0 => write!(f, "cuda:{device}"),
+            other => f.write_str(other.name()),
+        }
     }
 }
 
 impl FromStr for Backend {
     type Err = Error;
 
-    /// Parses a backend name (`reference`, `cpu`).
+    /// Parses a backend name (`reference`, `cpu`, `cuda`, `cuda:N`).
     fn from_str(name: &str) -> Result<Self> {
         match name {
             "reference" => Ok(Backend::Reference),
             "cpu" => Ok(Backend::Cpu),
-            _ => Err(Error::UnknownBackend {
-                name: name.to_string(),
-                known: list(&NAMES),
-            }),
+            _ => cuda_device(name)
+                .map(|device| Backend::Cuda { device })
+                .ok_or_else(|| Error::UnknownBackend {
+                    name: name.to_string(),
+                    known: list(&NAMES),
+                }),
         }
+    }
+}
+
+/// The device of `cuda` (0) or `cuda:N`.
+fn cuda_device(name: &str) -> Option<usize> {
+    match name {
+        "cuda" => Some(0),
+        _ => name.strip_prefix("cuda:")?.parse().ok(),
     }
 }
 
@@ -265,6 +297,51 @@ mod cpu {
     impl Executable for Fused {
         fn run(&self, inputs: &Bindings) -> Result<Bindings> {
             Ok(self.plan.run(inputs)?)
+        }
+    }
+}
+
+/// The CUDA backend: explores the program for the GPU once, at compile time (or takes the plan
+/// `fuse tune` remembered), and runs it with `fuse_cuda::CudaPlan`.
+mod cuda {
+    use fuse_codegen::generate::generate_plan;
+    use fuse_core::explore::{explore, Limits};
+    use fuse_cuda::tune::TuneCache;
+    use fuse_cuda::{timings, CudaError, CudaPlan, Device};
+
+    use super::*;
+
+    pub(super) struct Gpu {
+        plan: CudaPlan,
+        program: Arc<Program>,
+        sizes: Sizes,
+    }
+
+    impl Gpu {
+        pub(super) fn new(program: &Arc<Program>, sizes: &Sizes, device: usize) -> Result<Self> {
+            let library = crate::session::builtin_library()?;
+            let device = Device::open(device)?;
+            let plan = match TuneCache::for_gpu(device.info()).get(program, sizes, &library) {
+                Some(entry) => entry.plan,
+                None => {
+                    let table = timings::select(device.info(), &library, None)?.table;
+                    explore(program, sizes, &table, &library, Limits::default())
+                        .map_err(CudaError::from)?
+                        .best()
+                }
+            };
+            let generated = generate_plan(program, &plan).map_err(CudaError::from)?;
+            Ok(Gpu {
+                plan: CudaPlan::compile(generated, &device)?,
+                program: Arc::clone(program),
+                sizes: sizes.clone(),
+            })
+        }
+    }
+
+    impl Executable for Gpu {
+        fn run(&self, inputs: &Bindings) -> Result<Bindings> {
+            Ok(self.plan.run(&self.program, &self.sizes, inputs)?)
         }
     }
 }

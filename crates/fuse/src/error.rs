@@ -109,6 +109,10 @@ pub enum Error {
     /// formula it cannot run).
     #[error(transparent)]
     Cpu(#[from] fuse_cpu::fused::CpuError),
+    /// The CUDA backend could not open the GPU, plan, compile or run (no GPU or driver here
+    /// among them: [`fuse_cuda::CudaError::is_unavailable`] tells).
+    #[error(transparent)]
+    Cuda(#[from] fuse_cuda::CudaError),
     /// A backend name that `fuse` does not know.
     #[error("unknown backend `{name}` (known: {known})")]
     UnknownBackend {

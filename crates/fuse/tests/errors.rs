@@ -173,5 +173,8 @@ fn script_and_size_errors_carry_the_front_end_message() {
     let err = Script::from_file("no/such/script.yaml").unwrap_err();
     assert!(err.to_string().starts_with("cannot read no/such/script.yaml"), "{err}");
     let err = "gpu".parse::<Backend>().unwrap_err();
-    assert_eq!(err.to_string(), "unknown backend `gpu` (known: `reference` and `cpu`)");
+    assert_eq!(
+        err.to_string(),
+        "unknown backend `gpu` (known: `reference`, `cpu` and `cuda[:N]`)"
+    );
 }
