@@ -75,13 +75,13 @@ enum Target {
 
 impl Target {
     fn new(args: &BenchArgs, library: &Library) -> Result<Target, Failure> {
-        let backend = args.backend.unwrap_or_else(|| match gpu::detect() {
+        let backend = args.backend.unwrap_or_else(|| match gpu::usable() {
             Ok(gpu) => {
                 eprintln!("backend: cuda ({})", gpu.describe());
                 BenchBackend::Cuda
             }
             Err(e) => {
-                eprintln!("backend: cpu ({})", gpu::short_reason(&e));
+                eprintln!("backend: cpu ({})", e);
                 BenchBackend::Cpu
             }
         });

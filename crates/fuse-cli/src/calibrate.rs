@@ -51,13 +51,13 @@ pub fn progress_bar(len: usize) -> ProgressBar {
 
 /// `fuse calibrate`: the backend asked for, or the GPU when one is there, else the CPU.
 pub fn run(args: &CalibrateArgs, library: &Library) -> Result<(), Failure> {
-    let target = args.backend.unwrap_or_else(|| match gpu::detect() {
+    let target = args.backend.unwrap_or_else(|| match gpu::usable() {
         Ok(gpu) => {
             eprintln!("calibrating: cuda ({})", gpu.describe());
             Target::Cuda
         }
         Err(e) => {
-            eprintln!("calibrating: cpu ({})", gpu::short_reason(&e));
+            eprintln!("calibrating: cpu ({})", e);
             Target::Cpu
         }
     });

@@ -36,9 +36,23 @@ pub fn short_reason(err: &CudaError) -> String {
     }
 }
 
-/// GPU 0, if one is usable here (cheap: no context is created).
+/// GPU 0, if one is here (cheap: no context is created).
 pub fn detect() -> Result<DeviceInfo, CudaError> {
     DeviceInfo::query(0)
+}
+
+/// GPU 0 when the CUDA backend can use it — a GPU, its driver and NVRTC — else why not, in a
+/// few words: what `run`, `bench` and `calibrate` pick their backend by.
+pub fn usable() -> Result<DeviceInfo, String> {
+    let gpu = detect().map_err(|e| short_reason(&e))?;
+    match fuse_codegen::nvrtc::load() {
+        Ok(_) => Ok(gpu),
+        Err(_) => Err(format!(
+            "{} is here, but not NVRTC: set {} to use it",
+            gpu.name,
+            fuse_codegen::nvrtc::LIB_ENV
+        )),
+    }
 }
 
 /// Opens GPU `ordinal`.

@@ -222,9 +222,9 @@ enum Backend {
 impl Backend {
     /// The GPU when one is usable here, else the fused CPU backend; and why.
     fn best_available() -> (Backend, String) {
-        match gpu::detect() {
+        match gpu::usable() {
             Ok(gpu) => (Backend::Cuda, gpu.describe()),
-            Err(e) => (Backend::Cpu, gpu::short_reason(&e)),
+            Err(why) => (Backend::Cpu, why),
         }
     }
 }
