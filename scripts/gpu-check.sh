@@ -28,7 +28,8 @@
 # live there too, so a later call finds the calibrated table and tuned plans), and under $OUT, when
 # set, as gpu-check.tar.gz (everything but compiled modules) plus the .md: unpack the tar in the
 # repository root before the next call (`tar xzf gpu-check.tar.gz`) so that it carries the earlier
-# stages; commit the .md, the raw folder (without cache/) and library/timings/<gpu>.yaml.
+# stages. Once every stage has run, the caches and progress markers are removed and the tar holds
+# exactly what to commit: the .md, the raw folder and library/timings/<gpu>.yaml.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -97,7 +98,7 @@ setup_environment() {
     export PYTHONUNBUFFERED=1
 }
 
-# benches/results/<gpu>-<date>: an unfinished one of this GPU is continued.
+# benches/results/<gpu>-<date>: an unfinished one of this GPU is continued, else a new one.
 results_dir() {
     local gpu
     gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 |
@@ -107,7 +108,18 @@ results_dir() {
     existing=$(ls -d benches/results/"$gpu"-*/ 2>/dev/null | while read -r d; do
         [ -e "$d/.in-progress" ] && echo "${d%/}"
     done | tail -1)
-    echo "${existing:-benches/results/$gpu-$(date -u +%Y-%m-%d)}"
+    if [ -n "$existing" ]; then
+        echo "$existing"
+        return
+    fi
+    # A finished run of the same day is kept: the new one gets a suffix.
+    local dir="benches/results/$gpu-$(date -u +%Y-%m-%d)" k=2
+    local candidate=$dir
+    while [ -e "$candidate" ] || [ -e "$candidate.md" ]; do
+        candidate="$dir-$k"
+        k=$((k + 1))
+    done
+    echo "$candidate"
 }
 
 scripts_of() {
@@ -272,8 +284,11 @@ report() {
         [ -e "$RAW/.done-$stage" ] || pending+=("$stage")
     done
     if [ ${#pending[@]} -eq 0 ]; then
-        rm -f "$RAW/.in-progress"
-        log "all stages done: $RAW.md"
+        # Done: what is left is what to commit (the caches' contents are in timings.yaml and
+        # tune.jsonl; compiled modules are rebuilt anywhere).
+        rm -rf "$RAW/cache" "$RAW"/.done-* "$RAW/.in-progress"
+        report
+        log "all stages done: commit $RAW.md, $RAW/ and $(cat "$RAW/shipped-table.txt" 2>/dev/null || echo 'no table')"
     else
         log "not run yet: ${pending[*]} — run the same command again (after unpacking \$OUT/gpu-check.tar.gz here)"
     fi
