@@ -99,7 +99,7 @@ def summary(raw):
         first = t and t["first_pct_of_fastest"]
         lines.append(
             f"| {name} | {sizes} | {fmt(b and b['fused_us'])} | {fmt(b and b['baseline_us'])} | "
-            f"{fmt(speedup, '.2f')}× | {fmt(pct)} | "
+            f"{fmt(speedup, '.2f')}{'×' if speedup else ''} | {fmt(pct)} | "
             + " | ".join(f"{fmt(peer[fw])}{'' if kernels[fw] in (None, -1) else f' ({kernels[fw]} k)'}" for fw in peer)
             + f" | {fmt(tuned)} | {fmt(first)} | {t['fastest_rank'] if t else '—'} |"
         )
