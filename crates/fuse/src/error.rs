@@ -112,7 +112,7 @@ pub enum Error {
     /// The CUDA backend could not open the GPU, plan, compile or run (no GPU or driver here
     /// among them: [`fuse_cuda::CudaError::is_unavailable`] tells).
     #[error(transparent)]
-    Cuda(#[from] fuse_cuda::CudaError),
+    Cuda(Box<fuse_cuda::CudaError>),
     /// A backend name that `fuse` does not know.
     #[error("unknown backend `{name}` (known: {known})")]
     UnknownBackend {
@@ -121,6 +121,14 @@ pub enum Error {
         /// The names there are.
         known: String,
     },
+}
+
+impl From<fuse_cuda::CudaError> for Error {
+    /// Boxed: CUDA errors carry several strings, and every `Result` of this crate would
+    /// otherwise be as large.
+    fn from(err: fuse_cuda::CudaError) -> Self {
+        Error::Cuda(Box::new(err))
+    }
 }
 
 /// `Result` with [`Error`].
