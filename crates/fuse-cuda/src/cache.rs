@@ -1,8 +1,8 @@
 //! Compiled modules on disk, so that a second run of the same plan compiles nothing.
 //!
 //! An entry is the cubin NVRTC made for a source, keyed by a 128-bit hash of everything the
-//! cubin depends on: the source text, the target architecture, the NVRTC release and this
-//! cache's format. A new NVRTC, another GPU or any change to the generated code gives a new key,
+//! cubin depends on: the source text, the NVRTC command line (which names the target
+//! architecture), the NVRTC release and this cache's format. A new NVRTC, another GPU or any change to the generated code gives a new key,
 //! so stale entries are never loaded, only left behind. Entries are written to a temporary file
 //! and renamed into place, so concurrent runs never read half a file.
 //!
@@ -36,13 +36,23 @@ pub fn cache_root() -> PathBuf {
     }
 }
 
+/// The options every module is compiled with, for `arch`.
+fn options(arch: Arch) -> CompileOptions {
+    CompileOptions {
+        arch,
+        name: "fuse.cu".to_string(),
+        ..CompileOptions::default()
+    }
+}
+
 /// The cache key of `source` compiled for `arch` by NVRTC `nvrtc_version`: 32 hex digits.
-pub fn module_key(source: &str, arch: Arch, nvrtc_version: (i32, i32)) -> String {
+pub fn module_key(source: &str, arch: Arch, nvrtc_version: (i32, i32)) -> Result<String, CudaError> {
+    let args = options(arch).args()?.join(" ");
     let material = format!(
-        "{FORMAT}\0{arch}\0nvrtc {}.{}\0{source}",
+        "{FORMAT}\0{args}\0nvrtc {}.{}\0{source}",
         nvrtc_version.0, nvrtc_version.1
     );
-    format!("{:032x}", fnv1a128(material.as_bytes()))
+    Ok(format!("{:032x}", fnv1a128(material.as_bytes())))
 }
 
 /// FNV-1a, 128 bits: no dependency, and collisions among a user's few thousand modules are
@@ -93,7 +103,7 @@ impl ModuleCache {
 
     /// The cubin of `source` for `arch`: from the cache, or compiled with NVRTC and stored.
     pub fn get_or_compile(&self, source: &str, arch: Arch) -> Result<Module, CudaError> {
-        let key = module_key(source, arch, nvrtc::version()?);
+        let key = module_key(source, arch, nvrtc::version()?)?;
         let path = self.dir.as_ref().map(|d| d.join(format!("{key}.cubin")));
         if let Some(cubin) = path.as_deref().and_then(read_entry) {
             return Ok(Module {
@@ -102,12 +112,7 @@ impl ModuleCache {
                 warning: None,
             });
         }
-        let options = CompileOptions {
-            arch,
-            name: "fuse.cu".to_string(),
-            ..CompileOptions::default()
-        };
-        let cubin = nvrtc::compile(source, &options)?.cubin;
+        let cubin = nvrtc::compile(source, &options(arch))?.cubin;
         let warning = path.and_then(|p| store(&p, &cubin).err()).map(|e| e.to_string());
         Ok(Module {
             cubin,
@@ -137,12 +142,13 @@ mod tests {
 
     #[test]
     fn keys_change_with_source_arch_and_nvrtc() {
-        let base = module_key("k", Arch::SM_90, (13, 0));
+        let key = |source: &str, arch, version| module_key(source, arch, version).unwrap();
+        let base = key("k", Arch::SM_90, (13, 0));
         assert_eq!(base.len(), 32);
-        assert_eq!(base, module_key("k", Arch::SM_90, (13, 0)));
-        assert_ne!(base, module_key("k ", Arch::SM_90, (13, 0)));
-        assert_ne!(base, module_key("k", Arch::SM_80, (13, 0)));
-        assert_ne!(base, module_key("k", Arch::SM_90, (13, 1)));
+        assert_eq!(base, key("k", Arch::SM_90, (13, 0)));
+        assert_ne!(base, key("k ", Arch::SM_90, (13, 0)));
+        assert_ne!(base, key("k", Arch::SM_80, (13, 0)));
+        assert_ne!(base, key("k", Arch::SM_90, (13, 1)));
     }
 
     #[test]

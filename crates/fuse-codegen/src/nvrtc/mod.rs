@@ -176,8 +176,9 @@ impl Default for CompileOptions {
 }
 
 impl CompileOptions {
-    /// NVRTC command line; `-v` for ptxas is what puts the resource report in the log.
-    fn args(&self) -> Result<Vec<String>, NvrtcError> {
+    /// NVRTC command line; `-v` for ptxas is what puts the resource report in the log. Caches
+    /// of compiled code key on it.
+    pub fn args(&self) -> Result<Vec<String>, NvrtcError> {
         let mut args = vec![
             format!("--gpu-architecture={}", self.arch),
             "-std=c++17".to_owned(),
