@@ -254,11 +254,7 @@ fn lower_call(program: &Program, sizes: &Sizes, c: CallId) -> Result<(CallPlan, 
     let args = &call.args;
     let extents = index_extents(program, sizes, c);
     let vars = formula.indices.len();
-    let roles = |pairs: &[(usize, Role)]| {
-        let mut r = vec![Role::Unbound; vars];
-        pairs.iter().for_each(|&(v, role)| r[v] = role);
-        r
-    };
+    let roles = |pairs: &[(usize, Role)]| roles_of(vars, pairs);
     let (op, space) = match call.kind {
         HigherOrderKind::Map => {
             let v = formula.result_indices[0];
@@ -288,7 +284,7 @@ fn lower_call(program: &Program, sizes: &Sizes, c: CallId) -> Result<(CallPlan, 
                 )
             } else {
                 (
-                    lower_nested_reduce(&formula.body, args, &tile, (row, col), &roles).map_err(unsupported)?,
+                    lower_nested_reduce(&formula.body, args, &tile, (row, col), vars).map_err(unsupported)?,
                     space,
                 )
             }
@@ -307,8 +303,9 @@ fn lower_nested_reduce(
     args: &[Arg],
     tile: &[Role],
     (row, col): (usize, usize),
-    roles: &dyn Fn(&[(usize, Role)]) -> Vec<Role>,
+    vars: usize,
 ) -> Result<Op, String> {
+    let roles = |pairs: &[(usize, Role)]| roles_of(vars, pairs);
     let (k, sum) = the_sum(body)?;
     let summands = Stage::lower(sum, args, tile, false, false)?;
     if k == col {
@@ -320,6 +317,13 @@ fn lower_nested_reduce(
     } else {
         Err("a nested reduction must sum over the matrix's row or column index".into())
     }
+}
+
+/// Roles of `vars` index variables: `pairs` as given, the others unbound.
+fn roles_of(vars: usize, pairs: &[(usize, Role)]) -> Vec<Role> {
+    let mut roles = vec![Role::Unbound; vars];
+    pairs.iter().for_each(|&(v, role)| roles[v] = role);
+    roles
 }
 
 /// The stage after the sum, or `None` when the formula is the bare sum.
