@@ -9,7 +9,7 @@ use serde_json::json;
 
 use fuse_core::data::{fill_random_inputs, relative_error};
 use fuse_core::{explore, Bindings, Library, Limits, Precision, Program, Sizes, TimingTable};
-use fuse_cpu::fused::calibrate::{copy_bandwidth, COPY_BYTES, COPY_REPS};
+use fuse_cpu::fused::calibrate::{copy_bandwidth, CopyProbe, COPY_BYTES, COPY_REPS};
 use fuse_cpu::fused::{timings, unfused_plan, FusedPlan};
 use fuse_cuda::bench::BenchOptions;
 use fuse_cuda::timer::TimingOptions;
@@ -156,6 +156,9 @@ struct Measured {
     bytes: u64,
     /// The baseline's calls, where they are not simply the fused plan's calls one kernel each.
     baseline_calls: Option<String>,
+    /// The copy bandwidth measured between this script's runs, where it was (the CPU: memory
+    /// shared with other work gives different bandwidth from minute to minute).
+    copy_gbps: Option<f64>,
 }
 
 /// The best plan of `program` at `sizes` for the CPU, prepared; and a note on the timing table.
@@ -273,6 +276,7 @@ impl Bench<'_> {
             fused_us: m.fused.median_us,
             baseline_us: m.baseline.median_us,
             baseline_calls: Some(m.baseline_text),
+            copy_gbps: None,
         })
     }
 
@@ -295,7 +299,7 @@ impl Bench<'_> {
         self.bar.inc(1);
         self.step("timing");
         let runs = self.target.runs(self.args) as usize;
-        let (fused_us, baseline_us) = time_both(&fused, &baseline, &inputs, runs)?;
+        let (fused_us, baseline_us, copy_gbps) = time_both(&fused, &baseline, &inputs, runs)?;
         self.bar.inc(1);
         Ok(Measured {
             script: program.file.clone(),
@@ -305,6 +309,7 @@ impl Bench<'_> {
             fused_us,
             baseline_us,
             baseline_calls: None,
+            copy_gbps: Some(copy_gbps),
         })
     }
 
@@ -344,23 +349,40 @@ fn check_against_reference(program: &Program, sizes: &Sizes, plan: &fuse_core::P
     Ok(())
 }
 
-/// Median µs of `runs` runs of each plan, alternating so that both see the same machine.
-fn time_both(fused: &FusedPlan, baseline: &FusedPlan, inputs: &Bindings, runs: usize) -> Result<(f64, f64), Failure> {
+/// Median µs of `runs` runs of each plan, and the median copy bandwidth (GB/s) of a copy timed
+/// after each pair: all three alternate, so that they see the same machine.
+fn time_both(
+    fused: &FusedPlan,
+    baseline: &FusedPlan,
+    inputs: &Bindings,
+    runs: usize,
+) -> Result<(f64, f64, f64), Failure> {
     let mut spaces = (fused.workspace(), baseline.workspace());
+    let mut probe = CopyProbe::new(COPY_BYTES);
     for _ in 0..WARM_UP {
         fused.run_in(inputs, &mut spaces.0).map_err(internal)?;
         baseline.run_in(inputs, &mut spaces.1).map_err(internal)?;
+        probe.copy();
     }
-    let mut times = (Vec::with_capacity(runs), Vec::with_capacity(runs));
+    let mut times = (
+        Vec::with_capacity(runs),
+        Vec::with_capacity(runs),
+        Vec::with_capacity(runs),
+    );
+    let micros = |start: Instant| start.elapsed().as_secs_f64() * 1e6;
     for _ in 0..runs {
         let start = Instant::now();
         fused.run_in(inputs, &mut spaces.0).map_err(internal)?;
-        times.0.push(start.elapsed().as_secs_f64() * 1e6);
+        times.0.push(micros(start));
         let start = Instant::now();
         baseline.run_in(inputs, &mut spaces.1).map_err(internal)?;
-        times.1.push(start.elapsed().as_secs_f64() * 1e6);
+        times.1.push(micros(start));
+        let start = Instant::now();
+        probe.copy();
+        times.2.push(micros(start));
     }
-    Ok((median(times.0), median(times.1)))
+    let copy_gbps = probe.bytes() as f64 / (median(times.2) * 1e3);
+    Ok((median(times.0), median(times.1), copy_gbps))
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -377,6 +399,9 @@ impl Measured {
 fn print_table(results: &[Measured], copy: &(f64, String), target: &Target, runs: u32) {
     let (gbps, how) = copy;
     println!("copy bandwidth: {gbps:.1} GB/s (bytes read + written by {how})");
+    if results.iter().any(|r| r.copy_gbps.is_some()) {
+        println!("% copy: of the copy bandwidth timed between each script's runs (`copy_gbps` in --json)");
+    }
     println!("plans ranked by: {}", target.table().describe());
     println!("times: median of {runs} runs after warm-up; GB/s: compulsory bytes (inputs read once, outputs written once) over the fused time");
     let baseline = format!("{} µs", target.baseline_name());
@@ -394,7 +419,7 @@ fn print_table(results: &[Measured], copy: &(f64, String), target: &Target, runs
             r.baseline_us,
             r.baseline_us / r.fused_us,
             r.gbps(),
-            100.0 * r.gbps() / gbps
+            100.0 * r.gbps() / r.copy_gbps.unwrap_or(*gbps)
         );
     }
     let written: Vec<&Measured> = results.iter().filter(|r| r.baseline_calls.is_some()).collect();
@@ -424,7 +449,8 @@ fn print_json(results: &[Measured], copy: f64, target: &Target) {
                 "baseline_us": r.baseline_us,
                 "speedup": r.baseline_us / r.fused_us,
                 "gbps": r.gbps(),
-                "pct_of_copy": 100.0 * r.gbps() / copy,
+                "copy_gbps": r.copy_gbps.unwrap_or(copy),
+                "pct_of_copy": 100.0 * r.gbps() / r.copy_gbps.unwrap_or(copy),
             })
         })
         .collect();
