@@ -51,6 +51,11 @@ impl CallSet {
         self.words.iter().zip(&other.words).any(|(a, b)| a & b != 0)
     }
 
+    /// Whether every call of `self` is in `other`.
+    pub fn is_subset(&self, other: &CallSet) -> bool {
+        self.words.iter().zip(&other.words).all(|(a, b)| a & !b == 0)
+    }
+
     /// Adds every call of `other`.
     pub fn union_with(&mut self, other: &CallSet) {
         for (a, b) in self.words.iter_mut().zip(&other.words) {
@@ -97,6 +102,7 @@ mod tests {
         assert!(a.contains(64) && !a.contains(65));
         let b = CallSet::of(130, &[64, 100]);
         assert!(a.intersects(&b));
+        assert!(CallSet::of(130, &[0, 129]).is_subset(&a) && !b.is_subset(&a));
         assert_eq!(a.difference(&b).iter().collect::<Vec<_>>(), [0, 63, 129]);
         let mut c = a.clone();
         c.union_with(&b);

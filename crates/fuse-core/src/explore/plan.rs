@@ -6,8 +6,11 @@
 //! fusion whose calls are all uncovered, so every plan is reached exactly once. A fusion that
 //! would close a cycle between kernels (through covered kernels or uncovered calls) is never
 //! added, so every partial plan can be completed — leaving the rest unfused always works. The
-//! heuristic charges each uncovered call the least share of a kernel's time it can have
-//! (kernel time over calls), a lower bound, so complete plans come out in predicted order.
+//! heuristic charges each uncovered call the least share of a kernel's time it can still have
+//! (kernel time over calls, among fusions free of covered calls), a lower bound, so complete
+//! plans come out in predicted order. The search chooses fusions only, each at its fastest
+//! implementation; a complete choice then yields its plans with slower implementations through
+//! the same queue, so implementations never multiply the partial plans searched.
 //! Deterministic node budgets, not clocks, bound the search on large scripts.
 
 use std::cmp::Ordering;
@@ -176,14 +179,18 @@ impl std::fmt::Display for PlanCount {
 /// Which fusions a search may use.
 pub type FusionFilter<'e> = Box<dyn Fn(&[CallId]) -> bool + 'e>;
 
-/// A partial plan: the kernels chosen so far.
+/// A partial plan: the fusions chosen so far, one kernel each. Which implementation each
+/// kernel gets is chosen only once the plan is complete.
 #[derive(Debug, Clone)]
 struct Partial {
     covered: CallSet,
     /// For each call, the index in `kernels` of the kernel covering it, or `NONE`.
     kernel_of: Vec<u32>,
-    /// (fusion, implementation) of each kernel, in the order chosen.
-    kernels: Vec<(u32, u32)>,
+    /// The fusion of each kernel, in the order chosen.
+    kernels: Vec<u32>,
+    /// For each uncovered call, the index in `Search::shares` of its first entry free of
+    /// covered calls (the list's length if none is): covering more only moves it on.
+    picks: Vec<u32>,
 }
 
 const NONE: u32 = u32::MAX;
@@ -194,39 +201,35 @@ impl Partial {
             covered: CallSet::empty(calls),
             kernel_of: vec![NONE; calls],
             kernels: Vec::new(),
+            picks: vec![0; calls],
         }
     }
 
     fn first_uncovered(&self) -> Option<CallId> {
         self.kernel_of.iter().position(|&k| k == NONE)
     }
-
-    fn with(&self, calls: &[CallId], fusion: usize, implementation: usize) -> Partial {
-        let mut next = self.clone();
-        let k = next.kernels.len() as u32;
-        for &c in calls {
-            next.covered.insert(c);
-            next.kernel_of[c] = k;
-        }
-        next.kernels.push((fusion as u32, implementation as u32));
-        next
-    }
 }
 
 /// The search over an exploration's fusions.
 struct Search<'e, 'p> {
     ex: &'e Exploration<'p>,
-    /// Fusions by their lowest call.
+    /// Allowed fusions by their lowest call.
     by_first: Vec<Vec<usize>>,
-    /// Least share of a kernel's time each call can carry.
-    share: Vec<f64>,
+    /// The calls of each fusion as a set.
+    sets: Vec<CallSet>,
+    /// For each call, the shares of a kernel's time it can carry, least first: (the fastest
+    /// implementation of an allowed fusion holding it over that fusion's calls, the fusion).
+    /// A fusion whose calls include those of one listed before it is left out: it is free of
+    /// covered calls only when that one is too, and its share is no less.
+    shares: Vec<Vec<(f64, u32)>>,
 }
 
 impl<'e, 'p> Search<'e, 'p> {
     fn new(ex: &'e Exploration<'p>, filter: Option<FusionFilter<'e>>) -> Self {
         let n = ex.context.calls();
         let mut by_first = vec![Vec::new(); n];
-        let mut share = vec![f64::INFINITY; n];
+        let sets: Vec<CallSet> = ex.fusions.iter().map(|f| CallSet::of(n, &f.calls)).collect();
+        let mut candidates = vec![Vec::new(); n];
         for (f, fusion) in ex.fusions.iter().enumerate() {
             let allowed = filter.as_ref().is_none_or(|keep| keep(&fusion.calls));
             let Some(best) = ex.implementations[f].list.first().filter(|_| allowed) else {
@@ -235,38 +238,97 @@ impl<'e, 'p> Search<'e, 'p> {
             by_first[fusion.calls[0]].push(f);
             let per_call = best.time.total_us / fusion.calls.len() as f64;
             for &c in &fusion.calls {
-                share[c] = share[c].min(per_call);
+                candidates[c].push((per_call, f as u32));
             }
         }
-        Search { ex, by_first, share }
+        let shares = candidates
+            .into_iter()
+            .map(|mut list| {
+                list.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+                let mut kept: Vec<(f64, u32)> = Vec::new();
+                for (share, f) in list {
+                    if !kept.iter().any(|&(_, k)| sets[k as usize].is_subset(&sets[f as usize])) {
+                        kept.push((share, f));
+                    }
+                }
+                kept
+            })
+            .collect();
+        Search {
+            ex,
+            by_first,
+            sets,
+            shares,
+        }
     }
 
-    /// A lower bound on the time of the kernels still to choose; shaved by a relative 1e-9
-    /// so that rounding never makes it exceed the true cost.
-    fn heuristic(&self, p: &Partial) -> f64 {
-        let h: f64 = (0..self.share.len())
-            .filter(|&c| !p.covered.contains(c))
-            .map(|c| self.share[c])
-            .sum();
+    /// The predicted time of the fastest implementation of fusion `f`.
+    fn best_us(&self, f: usize) -> f64 {
+        self.ex.implementations[f].list[0].time.total_us
+    }
+
+    /// The index of the first entry of `shares[c]`, from `from` on, free of `covered` calls;
+    /// the list's length if there is none.
+    fn pick(&self, c: CallId, covered: &CallSet, from: u32) -> u32 {
+        let shares = &self.shares[c];
+        (from as usize..shares.len())
+            .find(|&i| !self.sets[shares[i].1 as usize].intersects(covered))
+            .unwrap_or(shares.len()) as u32
+    }
+
+    /// A lower bound on the time of the kernels covering the calls not in `covered` (the
+    /// covered calls of a partial plan with `picks`, or more): each such call carries its least
+    /// share of an allowed fusion free of covered calls, since every completion covers it with
+    /// one. Infinite when some call has no such fusion: nothing completes the plan. Summed
+    /// afresh, never by difference, and shaved by a relative 1e-9 so that rounding never makes
+    /// it exceed the true cost.
+    fn heuristic(&self, covered: &CallSet, picks: &[u32]) -> f64 {
+        let mut h = 0.0;
+        for (c, shares) in self.shares.iter().enumerate() {
+            if covered.contains(c) {
+                continue;
+            }
+            match shares.get(self.pick(c, covered, picks[c]) as usize) {
+                Some(&(share, _)) => h += share,
+                None => return f64::INFINITY,
+            }
+        }
         h * (1.0 - 1e-9)
+    }
+
+    /// `p` with fusion `f` as its next kernel.
+    fn with(&self, p: &Partial, f: usize) -> Partial {
+        let mut next = p.clone();
+        let k = next.kernels.len() as u32;
+        for &c in &self.ex.fusions[f].calls {
+            next.covered.insert(c);
+            next.kernel_of[c] = k;
+        }
+        next.kernels.push(f as u32);
+        for c in 0..next.picks.len() {
+            if !next.covered.contains(c) {
+                next.picks[c] = self.pick(c, &next.covered, next.picks[c]);
+            }
+        }
+        next
     }
 
     /// The fusions that may extend `p`.
     fn extensions<'s>(&'s self, p: &'s Partial) -> impl Iterator<Item = usize> + 's {
         let first = p.first_uncovered();
         first.into_iter().flat_map(move |c| {
-            self.by_first[c].iter().copied().filter(move |&f| {
-                let calls = &self.ex.fusions[f].calls;
-                calls.iter().all(|&d| !p.covered.contains(d)) && !self.closes_cycle(p, calls)
-            })
+            self.by_first[c]
+                .iter()
+                .copied()
+                .filter(move |&f| !self.sets[f].intersects(&p.covered) && !self.closes_cycle(p, f))
         })
     }
 
-    /// Whether adding `calls` as one kernel makes some path leave it and come back, through
+    /// Whether adding fusion `f` as one kernel makes some path leave it and come back, through
     /// chosen kernels (each one node) and uncovered calls.
-    fn closes_cycle(&self, p: &Partial, calls: &[CallId]) -> bool {
+    fn closes_cycle(&self, p: &Partial, f: usize) -> bool {
         let ctx = &self.ex.context;
-        let members = CallSet::of(ctx.calls(), calls);
+        let (calls, members) = (&self.ex.fusions[f].calls, &self.sets[f]);
         let mut seen = CallSet::empty(ctx.calls());
         let mut stack: Vec<CallId> = calls
             .iter()
@@ -281,10 +343,10 @@ impl<'e, 'p> Search<'e, 'p> {
                 continue;
             }
             let group = match p.kernel_of[x] {
-                NONE => vec![x],
-                k => self.ex.fusions[p.kernels[k as usize].0 as usize].calls.clone(),
+                NONE => std::slice::from_ref(&x),
+                k => &self.ex.fusions[p.kernels[k as usize] as usize].calls[..],
             };
-            for y in group {
+            for &y in group {
                 seen.insert(y);
                 stack.extend(ctx.consumers[y].iter());
             }
@@ -292,14 +354,22 @@ impl<'e, 'p> Search<'e, 'p> {
         false
     }
 
-    fn plan(&self, p: &Partial, rank: usize, cost: f64) -> Plan {
+    /// The predicted time of complete plan `p` with implementation `choice[k]` for kernel `k`,
+    /// summed in the order the kernels were chosen, as the search sums it.
+    fn cost(&self, p: &Partial, choice: &[u32]) -> f64 {
+        p.kernels.iter().zip(choice).fold(0.0, |g, (&f, &i)| {
+            g + self.ex.implementations[f as usize].list[i as usize].time.total_us
+        })
+    }
+
+    fn plan(&self, p: &Partial, choice: &[u32], rank: usize, cost: f64) -> Plan {
         let ctx = &self.ex.context;
         let order = launch_order(self.ex, p);
         let kernels = order
             .iter()
             .map(|&k| {
-                let (f, i) = p.kernels[k];
-                Kernel::new(ctx, &self.ex.implementations[f as usize].list[i as usize])
+                let (f, i) = (p.kernels[k] as usize, choice[k] as usize);
+                Kernel::new(ctx, &self.ex.implementations[f].list[i])
             })
             .collect();
         Plan {
@@ -312,7 +382,7 @@ impl<'e, 'p> Search<'e, 'p> {
 
 /// Kernels in launch order: repeatedly the ready kernel with the lowest call.
 fn launch_order(ex: &Exploration, p: &Partial) -> Vec<usize> {
-    let first_call = |k: usize| ex.fusions[p.kernels[k].0 as usize].calls[0];
+    let first_call = |k: usize| ex.fusions[p.kernels[k] as usize].calls[0];
     let next = kernel_successors(ex, p);
     let mut waiting = vec![0usize; next.len()];
     next.iter().flatten().for_each(|&j| waiting[j] += 1);
@@ -340,7 +410,7 @@ fn kernel_successors(ex: &Exploration, p: &Partial) -> Vec<Vec<usize>> {
     for (k, successors) in next.iter_mut().enumerate() {
         let mut seen = CallSet::empty(count);
         seen.insert(k);
-        for &c in &ex.fusions[p.kernels[k].0 as usize].calls {
+        for &c in &ex.fusions[p.kernels[k] as usize].calls {
             for d in ex.context.consumers[c].iter() {
                 let j = p.kernel_of[d] as usize;
                 if !seen.contains(j) {
@@ -356,20 +426,36 @@ fn kernel_successors(ex: &Exploration, p: &Partial) -> Vec<Vec<usize>> {
 /// A partial plan whose children have been generated, cheapest first.
 struct Expanded {
     partial: Partial,
+    /// Time of its kernels, each at its fastest implementation.
     g: f64,
-    /// (f, fusion, implementation) of each child, by increasing f.
-    children: Vec<(f64, u32, u32)>,
+    /// (f, fusion) of each child that can be completed, by increasing f.
+    children: Vec<(f64, u32)>,
 }
 
-/// A heap entry: child `k` of an expanded partial plan. Only the cheapest unvisited child of
-/// each expanded plan is in the heap; popping it pushes its next sibling, so the heap grows by
-/// at most two entries per pop.
+/// What a heap entry stands for.
+enum Node {
+    /// Child `k` of an expanded partial plan, its kernels at their fastest implementations.
+    /// Only the cheapest unvisited child of each expanded plan is in the heap; popping it
+    /// pushes its next sibling.
+    Child { parent: Rc<Expanded>, k: usize },
+    /// A complete plan with implementation `choice[k]` of kernel `k`. Implementations are
+    /// listed fastest first, so raising one index never makes a plan faster. Every choice is
+    /// reached once, from the choice with its last raised index, `pivot`, one lower: popping
+    /// a choice pushes those raising one index at `pivot` or after.
+    Choice {
+        plan: Rc<Partial>,
+        choice: Vec<u32>,
+        pivot: usize,
+    },
+}
+
+/// A heap entry: `f` is a lower bound on the time of every plan reached from it, exact for a
+/// choice.
 struct Entry {
     f: f64,
     depth: usize,
     seq: u64,
-    parent: Rc<Expanded>,
-    k: usize,
+    node: Node,
 }
 
 impl PartialEq for Entry {
@@ -398,6 +484,11 @@ impl Ord for Entry {
 }
 
 /// Plans best predicted first, produced lazily. Iterating to the end enumerates every plan.
+///
+/// The search runs over choices of fusions, each kernel at its fastest implementation; a
+/// complete one then yields its plans with other implementations, in order of their times,
+/// interleaved with the rest through the same heap. Partial plans that differ only in the
+/// implementations of their kernels are thus never expanded twice.
 pub struct Plans<'e, 'p> {
     search: Search<'e, 'p>,
     heap: BinaryHeap<Entry>,
@@ -419,7 +510,7 @@ impl<'e, 'p> Plans<'e, 'p> {
             budget_hit: false,
         };
         let root = plans.expand(Partial::empty(ex.context.calls()), 0.0);
-        plans.push(Rc::new(root), 0);
+        plans.push_child(Rc::new(root), 0);
         plans
     }
 
@@ -431,41 +522,63 @@ impl<'e, 'p> Plans<'e, 'p> {
 
     /// `partial` with its children generated and sorted.
     fn expand(&self, partial: Partial, g: f64) -> Expanded {
-        let h = self.search.heuristic(&partial);
         let mut children = Vec::new();
         for f in self.search.extensions(&partial) {
-            let calls = &self.search.ex.fusions[f].calls;
-            let h_child = h - calls.iter().map(|&c| self.search.share[c]).sum::<f64>() * (1.0 - 1e-9);
-            for (i, imp) in self.search.ex.implementations[f].list.iter().enumerate() {
-                children.push((g + imp.time.total_us + h_child.max(0.0), f as u32, i as u32));
+            let mut covered = partial.covered.clone();
+            covered.union_with(&self.search.sets[f]);
+            let h = self.search.heuristic(&covered, &partial.picks);
+            if h.is_finite() {
+                children.push((g + self.search.best_us(f) + h, f as u32));
             }
         }
-        children.sort_by(|a, b| a.0.total_cmp(&b.0).then((a.1, a.2).cmp(&(b.1, b.2))));
+        children.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
         Expanded { partial, g, children }
     }
 
-    fn push(&mut self, parent: Rc<Expanded>, k: usize) {
-        if let Some(&(f, _, _)) = parent.children.get(k) {
+    fn push(&mut self, f: f64, depth: usize, node: Node) {
+        self.seq += 1;
+        self.heap.push(Entry {
+            f,
+            depth,
+            seq: self.seq,
+            node,
+        });
+    }
+
+    fn push_child(&mut self, parent: Rc<Expanded>, k: usize) {
+        if let Some(&(f, _)) = parent.children.get(k) {
             let depth = parent.partial.covered.len();
-            self.seq += 1;
-            self.heap.push(Entry {
-                f,
-                depth,
-                seq: self.seq,
-                parent,
-                k,
-            });
+            self.push(f, depth, Node::Child { parent, k });
         }
+    }
+
+    /// Plan `plan` with implementations `choice`, its successor choices pushed: the last
+    /// kernel's first, so that of plans predicted equal, the one keeping the earlier kernels'
+    /// fastest implementations comes first.
+    fn emit(&mut self, plan: Rc<Partial>, choice: Vec<u32>, pivot: usize, cost: f64) -> Plan {
+        let depth = plan.covered.len();
+        for k in (pivot..choice.len()).rev() {
+            let f = plan.kernels[k] as usize;
+            if choice[k] as usize + 1 < self.search.ex.implementations[f].list.len() {
+                let mut next = choice.clone();
+                next[k] += 1;
+                let cost = self.search.cost(&plan, &next);
+                let node = Node::Choice {
+                    plan: plan.clone(),
+                    choice: next,
+                    pivot: k,
+                };
+                self.push(cost, depth, node);
+            }
+        }
+        self.rank += 1;
+        self.search.plan(&plan, &choice, self.rank, cost)
     }
 
     /// The plan of child `k` of `parent`, and its cost so far.
     fn child(&self, parent: &Expanded, k: usize) -> (Partial, f64) {
-        let (_, f, i) = parent.children[k];
-        let calls = &self.search.ex.fusions[f as usize].calls;
-        let time = self.search.ex.implementations[f as usize].list[i as usize]
-            .time
-            .total_us;
-        (parent.partial.with(calls, f as usize, i as usize), parent.g + time)
+        let f = parent.children[k].1 as usize;
+        (self.search.with(&parent.partial, f), parent.g + self.search.best_us(f))
     }
 
     /// Completes `partial` by always taking its cheapest child.
@@ -486,22 +599,33 @@ impl Iterator for Plans<'_, '_> {
 
     fn next(&mut self) -> Option<Plan> {
         while let Some(entry) = self.heap.pop() {
-            self.push(entry.parent.clone(), entry.k + 1);
-            let (partial, g) = self.child(&entry.parent, entry.k);
-            let (partial, g) = if partial.first_uncovered().is_none() {
-                (partial, g)
-            } else if self.expanded >= self.search.ex.limits.max_search_nodes {
-                self.budget_hit = true;
-                self.greedy(partial, g)
-            } else {
+            let (parent, k) = match entry.node {
+                Node::Choice { plan, choice, pivot } => return Some(self.emit(plan, choice, pivot, entry.f)),
+                Node::Child { parent, k } => (parent, k),
+            };
+            self.push_child(parent.clone(), k + 1);
+            let (partial, g) = self.child(&parent, k);
+            if partial.first_uncovered().is_none() {
+                // Its fastest implementations: no plan from it is faster, and `g` is its cost.
+                let depth = partial.covered.len();
+                let choice = vec![0; partial.kernels.len()];
+                let node = Node::Choice {
+                    plan: Rc::new(partial),
+                    choice,
+                    pivot: 0,
+                };
+                self.push(g, depth, node);
+            } else if self.expanded < self.search.ex.limits.max_search_nodes {
                 self.expanded += 1;
                 let expanded = self.expand(partial, g);
-                self.push(Rc::new(expanded), 0);
-                continue;
-            };
-            if g.is_finite() {
-                self.rank += 1;
-                return Some(self.search.plan(&partial, self.rank, g));
+                self.push_child(Rc::new(expanded), 0);
+            } else {
+                self.budget_hit = true;
+                let (partial, g) = self.greedy(partial, g);
+                if g.is_finite() {
+                    let choice = vec![0; partial.kernels.len()];
+                    return Some(self.emit(Rc::new(partial), choice, 0, g));
+                }
             }
         }
         None
@@ -531,7 +655,7 @@ fn count_from(search: &Search, p: &Partial, budget: usize, visited: &mut usize) 
             break;
         }
         let options = search.ex.implementations[f].list.len() as u128;
-        let next = p.with(&search.ex.fusions[f].calls, f, 0);
+        let next = search.with(p, f);
         total = total.saturating_add(options.saturating_mul(count_from(search, &next, budget, visited)));
     }
     total
