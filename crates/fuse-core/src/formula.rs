@@ -110,6 +110,30 @@ impl Expr {
         }
     }
 
+    /// The one `sum(index, summand)` of a reduction: `(index, summand)`, or `None` unless the
+    /// expression holds exactly one sum and no sum nests inside it.
+    pub fn the_sum(&self) -> Option<(usize, &Expr)> {
+        let mut found = Vec::new();
+        self.collect_sums(&mut found);
+        match found.as_slice() {
+            [Expr::Sum { index, body }] if !body.has_sum() => Some((*index, body)),
+            _ => None,
+        }
+    }
+
+    /// The outermost sums, in order.
+    fn collect_sums<'e>(&'e self, out: &mut Vec<&'e Expr>) {
+        match self {
+            Expr::Sum { .. } => out.push(self),
+            Expr::Number(_) | Expr::Scalar(_) | Expr::Element { .. } => {}
+            Expr::Neg(a) | Expr::Call(_, a) => a.collect_sums(out),
+            Expr::Binary(_, a, b) => {
+                a.collect_sums(out);
+                b.collect_sums(out);
+            }
+        }
+    }
+
     /// Arithmetic operations per evaluation, counting each summand once per sum.
     pub fn flops(&self) -> usize {
         match self {

@@ -72,25 +72,12 @@ pub fn emit(
 }
 
 /// The one `sum(index, body)` of a reduce formula.
-pub fn the_sum<'e>(call: &'e Call) -> Result<(usize, &'e Expr), GenerateError> {
-    let mut found = Vec::new();
-    collect_sums(&call.form.formula.body, &mut found);
-    match found.as_slice() {
-        [Expr::Sum { index, body }] if !body.has_sum() => Ok((*index, body)),
-        _ => Err(unsupported(call, "reductions must contain exactly one, unnested, sum")),
-    }
-}
-
-fn collect_sums<'e>(e: &'e Expr, out: &mut Vec<&'e Expr>) {
-    match e {
-        Expr::Sum { .. } => out.push(e),
-        Expr::Number(_) | Expr::Scalar(_) | Expr::Element { .. } => {}
-        Expr::Neg(a) | Expr::Call(_, a) => collect_sums(a, out),
-        Expr::Binary(_, a, b) => {
-            collect_sums(a, out);
-            collect_sums(b, out);
-        }
-    }
+pub fn the_sum(call: &Call) -> Result<(usize, &Expr), GenerateError> {
+    call.form
+        .formula
+        .body
+        .the_sum()
+        .ok_or_else(|| unsupported(call, "reductions must contain exactly one, unnested, sum"))
 }
 
 /// Whether the formula is the bare sum, so the accumulated partials are already the result.

@@ -336,24 +336,8 @@ fn outer_stage(body: &Expr, args: &[Arg], roles: &[Role], sum_is_run: bool) -> R
 
 /// The one `sum(index, summand)` of a reduction formula.
 fn the_sum(e: &Expr) -> Result<(usize, &Expr), String> {
-    let mut found = Vec::new();
-    collect_sums(e, &mut found);
-    match found.as_slice() {
-        [Expr::Sum { index, body }] if !body.has_sum() => Ok((*index, body)),
-        _ => Err("reductions must contain exactly one, unnested, sum".into()),
-    }
-}
-
-fn collect_sums<'e>(e: &'e Expr, out: &mut Vec<&'e Expr>) {
-    match e {
-        Expr::Sum { .. } => out.push(e),
-        Expr::Number(_) | Expr::Scalar(_) | Expr::Element { .. } => {}
-        Expr::Neg(a) | Expr::Call(_, a) => collect_sums(a, out),
-        Expr::Binary(_, a, b) => {
-            collect_sums(a, out);
-            collect_sums(b, out);
-        }
-    }
+    e.the_sum()
+        .ok_or_else(|| "reductions must contain exactly one, unnested, sum".into())
 }
 
 /// The extent of each index variable of call `c`'s formula, from its arguments' shapes.
