@@ -72,16 +72,7 @@ impl Default for CalibrateOptions {
     }
 }
 
-/// One step of a calibration, for a progress bar.
-#[derive(Debug, Clone, Copy)]
-pub struct Step<'a> {
-    /// Steps done before this one.
-    pub done: usize,
-    /// Steps in all.
-    pub total: usize,
-    /// What is measured now.
-    pub what: &'a str,
-}
+pub use fuse_core::explore::timing::CalibrationStep as Step;
 
 /// A calibration's table and headline figures.
 #[derive(Debug, Clone)]

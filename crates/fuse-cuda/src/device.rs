@@ -202,10 +202,11 @@ impl Device {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn info(name: &str) -> DeviceInfo {
+    /// An H100's properties named `name`, for tests without a GPU.
+    pub(crate) fn info(name: &str) -> DeviceInfo {
         DeviceInfo {
             ordinal: 0,
             name: name.to_string(),

@@ -138,21 +138,7 @@ mod tests {
     use super::*;
 
     fn h100() -> DeviceInfo {
-        DeviceInfo {
-            ordinal: 0,
-            name: "NVIDIA H100 80GB HBM3".into(),
-            compute_capability: (9, 0),
-            memory_bytes: 80 << 30,
-            sms: 132,
-            max_threads_per_block: 1024,
-            max_threads_per_sm: 2048,
-            max_blocks_per_sm: 32,
-            max_shared_per_block: 232448,
-            shared_per_sm: 233472,
-            l2_bytes: 50 << 20,
-            driver_cuda: (13, 0),
-            driver_library: "libcuda.so.1".into(),
-        }
+        crate::device::tests::info("NVIDIA H100 80GB HBM3")
     }
 
     fn measured(library_sum: &str, name: &str) -> String {

@@ -374,6 +374,17 @@ fn fnv1a64(bytes: &[u8]) -> u64 {
     })
 }
 
+/// One step of a calibration (CPU or GPU) that writes a timing table, for a progress bar.
+#[derive(Debug, Clone, Copy)]
+pub struct CalibrationStep<'a> {
+    /// Steps done before this one.
+    pub done: usize,
+    /// Steps in all.
+    pub total: usize,
+    /// What is measured now.
+    pub what: &'a str,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

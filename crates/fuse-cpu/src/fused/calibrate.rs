@@ -31,16 +31,7 @@ const ROUTINE_REPS: usize = 30;
 /// cache, and enough work that the parallel section's cost is a small part of the time.
 const ROUTINE_ELEMENTS_PER_THREAD: usize = 256 << 10;
 
-/// One step of a calibration, for a progress bar.
-#[derive(Debug, Clone, Copy)]
-pub struct Step<'a> {
-    /// Steps done before this one.
-    pub done: usize,
-    /// Steps in all.
-    pub total: usize,
-    /// What is measured now.
-    pub what: &'a str,
-}
+pub use fuse_core::explore::timing::CalibrationStep as Step;
 
 /// A calibration's table, and what could not be measured.
 #[derive(Debug, Clone)]
