@@ -90,6 +90,43 @@ fn random_scripts_match_the_reference() {
     }
 }
 
+/// Row sums read by later calls of their own kernel (the CPU's row barrier): a map and a
+/// column sum read `t` in the second pass over each row block, a third pass reads the second's
+/// row sum `w`, with `B` in memory or only on chip; rows longer than one cache-sized run too.
+#[test]
+fn row_sums_feed_later_passes_of_their_own_kernel() {
+    for outputs in ["s, B, v", "s, v"] {
+        let text = format!(
+            "
+sizes: {{m: 45, n: 67}}
+inputs: {{A: [m, n], x: [n], z: [n], y: [m], alpha: scalar}}
+outputs: [{outputs}]
+calls:
+  - t = sgemv(alpha, A, x, -0.5, y)
+  - s = sgemtv(A, t)
+  - B = sger(t, z, A)
+  - w = sgemv(B, z)
+  - v = sgemtv(A, w)
+"
+        );
+        let program = script::parse("passes.yaml", &text, &library()).unwrap();
+        let mut one = unfused_plan(&program, &program.sizes);
+        one.kernels[0].calls = (0..program.calls.len()).collect();
+        one.kernels.truncate(1);
+        check(&program, &[one], &[(45, 67), (1, 300), (300, 1), (13, 20_000)]);
+    }
+}
+
+#[test]
+fn on_the_cpu_atax_and_gesummv_read_each_matrix_once() {
+    for name in ["atax", "gesummv"] {
+        let program = load(name, Precision::F32);
+        let kernels = |table: &TimingTable| plans(&program, table, 1)[0].kernels.len();
+        let gpu = TimingTable::builtin().unwrap();
+        assert_eq!((kernels(&cpu_table()), kernels(&gpu)), (1, 2), "{name}");
+    }
+}
+
 /// A library with functions that have no fast path: division, `abs`, `sqrt`, a product of three
 /// runs, a matrix-only reduction and a formula around a sum.
 fn odd_library() -> Library {

@@ -132,6 +132,7 @@ impl DeviceInfo {
             max_blocks_per_sm: self.max_blocks_per_sm,
             max_shared_per_block: self.max_shared_per_block,
             shared_per_sm: self.shared_per_sm,
+            row_barrier: false,
         }
     }
 }

@@ -2,7 +2,7 @@
 //! block-to-data mapping, who produces and who reads each value, and which calls share arrays.
 
 use crate::explore::callset::CallSet;
-use crate::explore::mapping::{call_mapping, CallMapping, Role};
+use crate::explore::mapping::{call_mapping, Axis, CallMapping, Role};
 use crate::program::{Arg, CallId, Program, ValueId};
 use crate::shape::{Shape, Sizes};
 
@@ -21,6 +21,9 @@ pub struct Context<'p> {
     pub consumers: Vec<CallSet>,
     /// For each call, the calls sharing an array with it (a dependency or a common input).
     pub array_neighbours: Vec<CallSet>,
+    /// Whether the target lets a row sum feed later calls of its own kernel
+    /// ([`Device::row_barrier`](crate::explore::timing::Device::row_barrier)).
+    pub row_barrier: bool,
 }
 
 impl<'p> Context<'p> {
@@ -56,7 +59,15 @@ impl<'p> Context<'p> {
             readers,
             consumers,
             array_neighbours,
+            row_barrier: false,
         }
+    }
+
+    /// The same context for a target whose blocks can finish row sums for later calls of the
+    /// kernel (see [`Context::row_barrier`]).
+    pub fn with_row_barrier(mut self, row_barrier: bool) -> Self {
+        self.row_barrier = row_barrier;
+        self
     }
 
     /// Number of calls.
@@ -93,5 +104,17 @@ impl<'p> Context<'p> {
     /// Whether `c`'s result exists only after a global barrier (it reduces).
     pub fn is_reduce(&self, c: CallId) -> bool {
         self.program.calls[c].kind.is_reduce()
+    }
+
+    /// Whether `consumer` may read reduce `producer`'s result in the kernel that computes it:
+    /// the target has a row barrier, `producer` sums along the columns (one number per row,
+    /// complete once a block has walked its rows) and `consumer` reads that number only in the
+    /// rows it is computed for. ATAX's `t = A·x; y = Aᵀ·t` is then one pass over A.
+    pub fn reads_finished_row_sums(&self, producer: CallId, consumer: CallId) -> bool {
+        let value = self.program.calls[producer].result;
+        self.row_barrier
+            && self.mappings[producer].reduced == Some(Axis::Columns)
+            && self.mappings[consumer].space == self.mappings[producer].space
+            && self.role(consumer, value) == Role::RowVector
     }
 }

@@ -211,6 +211,9 @@ struct KernelRoutines<'c> {
     stores: Vec<(usize, Role)>,
     /// (position, call, value) of each reduce.
     reduces: Vec<(usize, CallId, ValueId)>,
+    /// The reduces whose results later calls of the kernel read (row sums on a target with a
+    /// row barrier): blocks must finish them, so only grids where they are complete qualify.
+    read_inside: Vec<CallId>,
     tiles: (u64, u64),
     ctx: &'c Context<'c>,
 }
@@ -247,11 +250,17 @@ impl<'c> KernelRoutines<'c> {
             .filter(|&(_, &c)| ctx.is_reduce(c))
             .map(|(p, &c)| (p, c, program.calls[c].result))
             .collect();
+        let read_inside = order
+            .iter()
+            .copied()
+            .filter(|&c| ctx.is_reduce(c) && order.iter().any(|&d| ctx.consumers[c].contains(d)))
+            .collect();
         KernelRoutines {
             order: order.to_vec(),
             loads,
             stores,
             reduces,
+            read_inside,
             tiles: ctx.mappings[order[0]].space.tiles(&ctx.sizes),
             ctx,
         }
@@ -262,6 +271,9 @@ impl<'c> KernelRoutines<'c> {
         let mut out = Vec::new();
         for serial in serial_options(self.tiles, setting.block, setting.walk) {
             let grid = Grid::new(self.tiles, setting.block, serial, setting.walk);
+            if self.read_inside.iter().any(|&c| !grid.complete(ctx, c)) {
+                continue;
+            }
             let complete: Vec<bool> = self.reduces.iter().map(|&(_, c, _)| grid.complete(ctx, c)).collect();
             for finishes in finish_choices(&complete) {
                 out.push(self.predict(predictor, setting, &grid, finishes));

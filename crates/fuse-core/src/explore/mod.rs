@@ -137,7 +137,7 @@ pub fn explore<'p>(
     library: &Library,
     limits: Limits,
 ) -> Result<Exploration<'p>, ExploreError> {
-    let context = Context::new(program, sizes);
+    let context = Context::new(program, sizes).with_row_barrier(table.device.row_barrier);
     let mut notes = Vec::new();
     let mismatch = table.mismatch(&library_checksum(library));
     notes.extend(mismatch.clone());

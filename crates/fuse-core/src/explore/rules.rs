@@ -18,7 +18,8 @@ pub enum Rule {
     /// tile and saves no traffic (paper §3.2.3).
     SameNestingLevel,
     /// A reduce's final result exists only after a global barrier, so no call of the kernel
-    /// that computes it may read it (partial reductions are fine).
+    /// that computes it may read it (partial reductions are fine). On a target with a row
+    /// barrier, row sums may be read in the rows they are finished for.
     GlobalBarrier,
     /// The calls must map blocks to the same data: the same sub-vectors, or the same 2D grid of
     /// tiles.
@@ -96,7 +97,10 @@ pub fn same_nesting_level(ctx: &Context, a: CallId, b: CallId) -> Result<(), Vio
 pub fn global_barrier(ctx: &Context, a: CallId, b: CallId) -> Result<(), Violation> {
     for (producer, consumer) in [(a, b), (b, a)] {
         let value = ctx.program.calls[producer].result;
-        if ctx.is_reduce(producer) && ctx.consumers[producer].contains(consumer) {
+        if ctx.is_reduce(producer)
+            && ctx.consumers[producer].contains(consumer)
+            && !ctx.reads_finished_row_sums(producer, consumer)
+        {
             return Err(Violation {
                 rule: Rule::GlobalBarrier,
                 calls: vec![producer, consumer],
@@ -272,6 +276,22 @@ mod tests {
     fn a_nested_reduce_result_needs_the_barrier_too() {
         let p = program("A: [m, n], x: [n]", "  - t = sgemv(A, x)\n  - y = sgemtv(A, t)\n", "y");
         assert_eq!(with(&p, |c| pair(c, 0, 1)).unwrap_err().rule, Rule::GlobalBarrier);
+    }
+
+    #[test]
+    fn a_row_barrier_lets_row_sums_feed_their_own_rows_only() {
+        let p = program(
+            "A: [m, n], x: [n], y: [m]",
+            "  - t = sgemv(A, x)\n  - u = sgemtv(A, t)\n  - s = sgemtv(A, y)\n  - w = sgemv(A, s)\n  - d = sdot(t, t)\n  - v = sscal(d, y)\n",
+            "u, w, v",
+        );
+        let rows = |a, b| pair(&Context::new(&p, &p.sizes).with_row_barrier(true), a, b);
+        // `t[i]` is finished in the rows that read it; ATAX's pair shares a kernel.
+        rows(0, 1).unwrap();
+        assert_eq!(with(&p, |c| pair(c, 0, 1)).unwrap_err().rule, Rule::GlobalBarrier);
+        // A column sum needs every row, and a BLAS-1 reduce every block: barriers still.
+        assert_eq!(rows(2, 3).unwrap_err().rule, Rule::GlobalBarrier);
+        assert_eq!(rows(4, 5).unwrap_err().rule, Rule::GlobalBarrier);
     }
 
     #[test]

@@ -103,6 +103,11 @@ pub struct Device {
     pub max_shared_per_block: u64,
     /// Shared memory per SM, bytes.
     pub shared_per_sm: u64,
+    /// Whether blocks own whole matrix rows and keep their band of rows on chip, so that a row
+    /// sum finished by a block may be read by later calls of the same kernel: true for the CPU
+    /// backend (its blocks are threads walking row bands in cache), false for GPUs.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub row_barrier: bool,
 }
 
 /// The analytic model's figures.

@@ -106,7 +106,8 @@ pub fn to_yaml(table: &TimingTable) -> String {
 }
 
 /// This CPU as a timing-table device: one "SM" per thread; no block limit that matters; a
-/// tile may use the second-level cache of a core.
+/// tile may use the second-level cache of a core, and a thread walks whole rows (a row
+/// barrier: row sums finish before later calls of the kernel read them).
 fn device() -> Device {
     let cache = l2_bytes();
     Device {
@@ -118,6 +119,7 @@ fn device() -> Device {
         max_blocks_per_sm: 32,
         max_shared_per_block: cache,
         shared_per_sm: cache,
+        row_barrier: true,
     }
 }
 

@@ -3,7 +3,9 @@
 //!
 //! A part walks its rows in tiles (a few rows, and as many columns as fit a cache-sized run)
 //! or its vector in chunks, and runs every call of the kernel on a tile before moving on, so a
-//! tile read from memory by the first call is still in cache for the others. Values the plan
+//! tile read from memory by the first call is still in cache for the others. Calls that read a
+//! row sum of their own kernel run in a later pass over the row block, once the sums of its
+//! rows are finished; the row block is then sized to stay in cache between the passes. Values the plan
 //! keeps on chip live in the part's tile buffers and never reach memory. Reductions keep
 //! per-part partials — a number per BLAS-1 reduction, a row sum per tile row, a whole partial
 //! vector for sums down columns — added up, in part order (so every run gives the same bits),
@@ -119,7 +121,7 @@ impl KernelRun<'_> {
             kernel: self.kernel,
             locs: &locs,
             dests: &dests,
-            tile: tile::<T>(self.kernel.space),
+            tile: tile::<T>(self.kernel.space, self.kernel.passes),
         };
         let partials = shared.run_parts(&mut parted);
         for (c, buffer) in &mut ended {
@@ -191,8 +193,9 @@ impl KernelRun<'_> {
     }
 }
 
-/// The tile of a kernel over `space`.
-fn tile<T>(space: Space) -> Tile {
+/// The tile of a kernel over `space` making `passes` over each row block: with more than one,
+/// a whole row block (not one run of it) fits the tile's bytes, so it stays in cache.
+fn tile<T>(space: Space, passes: usize) -> Tile {
     let size = mem::size_of::<T>();
     match space {
         Space::Vector(_) => Tile {
@@ -201,8 +204,9 @@ fn tile<T>(space: Space) -> Tile {
         },
         Space::Matrix(_, cols) => {
             let run = cols.clamp(1, RUN_BYTES / size);
+            let kept = if passes > 1 { cols.max(1) } else { run };
             Tile {
-                rows: (TILE_BYTES / (run * size)).clamp(1, MAX_TILE_ROWS),
+                rows: (TILE_BYTES / (kept * size)).clamp(1, MAX_TILE_ROWS),
                 cols: run,
             }
         }
@@ -286,13 +290,15 @@ impl<'a, T: Real> Shared<'_, 'a, T> {
             Space::Matrix(_, cols) => {
                 for r0 in (start..end).step_by(self.tile.rows) {
                     let r1 = (r0 + self.tile.rows).min(end);
-                    work.rows.iter_mut().for_each(|a| a.fill(T::ZERO));
-                    for c0 in (0..cols).step_by(self.tile.cols) {
-                        let w = self.tile.cols.min(cols - c0);
-                        locals.iter_mut().for_each(|l| l.place(r0, c0));
-                        self.matrix_tile(r0..r1, c0, w, &mut locals, &mut work);
+                    for pass in 0..self.kernel.passes {
+                        work.rows.iter_mut().for_each(|a| a.fill(T::ZERO));
+                        for c0 in (0..cols).step_by(self.tile.cols) {
+                            let w = self.tile.cols.min(cols - c0);
+                            locals.iter_mut().for_each(|l| l.place(r0, c0));
+                            self.matrix_tile(pass, r0..r1, c0, w, &mut locals, &mut work);
+                        }
+                        self.finish_rows(pass, r0..r1, &mut locals, &mut work);
                     }
-                    self.finish_rows(r0..r1, &mut locals, &mut work);
                 }
             }
         }
@@ -334,9 +340,10 @@ impl<'a, T: Real> Shared<'_, 'a, T> {
         }
     }
 
-    /// Every call of the kernel on the tile of `rows` × columns `c0 .. c0 + w`.
+    /// Every call of the kernel's `pass` on the tile of `rows` × columns `c0 .. c0 + w`.
     fn matrix_tile(
         &self,
+        pass: usize,
         rows: std::ops::Range<usize>,
         c0: usize,
         w: usize,
@@ -348,7 +355,13 @@ impl<'a, T: Real> Shared<'_, 'a, T> {
             start: c0,
             len: w,
         };
-        for (c, call) in self.kernel.calls.iter().enumerate() {
+        for (c, call) in self
+            .kernel
+            .calls
+            .iter()
+            .enumerate()
+            .filter(|(_, call)| call.pass == pass)
+        {
             match (&call.op, self.dests[c]) {
                 (Op::Map(stage), Dest::Chip(l) | Dest::Parts(l, _)) => {
                     let mut dest = mem::replace(&mut locals[l], Local::Lent);
@@ -375,10 +388,17 @@ impl<'a, T: Real> Shared<'_, 'a, T> {
         }
     }
 
-    /// Row sums of the finished row block: `outer(sum)` into the part's rows of the result.
-    fn finish_rows(&self, rows: std::ops::Range<usize>, locals: &mut [Local<'a, T>], work: &mut Work<T>) {
+    /// Row sums of `pass` on the finished row block: `outer(sum)` into the part's rows of the
+    /// result.
+    fn finish_rows(&self, pass: usize, rows: std::ops::Range<usize>, locals: &mut [Local<'a, T>], work: &mut Work<T>) {
         let len = rows.len();
-        for (c, call) in self.kernel.calls.iter().enumerate() {
+        for (c, call) in self
+            .kernel
+            .calls
+            .iter()
+            .enumerate()
+            .filter(|(_, call)| call.pass == pass)
+        {
             let (Op::RowSums { outer, .. }, Dest::Parts(l, _)) = (&call.op, self.dests[c]) else {
                 continue;
             };

@@ -5,7 +5,9 @@
 //! A plan is checked before anything runs, because plans can come from elsewhere than the
 //! explorer (a file, a test): every call in exactly one kernel, every value computed before a
 //! kernel reads it, no reduction read inside the kernel that computes it (its sum is complete
-//! only at the kernel's end, the global barrier), and one space per kernel.
+//! only at the kernel's end, the global barrier) except a row sum read in its own rows (a
+//! thread finishes the row sums of a row block before the next pass over it), and one space
+//! per kernel.
 
 use std::collections::HashMap;
 
@@ -39,6 +41,9 @@ pub(crate) struct CallPlan {
     pub result: ValueId,
     /// What it computes.
     pub op: Op,
+    /// The pass over each row block it runs in: 0, or one more than the pass of a row sum of
+    /// this kernel that it reads (the row sum is finished between the passes).
+    pub pass: usize,
 }
 
 /// What a kernel's blocks tile.
@@ -59,6 +64,8 @@ pub(crate) struct KernelPlan {
     pub calls: Vec<CallPlan>,
     /// Results kept in per-thread tile buffers and never written to memory.
     pub chip: Vec<ValueId>,
+    /// Passes over each row block: one more than the highest pass of its calls.
+    pub passes: usize,
     /// Scratch buffers the generic evaluator needs for its deepest stage.
     pub depth: usize,
 }
@@ -77,10 +84,11 @@ pub(crate) struct Prepared {
 /// Checks `plan` against `program` and lowers it.
 pub(crate) fn prepare(program: &Program, sizes: &Sizes, plan: &Plan) -> Result<Prepared, CpuError> {
     let kernel_of = assign_kernels(program, plan)?;
-    let ctx = Context::new(program, sizes);
+    // Threads walk whole row blocks: row sums can feed later calls of their kernel.
+    let ctx = Context::new(program, sizes).with_row_barrier(true);
     let mut kernels = Vec::with_capacity(plan.kernels.len());
     for (k, kernel) in plan.kernels.iter().enumerate() {
-        check_reads(program, &kernel_of, k, &kernel.calls)?;
+        check_reads(&ctx, &kernel_of, k, &kernel.calls)?;
         kernels.push(lower_kernel(&ctx, k, &kernel.calls)?);
     }
     let chip: Vec<ValueId> = kernels.iter().flat_map(|k| k.chip.iter().copied()).collect();
@@ -127,8 +135,10 @@ fn assign_kernels(program: &Program, plan: &Plan) -> Result<Vec<usize>, CpuError
     }
 }
 
-/// Every value a call of kernel `k` reads is computed by then, and not by a reduction of `k`.
-fn check_reads(program: &Program, kernel_of: &[usize], k: usize, calls: &[CallId]) -> Result<(), CpuError> {
+/// Every value a call of kernel `k` reads is computed by then, and not by a reduction of `k`
+/// other than a row sum read in its own rows.
+fn check_reads(ctx: &Context, kernel_of: &[usize], k: usize, calls: &[CallId]) -> Result<(), CpuError> {
+    let program = ctx.program;
     for (position, &c) in calls.iter().enumerate() {
         let call = &program.calls[c];
         for v in call.reads() {
@@ -140,7 +150,7 @@ fn check_reads(program: &Program, kernel_of: &[usize], k: usize, calls: &[CallId
             if kernel_of[p] > k || (kernel_of[p] == k && !earlier_here) {
                 return Err(invalid(format!("`{}` reads `{name}` before it is computed", call.text)));
             }
-            if kernel_of[p] == k && program.calls[p].kind.is_reduce() {
+            if kernel_of[p] == k && program.calls[p].kind.is_reduce() && !ctx.reads_finished_row_sums(p, c) {
                 return Err(invalid(format!(
                     "`{}` reads `{name}` in the kernel that reduces it: a reduction is complete only at the kernel's end",
                     call.text
@@ -153,10 +163,11 @@ fn check_reads(program: &Program, kernel_of: &[usize], k: usize, calls: &[CallId
 
 fn lower_kernel(ctx: &Context, k: usize, calls: &[CallId]) -> Result<KernelPlan, CpuError> {
     let program = ctx.program;
-    let mut lowered = Vec::with_capacity(calls.len());
+    let mut lowered: Vec<CallPlan> = Vec::with_capacity(calls.len());
     let mut space = None;
     for &c in calls {
-        let (call, here) = lower_call(program, &ctx.sizes, c)?;
+        let (mut call, here) = lower_call(program, &ctx.sizes, c)?;
+        call.pass = pass_of(ctx, c, &lowered);
         match space {
             Some(s) if s != here => {
                 return Err(invalid(format!(
@@ -184,10 +195,27 @@ fn lower_kernel(ctx: &Context, k: usize, calls: &[CallId]) -> Result<KernelPlan,
         .unwrap_or(0);
     Ok(KernelPlan {
         space: space.ok_or_else(|| invalid(format!("kernel {} has no calls", k + 1)))?,
+        passes: lowered.iter().map(|c| c.pass + 1).max().unwrap_or(1),
         calls: lowered,
         chip,
         depth,
     })
+}
+
+/// The pass call `c` runs in, given the calls of its kernel lowered before it (a row sum among
+/// them is read only in the passes after its own).
+fn pass_of(ctx: &Context, c: CallId, lowered: &[CallPlan]) -> usize {
+    let program = ctx.program;
+    program.calls[c]
+        .reads()
+        .into_iter()
+        .filter_map(|v| {
+            let earlier = lowered.iter().find(|l| l.result == v)?;
+            let row_sum = program.values[v].producer.is_some_and(|p| ctx.is_reduce(p));
+            Some(earlier.pass + usize::from(row_sum))
+        })
+        .max()
+        .unwrap_or(0)
 }
 
 /// Puts the terms of each on-chip map in place of its runs in the calls after it, so a chain
@@ -293,6 +321,7 @@ fn lower_call(program: &Program, sizes: &Sizes, c: CallId) -> Result<(CallPlan, 
     let plan = CallPlan {
         result: call.result,
         op,
+        pass: 0,
     };
     Ok((plan, space))
 }
