@@ -187,6 +187,27 @@ fn odd_library() -> Library {
     Library::from_sources(sources, "odd").unwrap()
 }
 
+/// A map without a fast path stays in a tile buffer, unless a later pass over the row block
+/// reads it: then it must reach memory (rows longer than one run show the difference).
+#[test]
+fn a_tile_value_read_in_a_later_pass_is_kept_in_memory() {
+    let text = "
+precision: f64
+sizes: {m: 45, n: 67}
+inputs: {A: [m, n], x: [n], y: [n], u: [m]}
+outputs: [s]
+calls:
+  - B = dscale2(u, y, A)
+  - t = dgemv(B, x)
+  - s = dgemtv(B, t)
+";
+    let program = script::parse("late.yaml", text, &odd_library()).unwrap();
+    let mut one = unfused_plan(&program, &program.sizes);
+    one.kernels[0].calls = vec![0, 1, 2];
+    one.kernels.truncate(1);
+    check(&program, &[one], &[(45, 67), (13, 5000)]);
+}
+
 #[test]
 fn functions_without_a_fast_path_run_generically() {
     let library = odd_library();

@@ -187,6 +187,10 @@ fn lower_kernel(ctx: &Context, k: usize, calls: &[CallId]) -> Result<KernelPlan,
         .map(|c| c.result)
         .collect();
     let (lowered, chip) = inline_chip_values(lowered, chip);
+    let chip = chip
+        .into_iter()
+        .filter(|&v| read_in_its_pass(ctx, &lowered, v))
+        .collect();
     let depth = lowered
         .iter()
         .flat_map(|c| stages(&c.op))
@@ -216,6 +220,18 @@ fn pass_of(ctx: &Context, c: CallId, lowered: &[CallPlan]) -> usize {
         })
         .max()
         .unwrap_or(0)
+}
+
+/// Whether every call of the kernel that reads `v` runs in the pass that computes it: a tile
+/// buffer holds only the current tile, so a value read in a later pass over the row block must
+/// be kept in memory instead.
+fn read_in_its_pass(ctx: &Context, lowered: &[CallPlan], v: ValueId) -> bool {
+    let pass_of = |value: ValueId| lowered.iter().find(|c| c.result == value).map(|c| c.pass);
+    let reads = |c: &&CallPlan| {
+        let call = ctx.program.values[c.result].producer.map(|p| &ctx.program.calls[p]);
+        call.is_some_and(|call| call.reads().contains(&v))
+    };
+    lowered.iter().filter(reads).all(|c| Some(c.pass) == pass_of(v))
 }
 
 /// Puts the terms of each on-chip map in place of its runs in the calls after it, so a chain
