@@ -120,7 +120,7 @@ impl Target {
         Ok(match self {
             Target::Cpu { .. } => (
                 copy_bandwidth(COPY_BYTES, COPY_REPS),
-                format!("a parallel copy of {} MiB arrays", COPY_BYTES >> 20),
+                format!("a parallel streaming copy of {} MiB arrays", COPY_BYTES >> 20),
             ),
             Target::Cuda { device, .. } => {
                 let gbps = fuse_cuda::calibrate::copy_bandwidth(device, GPU_COPY_BYTES, &TimingOptions::default())

@@ -48,7 +48,7 @@ fn configure(group: &mut BenchmarkGroup<WallTime>) {
         .measurement_time(Duration::from_secs(2));
 }
 
-/// A parallel copy between two arrays of 256 MiB; throughput counts bytes read and written.
+/// A parallel streaming copy between two arrays of 256 MiB; throughput counts bytes read and written.
 fn copy(c: &mut Criterion) {
     let mut probe = CopyProbe::new(if full() { COPY_BYTES } else { 1 << 15 });
     let mut group = c.benchmark_group("copy");

@@ -181,6 +181,46 @@ fn add_body<T: Real>(dest: &mut [T], x: &[T]) {
     }
 }
 
+/// `dest = src`, with streaming stores where the CPU has them (x86-64): the lines written are
+/// not read in first and do not displace the cache. Call [`stream_fence`] before other threads
+/// read `dest`.
+pub(crate) fn stream<T: Real>(dest: &mut [T], src: &[T]) {
+    let src = &src[..dest.len()];
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_stream_si128};
+        const LINE: usize = 16;
+        let bytes = std::mem::size_of_val(dest);
+        let (d, s) = (dest.as_mut_ptr().cast::<u8>(), src.as_ptr().cast::<u8>());
+        // Elements are 4 or 8 bytes and aligned to their size, so 16-byte alignment starts at
+        // an element boundary.
+        let head = d.align_offset(LINE).min(bytes);
+        let body = (bytes - head) / LINE * LINE;
+        // SAFETY: `dest` and `src` are distinct slices of `bytes` bytes (one is borrowed
+        // mutably); every access below stays within them, streamed stores go to 16-byte-aligned
+        // addresses (SSE2 is part of x86-64), and the element boundaries are kept.
+        unsafe {
+            std::ptr::copy_nonoverlapping(s, d, head);
+            for k in (head..head + body).step_by(LINE) {
+                _mm_stream_si128(d.add(k).cast::<__m128i>(), _mm_loadu_si128(s.add(k).cast::<__m128i>()));
+            }
+            std::ptr::copy_nonoverlapping(s.add(head + body), d.add(head + body), bytes - head - body);
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    dest.copy_from_slice(src);
+}
+
+/// Orders the streaming stores of this thread before its later stores (a rayon join then
+/// publishes them like any other write).
+pub(crate) fn stream_fence() {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: SSE2 is part of x86-64.
+    unsafe {
+        std::arch::x86_64::_mm_sfence()
+    };
+}
+
 /// `dest += c`.
 pub(crate) fn add_const<T: Real>(dest: &mut [T], c: T) {
     dest.iter_mut().for_each(|d| *d += c);
@@ -198,6 +238,23 @@ mod tests {
             let want: f64 = x.iter().zip(&y).map(|(a, b)| a * b).sum();
             assert!((dot(&x, &y) - want).abs() < 1e-9, "{n}");
             assert!((sum(&x) - x.iter().sum::<f64>()).abs() < 1e-9, "{n}");
+        }
+    }
+
+    #[test]
+    fn streaming_copies_at_every_alignment_and_length() {
+        let src: Vec<f64> = (0..70).map(|k| k as f64 - 0.25).collect();
+        for offset in 0..3 {
+            for len in [0, 1, 2, 3, 7, 8, 33, 64] {
+                let mut dest = vec![0.0f64; 70];
+                stream(&mut dest[offset..offset + len], &src[..len]);
+                stream_fence();
+                assert_eq!(&dest[offset..offset + len], &src[..len], "{offset} {len}");
+                assert!(dest[..offset].iter().chain(&dest[offset + len..]).all(|&d| d == 0.0));
+                let (mut narrow, wide) = (vec![0.0f32; 70], vec![1.5f32; 70]);
+                stream(&mut narrow[offset..offset + len], &wide[..len]);
+                assert_eq!(narrow.iter().filter(|&&x| x == 1.5).count(), len, "{offset} {len}");
+            }
         }
     }
 
