@@ -189,19 +189,19 @@ pub(crate) fn stream<T: Real>(dest: &mut [T], src: &[T]) {
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_stream_si128};
-        const LINE: usize = 16;
+        const WIDTH: usize = 16;
         let bytes = std::mem::size_of_val(dest);
         let (d, s) = (dest.as_mut_ptr().cast::<u8>(), src.as_ptr().cast::<u8>());
         // Elements are 4 or 8 bytes and aligned to their size, so 16-byte alignment starts at
         // an element boundary.
-        let head = d.align_offset(LINE).min(bytes);
-        let body = (bytes - head) / LINE * LINE;
+        let head = d.align_offset(WIDTH).min(bytes);
+        let body = (bytes - head) / WIDTH * WIDTH;
         // SAFETY: `dest` and `src` are distinct slices of `bytes` bytes (one is borrowed
         // mutably); every access below stays within them, streamed stores go to 16-byte-aligned
         // addresses (SSE2 is part of x86-64), and the element boundaries are kept.
         unsafe {
             std::ptr::copy_nonoverlapping(s, d, head);
-            for k in (head..head + body).step_by(LINE) {
+            for k in (head..head + body).step_by(WIDTH) {
                 _mm_stream_si128(d.add(k).cast::<__m128i>(), _mm_loadu_si128(s.add(k).cast::<__m128i>()));
             }
             std::ptr::copy_nonoverlapping(s.add(head + body), d.add(head + body), bytes - head - body);
