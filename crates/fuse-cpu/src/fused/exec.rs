@@ -308,6 +308,15 @@ impl<'a, T: Real> Shared<'_, 'a, T> {
         }
     }
 
+    /// The calls of the kernel that run in `pass`, with their positions.
+    fn calls_of(&self, pass: usize) -> impl Iterator<Item = (usize, &super::prepare::CallPlan)> {
+        self.kernel
+            .calls
+            .iter()
+            .enumerate()
+            .filter(move |(_, call)| call.pass == pass)
+    }
+
     fn scope<'s>(&'s self, locals: &'s [Local<'a, T>], sum: Piece<'s, T>) -> Scope<'s, 'a, T> {
         Scope {
             locs: self.locs,
@@ -355,13 +364,7 @@ impl<'a, T: Real> Shared<'_, 'a, T> {
             start: c0,
             len: w,
         };
-        for (c, call) in self
-            .kernel
-            .calls
-            .iter()
-            .enumerate()
-            .filter(|(_, call)| call.pass == pass)
-        {
+        for (c, call) in self.calls_of(pass) {
             match (&call.op, self.dests[c]) {
                 (Op::Map(stage), Dest::Chip(l) | Dest::Parts(l, _)) => {
                     let mut dest = mem::replace(&mut locals[l], Local::Lent);
@@ -392,13 +395,7 @@ impl<'a, T: Real> Shared<'_, 'a, T> {
     /// result.
     fn finish_rows(&self, pass: usize, rows: std::ops::Range<usize>, locals: &mut [Local<'a, T>], work: &mut Work<T>) {
         let len = rows.len();
-        for (c, call) in self
-            .kernel
-            .calls
-            .iter()
-            .enumerate()
-            .filter(|(_, call)| call.pass == pass)
-        {
+        for (c, call) in self.calls_of(pass) {
             let (Op::RowSums { outer, .. }, Dest::Parts(l, _)) = (&call.op, self.dests[c]) else {
                 continue;
             };
