@@ -62,10 +62,10 @@ fn check(program: &Program, plans: &[Vec<KernelGroup>], sizes: &[(usize, usize)]
         for (seed, &(m, n)) in sizes.iter().enumerate() {
             let sizes = sizes_mn(program, m, n);
             let mut inputs = Bindings::new();
-            fill_random_inputs(&program, &sizes, seed as u64, &mut inputs);
-            let want = evaluate(&program, &sizes, &inputs).unwrap();
+            fill_random_inputs(program, &sizes, seed as u64, &mut inputs);
+            let want = evaluate(program, &sizes, &inputs).unwrap();
             let got = plan
-                .run(&program, &sizes, &inputs)
+                .run(program, &sizes, &inputs)
                 .unwrap_or_else(|e| panic!("{name} {m}x{n}: {e}"));
             for (output, w) in &want {
                 let error = relative_error(&got[output].to_f64(), &w.to_f64());

@@ -224,6 +224,92 @@ pub(crate) fn accumulate<T: Real>(
     r.flush_into(dest);
 }
 
+/// A row sum and a column sum through the rows of `matrix` (a [`SharedRows`] pair), on the
+/// tile `rows` × `start .. start + dest.len()`, four rows per loop: each row's sum is added to
+/// `row_sums` (indexed from `rows.start`), the column sums to `dest`.
+///
+/// [`SharedRows`]: super::prepare::SharedRows
+pub(crate) fn shared_rows<T: Real>(
+    (row_body, column_body): (&Stage, &Stage),
+    matrix: ValueId,
+    scope: &Scope<T>,
+    rows: std::ops::Range<usize>,
+    start: usize,
+    row_sums: &mut [T],
+    dest: &mut [T],
+) {
+    let len = dest.len();
+    let (row_term, column_term) = (only_term(row_body), only_term(column_body));
+    let row = |i: usize| {
+        let seg = Seg { fixed: i, start, len };
+        let Piece::Run(line) = scope.element(matrix, Access::Row, seg) else {
+            unreachable!("a matrix row is a run");
+        };
+        let (row_coef, x) = without_row(row_term, scope, seg);
+        PairRow {
+            line,
+            row_coef,
+            x,
+            column_coef: without_row(column_term, scope, seg).0,
+        }
+    };
+    let mut i = rows.start;
+    for group in row_sums[..rows.len()].chunks_mut(4) {
+        match group {
+            [s0, s1, s2, s3] => {
+                let four = [i, i + 1, i + 2, i + 3].map(row);
+                // The vector of the row sums is the same run for every row.
+                let got = loops::dot_add_rows(four.map(|r| r.line), four[0].x, four.map(|r| r.column_coef), dest);
+                for (s, (r, g)) in [s0, s1, s2, s3].into_iter().zip(four.iter().zip(got)) {
+                    *s += r.row_coef * g;
+                }
+            }
+            _ => {
+                for (k, s) in group.iter_mut().enumerate() {
+                    let r = row(i + k);
+                    *s += r.row_coef * loops::dot_add_row(r.line, r.x, r.column_coef, dest);
+                }
+            }
+        }
+        i += group.len();
+    }
+}
+
+/// One row of a [`shared_rows`] tile.
+#[derive(Clone, Copy)]
+struct PairRow<'s, T> {
+    /// The matrix row.
+    line: &'s [T],
+    /// What the row's sum is multiplied by.
+    row_coef: T,
+    /// The vector run the row is multiplied by in its sum.
+    x: &'s [T],
+    /// What the row is multiplied by in the column sums.
+    column_coef: T,
+}
+
+fn only_term(stage: &Stage) -> &Term {
+    match stage.terms.as_deref() {
+        Some([term]) => term,
+        _ => unreachable!("a pair is made of one-product stages"),
+    }
+}
+
+/// A product on `seg` with its matrix-row factor left out: the product of its numbers, and
+/// its one vector run (empty if none).
+fn without_row<'s, T: Real>(term: &Term, scope: &Scope<'s, '_, T>, seg: Seg) -> (T, &'s [T]) {
+    let mut coef = T::from_f64(term.coef);
+    let mut run: &[T] = &[];
+    for &f in &term.factors {
+        match (f, scope.factor(f, seg)) {
+            (Factor::Array(_, Access::Row), _) => {}
+            (_, Piece::Scalar(s)) => coef = coef * s,
+            (_, Piece::Run(r)) => run = r,
+        }
+    }
+    (coef, run)
+}
+
 /// `dest = node` on `seg`, a node at a time; `scratch` holds a buffer per level of right
 /// operands.
 pub(crate) fn generic<T: Real>(node: &Node, scope: &Scope<T>, seg: Seg, dest: &mut [T], scratch: &mut [Vec<T>]) {

@@ -3,7 +3,9 @@
 //!
 //! A part walks its rows in tiles (a few rows, and as many columns as fit a cache-sized run)
 //! or its vector in chunks, and runs every call of the kernel on a tile before moving on, so a
-//! tile read from memory by the first call is still in cache for the others. Calls that read a
+//! tile read from memory by the first call is still in cache for the others — or, for a row
+//! sum and a column sum through the same matrix (BiCGK), still in registers: the two run as one
+//! loop. Calls that read a
 //! row sum of their own kernel run in a later pass over the row block, once the sums of its
 //! rows are finished; the row block is then sized to stay in cache between the passes. Values the plan
 //! keeps on chip live in the part's tile buffers and never reach memory. Reductions keep
@@ -19,7 +21,7 @@ use fuse_core::{Bindings, Program, Shape, Sizes};
 
 use super::eval::{self, Loc, Piece, Scope, Seg};
 use super::memory::{split_rows, Local, View, ViewMut};
-use super::prepare::{KernelPlan, Op, Prepared, Space};
+use super::prepare::{KernelPlan, Op, Prepared, SharedRows, Space};
 use super::{loops, Real};
 
 /// Bytes of one run along a tile row: runs of this length keep every operand of a segment in
@@ -365,6 +367,12 @@ impl<'a, T: Real> Shared<'_, 'a, T> {
             len: w,
         };
         for (c, call) in self.calls_of(pass) {
+            if let Some(pair) = self.kernel.shared_rows.iter().find(|p| p.holds(c)) {
+                if c == pair.runs_at() {
+                    self.shared_rows_tile(pair, rows.clone(), c0, w, locals, work);
+                }
+                continue;
+            }
             match (&call.op, self.dests[c]) {
                 (Op::Map(stage), Dest::Chip(l) | Dest::Parts(l, _)) => {
                     let mut dest = mem::replace(&mut locals[l], Local::Lent);
@@ -389,6 +397,34 @@ impl<'a, T: Real> Shared<'_, 'a, T> {
                 _ => unreachable!("BLAS-2 kernels hold nested maps and nested reductions"),
             }
         }
+    }
+
+    /// A row sum and a column sum run together on the tile of `rows` × columns `c0 .. c0 + w`.
+    fn shared_rows_tile(
+        &self,
+        pair: &SharedRows,
+        rows: std::ops::Range<usize>,
+        c0: usize,
+        w: usize,
+        locals: &[Local<'a, T>],
+        work: &mut Work<T>,
+    ) {
+        let calls = &self.kernel.calls;
+        let (Op::RowSums { body: row_body, .. }, Op::ColumnSums { body: column_body, .. }) =
+            (&calls[pair.row_sums].op, &calls[pair.column_sums].op)
+        else {
+            unreachable!("a pair is a row sum and a column sum");
+        };
+        let scope = self.scope(locals, Piece::Scalar(T::ZERO));
+        eval::shared_rows(
+            (row_body, column_body),
+            pair.matrix,
+            &scope,
+            rows,
+            c0,
+            &mut work.rows[pair.row_sums],
+            &mut work.columns[pair.column_sums][c0..c0 + w],
+        );
     }
 
     /// Row sums of `pass` on the finished row block: `outer(sum)` into the part's rows of the

@@ -58,6 +58,15 @@ wide!(
     /// `dest += x`.
     add = add_body(dest: &mut [T], x: &[T])
 );
+wide!(
+    /// `Σ_k rows[r][k]·x[k]` for each of four rows, and `dest += Σ_r coefs[r]·rows[r]`, in one
+    /// loop: each element of the rows is loaded once for both sums (`A·x` with `Aᵀ·y`).
+    dot_add_rows = dot_add_rows_body(rows: [&[T]; 4], x: &[T], coefs: [T; 4], dest: &mut [T]) -> [T; 4]
+);
+wide!(
+    /// [`dot_add_rows`] for one row (the rows of a tile past a multiple of four).
+    dot_add_row = dot_add_row_body(row: &[T], x: &[T], coef: T, dest: &mut [T]) -> T
+);
 
 /// Independent accumulators of a sum: enough to fill the vector registers and hide the
 /// latency of the additions.
@@ -163,6 +172,71 @@ fn lin_add_body<T: Real>(dest: &mut [T], terms: &[(T, &[T])]) {
     }
 }
 
+/// Accumulators per row in [`dot_add_rows`]: four rows of them fill as many registers as one
+/// [`dot`].
+const ROW_LANES: usize = LANES / 2;
+
+/// The `ROW_LANES` elements of `s` from `k`.
+#[inline(always)]
+fn lanes<T: Real>(s: &[T], k: usize) -> [T; ROW_LANES] {
+    s[k..k + ROW_LANES].try_into().expect("a whole chunk")
+}
+
+#[inline(always)]
+fn dot_add_rows_body<T: Real>(rows: [&[T]; 4], x: &[T], coefs: [T; 4], dest: &mut [T]) -> [T; 4] {
+    let n = dest.len();
+    let x = &x[..n];
+    let [r0, r1, r2, r3] = rows.map(|r| &r[..n]);
+    let [c0, c1, c2, c3] = coefs;
+    let mut acc = [[T::ZERO; ROW_LANES]; 4];
+    let body = n - n % ROW_LANES;
+    for k in (0..body).step_by(ROW_LANES) {
+        let (xs, mut column) = (lanes(x, k), lanes(dest, k));
+        let (a0, a1, a2, a3) = (lanes(r0, k), lanes(r1, k), lanes(r2, k), lanes(r3, k));
+        for l in 0..ROW_LANES {
+            acc[0][l] += a0[l] * xs[l];
+            acc[1][l] += a1[l] * xs[l];
+            acc[2][l] += a2[l] * xs[l];
+            acc[3][l] += a3[l] * xs[l];
+            column[l] += (c0 * a0[l] + c1 * a1[l]) + (c2 * a2[l] + c3 * a3[l]);
+        }
+        dest[k..k + ROW_LANES].copy_from_slice(&column);
+    }
+    let tail = body..n;
+    let sum = |acc: [T; ROW_LANES], r: &[T]| fold_lanes(acc) + dot_body(&r[tail.clone()], &x[tail.clone()]);
+    let sums = [sum(acc[0], r0), sum(acc[1], r1), sum(acc[2], r2), sum(acc[3], r3)];
+    for k in tail.clone() {
+        dest[k] += (c0 * r0[k] + c1 * r1[k]) + (c2 * r2[k] + c3 * r3[k]);
+    }
+    sums
+}
+
+#[inline(always)]
+fn dot_add_row_body<T: Real>(row: &[T], x: &[T], coef: T, dest: &mut [T]) -> T {
+    let n = dest.len();
+    let (row, x) = (&row[..n], &x[..n]);
+    let mut acc = [T::ZERO; ROW_LANES];
+    let body = n - n % ROW_LANES;
+    for k in (0..body).step_by(ROW_LANES) {
+        let (xs, a, mut column) = (lanes(x, k), lanes(row, k), lanes(dest, k));
+        for l in 0..ROW_LANES {
+            acc[l] += a[l] * xs[l];
+            column[l] += coef * a[l];
+        }
+        dest[k..k + ROW_LANES].copy_from_slice(&column);
+    }
+    for k in body..n {
+        dest[k] += coef * row[k];
+    }
+    fold_lanes(acc) + dot_body(&row[body..], &x[body..])
+}
+
+/// The sum of the accumulators of one row, in order.
+#[inline(always)]
+fn fold_lanes<T: Real>(acc: [T; ROW_LANES]) -> T {
+    acc.iter().fold(T::ZERO, |s, &a| s + a)
+}
+
 #[inline(always)]
 fn prod_add_body<T: Real>(dest: &mut [T], c: T, x: &[T], y: &[T]) {
     let n = dest.len();
@@ -255,6 +329,34 @@ mod tests {
                 stream(&mut narrow[offset..offset + len], &wide[..len]);
                 assert_eq!(narrow.iter().filter(|&&x| x == 1.5).count(), len, "{offset} {len}");
             }
+        }
+    }
+
+    #[test]
+    fn row_sums_and_column_sums_in_one_loop_at_every_tail_length() {
+        for n in [0, 1, 7, 8, 9, 17, 100] {
+            let value = |r: usize, k: usize| ((r * 31 + k * 17) % 13) as f64 - 6.0;
+            let rows: Vec<Vec<f64>> = (0..4).map(|r| (0..n).map(|k| value(r, k)).collect()).collect();
+            let x: Vec<f64> = (0..n).map(|k| value(5, k) * 0.25).collect();
+            let coefs = [0.5, -1.0, 2.0, 3.0];
+            let dot = |r: &[f64]| r.iter().zip(&x).map(|(a, b)| a * b).sum::<f64>();
+            let start: Vec<f64> = (0..n).map(|k| k as f64).collect();
+            let mut dest = start.clone();
+            let sums = dot_add_rows([&rows[0], &rows[1], &rows[2], &rows[3]], &x, coefs, &mut dest);
+            for r in 0..4 {
+                assert_eq!(sums[r], dot(&rows[r]), "row {r}, {n}");
+            }
+            for k in 0..n {
+                let want = start[k] + (0..4).map(|r| coefs[r] * rows[r][k]).sum::<f64>();
+                assert_eq!(dest[k], want, "column {k}, {n}");
+            }
+            let mut one = start.clone();
+            assert_eq!(dot_add_row(&rows[3], &x, 3.0, &mut one), dot(&rows[3]), "{n}");
+            assert!(one
+                .iter()
+                .zip(&start)
+                .zip(&rows[3])
+                .all(|((o, s), a)| *o == s + 3.0 * a));
         }
     }
 

@@ -15,6 +15,8 @@ use fuse_core::explore::implementation::dataflow;
 use fuse_core::explore::mapping::{index_axes, Axis};
 use fuse_core::explore::Context;
 use fuse_core::formula::Expr;
+#[cfg(test)]
+use fuse_core::Kernel;
 use fuse_core::{Arg, CallId, HigherOrderKind, Plan, Program, Shape, Sizes, ValueId};
 
 use super::stage::{Role, Stage};
@@ -46,6 +48,33 @@ pub(crate) struct CallPlan {
     pub pass: usize,
 }
 
+/// A row sum and a column sum of one pass, each one product through the rows of the same
+/// matrix (BiCGK's `q = A·p` and `s = Aᵀ·r`): they run as one loop, so each element of the
+/// matrix is loaded once for both — registers doing for the CPU what on-chip memory does in
+/// the GPU kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SharedRows {
+    /// The matrix read.
+    pub matrix: ValueId,
+    /// Position of the row sum among the kernel's calls.
+    pub row_sums: usize,
+    /// Position of the column sum.
+    pub column_sums: usize,
+}
+
+impl SharedRows {
+    /// Whether call position `c` is one of the pair.
+    pub(crate) fn holds(&self, c: usize) -> bool {
+        c == self.row_sums || c == self.column_sums
+    }
+
+    /// The position the pair runs at: the later of its calls, once both calls' operands are
+    /// computed (neither result is read in its own pass).
+    pub(crate) fn runs_at(&self) -> usize {
+        self.row_sums.max(self.column_sums)
+    }
+}
+
 /// What a kernel's blocks tile.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Space {
@@ -66,6 +95,8 @@ pub(crate) struct KernelPlan {
     pub chip: Vec<ValueId>,
     /// Passes over each row block: one more than the highest pass of its calls.
     pub passes: usize,
+    /// Row and column sums run together; a call is in at most one pair.
+    pub shared_rows: Vec<SharedRows>,
     /// Scratch buffers the generic evaluator needs for its deepest stage.
     pub depth: usize,
 }
@@ -200,10 +231,37 @@ fn lower_kernel(ctx: &Context, k: usize, calls: &[CallId]) -> Result<KernelPlan,
     Ok(KernelPlan {
         space: space.ok_or_else(|| invalid(format!("kernel {} has no calls", k + 1)))?,
         passes: lowered.iter().map(|c| c.pass + 1).max().unwrap_or(1),
+        shared_rows: shared_rows(&lowered),
         calls: lowered,
         chip,
         depth,
     })
+}
+
+/// Pairs each row sum `Σ_j f·A[i,j]·x[j]` with the first unpaired column sum `Σ_i g·A[i,j]` of
+/// its pass over the same `A` (`f`, `g`: scalars and elements fixed along the row).
+fn shared_rows(calls: &[CallPlan]) -> Vec<SharedRows> {
+    let mut pairs: Vec<SharedRows> = Vec::new();
+    for (r, row_call) in calls.iter().enumerate() {
+        let Op::RowSums { body, .. } = &row_call.op else {
+            continue;
+        };
+        let Some(matrix) = body.row_product(1) else {
+            continue;
+        };
+        let partner = calls.iter().enumerate().position(|(c, call)| {
+            let same = matches!(&call.op, Op::ColumnSums { body, .. } if body.row_product(0) == Some(matrix));
+            same && call.pass == row_call.pass && !pairs.iter().any(|p| p.holds(c))
+        });
+        if let Some(column_sums) = partner {
+            pairs.push(SharedRows {
+                matrix,
+                row_sums: r,
+                column_sums,
+            });
+        }
+    }
+    pairs
 }
 
 /// The pass call `c` runs in, given the calls of its kernel lowered before it (a row sum among
@@ -409,4 +467,35 @@ fn index_extents(program: &Program, sizes: &Sizes, c: CallId) -> Vec<usize> {
 
 fn invalid(message: String) -> CpuError {
     CpuError::InvalidPlan(message)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fused::unfused_plan;
+    use fuse_core::testing::sequence;
+    use fuse_core::Precision;
+
+    /// The shared-row pairs of `name` with all its calls in one kernel.
+    fn pairs_in_one_kernel(name: &str) -> Vec<SharedRows> {
+        let program = sequence(name, Precision::F32);
+        let mut plan = unfused_plan(&program, &program.sizes);
+        let calls = plan.kernels.drain(..).flat_map(|k| k.calls).collect();
+        plan.kernels = vec![Kernel {
+            calls,
+            ..unfused_plan(&program, &program.sizes).kernels[0].clone()
+        }];
+        prepare(&program, &program.sizes, &plan).unwrap().kernels[0]
+            .shared_rows
+            .clone()
+    }
+
+    #[test]
+    fn bicgk_reads_each_row_once_for_both_sums() {
+        let pairs = pairs_in_one_kernel("bicgk");
+        assert_eq!(pairs.len(), 1);
+        assert_eq!((pairs[0].row_sums, pairs[0].column_sums), (0, 1));
+        // ATAX's column sum reads the row sum, so it runs in the next pass: no pair.
+        assert!(pairs_in_one_kernel("atax").is_empty());
+    }
 }

@@ -121,6 +121,25 @@ impl Stage {
         })
     }
 
+    /// The matrix the stage reads along its rows, when the stage is one product with exactly
+    /// one such read and `runs` runs of vectors besides (any scalars and single elements).
+    pub(crate) fn row_product(&self, runs: usize) -> Option<ValueId> {
+        let [term] = self.terms.as_deref()? else {
+            return None;
+        };
+        let reads = |access| {
+            term.factors
+                .iter()
+                .filter(move |f| matches!(f, Factor::Array(_, a) if *a == access))
+        };
+        let matrix = reads(Access::Row).next();
+        let single = reads(Access::Row).count() == 1 && reads(Access::Run).count() == runs;
+        match (single, matrix) {
+            (true, Some(Factor::Array(m, _))) => Some(*m),
+            _ => None,
+        }
+    }
+
     /// Whether the stage reads value `v`.
     pub(crate) fn reads(&self, v: ValueId) -> bool {
         reads(&self.node, v)
