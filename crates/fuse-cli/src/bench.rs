@@ -153,12 +153,16 @@ struct Measured {
     kernels: (usize, usize),
     fused_us: f64,
     baseline_us: f64,
+    /// Baseline time over fused time: on the CPU the median of the ratios of runs timed back
+    /// to back, which a machine whose speed drifts between runs changes least.
+    speedup: f64,
     bytes: u64,
     /// The baseline's calls, where they are not simply the fused plan's calls one kernel each.
     baseline_calls: Option<String>,
     /// The copy bandwidth measured between this script's runs, where it was (the CPU: memory
-    /// shared with other work gives different bandwidth from minute to minute).
-    copy_gbps: Option<f64>,
+    /// shared with other work gives different bandwidth from minute to minute), and the fused
+    /// GB/s as a share of it: the median of each run's share of the copy timed right after it.
+    copy: Option<(f64, f64)>,
 }
 
 /// The best plan of `program` at `sizes` for the CPU, prepared; and a note on the timing table.
@@ -275,8 +279,9 @@ impl Bench<'_> {
             sizes,
             fused_us: m.fused.median_us,
             baseline_us: m.baseline.median_us,
+            speedup: m.baseline.median_us / m.fused.median_us,
             baseline_calls: Some(m.baseline_text),
-            copy_gbps: None,
+            copy: None,
         })
     }
 
@@ -299,17 +304,19 @@ impl Bench<'_> {
         self.bar.inc(1);
         self.step("timing");
         let runs = self.target.runs(self.args) as usize;
-        let (fused_us, baseline_us, copy_gbps) = time_both(&fused, &baseline, &inputs, runs)?;
+        let bytes = program.compulsory_bytes(&sizes);
+        let timed = time_both(&fused, &baseline, &inputs, runs, bytes)?;
         self.bar.inc(1);
         Ok(Measured {
             script: program.file.clone(),
             kernels: (fused_plan.kernels.len(), baseline_plan.kernels.len()),
-            bytes: program.compulsory_bytes(&sizes),
+            bytes,
             sizes,
-            fused_us,
-            baseline_us,
+            fused_us: timed.fused_us,
+            baseline_us: timed.baseline_us,
+            speedup: timed.speedup,
             baseline_calls: None,
-            copy_gbps: Some(copy_gbps),
+            copy: Some((timed.copy_gbps, timed.copy_share)),
         })
     }
 
@@ -349,14 +356,28 @@ fn check_against_reference(program: &Program, sizes: &Sizes, plan: &fuse_core::P
     Ok(())
 }
 
-/// Median µs of `runs` runs of each plan, and the median copy bandwidth (GB/s) of a copy timed
-/// after each pair: all three alternate, so that they see the same machine.
+/// What [`time_both`] measures.
+struct Timed {
+    /// Medians, µs.
+    fused_us: f64,
+    baseline_us: f64,
+    /// The median of the runs' baseline-over-fused ratios.
+    speedup: f64,
+    /// The median copy bandwidth, GB/s.
+    copy_gbps: f64,
+    /// The median of the runs' fused GB/s (of `bytes`) over the copy's GB/s.
+    copy_share: f64,
+}
+
+/// `runs` runs of each plan, each pair followed by a timed copy: all three alternate, so that
+/// they see the same machine, and ratios are taken run by run.
 fn time_both(
     fused: &FusedPlan,
     baseline: &FusedPlan,
     inputs: &Bindings,
     runs: usize,
-) -> Result<(f64, f64, f64), Failure> {
+    bytes: u64,
+) -> Result<Timed, Failure> {
     let mut spaces = (fused.workspace(), baseline.workspace());
     let mut probe = CopyProbe::new(COPY_BYTES);
     for _ in 0..WARM_UP {
@@ -364,25 +385,33 @@ fn time_both(
         baseline.run_in(inputs, &mut spaces.1).map_err(internal)?;
         probe.copy();
     }
-    let mut times = (
-        Vec::with_capacity(runs),
-        Vec::with_capacity(runs),
-        Vec::with_capacity(runs),
-    );
     let micros = |start: Instant| start.elapsed().as_secs_f64() * 1e6;
+    let mut times: Vec<[f64; 3]> = Vec::with_capacity(runs);
     for _ in 0..runs {
         let start = Instant::now();
         fused.run_in(inputs, &mut spaces.0).map_err(internal)?;
-        times.0.push(micros(start));
+        let f = micros(start);
         let start = Instant::now();
         baseline.run_in(inputs, &mut spaces.1).map_err(internal)?;
-        times.1.push(micros(start));
+        let b = micros(start);
         let start = Instant::now();
         probe.copy();
-        times.2.push(micros(start));
+        times.push([f, b, micros(start)]);
     }
-    let copy_gbps = probe.bytes() as f64 / (median(times.2) * 1e3);
-    Ok((median(times.0), median(times.1), copy_gbps))
+    let of = |stat: fn(&[f64; 3]) -> f64| median(times.iter().map(stat).collect());
+    let copy_bytes = probe.bytes() as f64;
+    Ok(Timed {
+        fused_us: of(|t| t[0]),
+        baseline_us: of(|t| t[1]),
+        speedup: of(|t| t[1] / t[0]),
+        copy_gbps: copy_bytes / (of(|t| t[2]) * 1e3),
+        copy_share: median(
+            times
+                .iter()
+                .map(|t| bytes as f64 * t[2] / (copy_bytes * t[0]))
+                .collect(),
+        ),
+    })
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -394,13 +423,18 @@ impl Measured {
     fn gbps(&self) -> f64 {
         self.bytes as f64 / (self.fused_us * 1e3)
     }
+
+    /// The fused GB/s as a % of the copy measured with it, else of `copy_gbps`.
+    fn pct_of_copy(&self, copy_gbps: f64) -> f64 {
+        100.0 * self.copy.map_or(self.gbps() / copy_gbps, |c| c.1)
+    }
 }
 
 fn print_table(results: &[Measured], copy: &(f64, String), target: &Target, runs: u32) {
     let (gbps, how) = copy;
     println!("copy bandwidth: {gbps:.1} GB/s (bytes read + written by {how})");
-    if results.iter().any(|r| r.copy_gbps.is_some()) {
-        println!("% copy: of the copy bandwidth timed between each script's runs (`copy_gbps` in --json)");
+    if results.iter().any(|r| r.copy.is_some()) {
+        println!("% copy: of the copy bandwidth timed after each run (`copy_gbps` in --json); speedup and % copy: medians of the runs' own ratios");
     }
     println!("plans ranked by: {}", target.table().describe());
     println!("times: median of {runs} runs after warm-up; GB/s: compulsory bytes (inputs read once, outputs written once) over the fused time");
@@ -417,9 +451,9 @@ fn print_table(results: &[Measured], copy: &(f64, String), target: &Target, runs
             format!("{} / {}", r.kernels.0, r.kernels.1),
             r.fused_us,
             r.baseline_us,
-            r.baseline_us / r.fused_us,
+            r.speedup,
             r.gbps(),
-            100.0 * r.gbps() / r.copy_gbps.unwrap_or(*gbps)
+            r.pct_of_copy(*gbps)
         );
     }
     let written: Vec<&Measured> = results.iter().filter(|r| r.baseline_calls.is_some()).collect();
@@ -447,10 +481,10 @@ fn print_json(results: &[Measured], copy: f64, target: &Target) {
                 "baseline_calls": r.baseline_calls,
                 "fused_us": r.fused_us,
                 "baseline_us": r.baseline_us,
-                "speedup": r.baseline_us / r.fused_us,
+                "speedup": r.speedup,
                 "gbps": r.gbps(),
-                "copy_gbps": r.copy_gbps.unwrap_or(copy),
-                "pct_of_copy": 100.0 * r.gbps() / r.copy_gbps.unwrap_or(copy),
+                "copy_gbps": r.copy.map_or(copy, |c| c.0),
+                "pct_of_copy": r.pct_of_copy(copy),
             })
         })
         .collect();

@@ -152,9 +152,11 @@ copy/scal/axpy/dot, and the copies in-place BLAS forces), timed with CUDA events
 flushed before each run. On the CPU (--backend cpu): the best plan for the CPU against the unfused \
 plan (the same calls, one kernel each). Both versions are checked against the f64 reference at \
 small sizes first, then timed at the sizes given (median of --runs runs after warm-up, the two \
-alternating). Reported: both times, the speedup, the effective GB/s (compulsory bytes — every \
-input read once, every output written once — over the fused time) and its percentage of the \
-copy bandwidth, measured at the start.",
+alternating, on the CPU with a timed copy after each pair). Reported: both times, the speedup, \
+the effective GB/s (compulsory bytes — every input read once, every output written once — over \
+the fused time) and its percentage of the copy bandwidth. On the CPU, whose memory is shared \
+with other work, the speedup and the percentage are medians of each run's own ratios (to the \
+baseline and the copy timed beside it).",
         after_help = "Examples:\n  fuse bench scripts/bicgk.yaml scripts/gemver.yaml --size m=8192 --size n=8192\n  \
 fuse bench scripts/vadd.yaml --size n=67108864 --json\n  \
 fuse bench scripts/*.yaml --backend cuda --size m=16384 --size n=16384 --runs 30"
