@@ -5,13 +5,12 @@
 //! or its vector in chunks, and runs every call of the kernel on a tile before moving on, so a
 //! tile read from memory by the first call is still in cache for the others — or, for a row
 //! sum and a column sum through the same matrix (BiCGK), still in registers: the two run as one
-//! loop. Calls that read a
-//! row sum of their own kernel run in a later pass over the row block, once the sums of its
-//! rows are finished; the row block is then sized to stay in cache between the passes. Values the plan
-//! keeps on chip live in the part's tile buffers and never reach memory. Reductions keep
-//! per-part partials — a number per BLAS-1 reduction, a row sum per tile row, a whole partial
-//! vector for sums down columns — added up, in part order (so every run gives the same bits),
-//! after the parallel section.
+//! loop. Calls that read a row sum of their own kernel run in a later pass over the row block,
+//! once the sums of its rows are finished; the row block is then sized to stay in cache between
+//! the passes. Values the plan keeps on chip live in the part's tile buffers and never reach
+//! memory. Reductions keep per-part partials — a number per BLAS-1 reduction, a row sum per
+//! tile row, a whole partial vector for sums down columns — added up, in part order (so every
+//! run gives the same bits), after the parallel section.
 
 use std::mem;
 

@@ -15,8 +15,6 @@ use fuse_core::explore::implementation::dataflow;
 use fuse_core::explore::mapping::{index_axes, Axis};
 use fuse_core::explore::Context;
 use fuse_core::formula::Expr;
-#[cfg(test)]
-use fuse_core::Kernel;
 use fuse_core::{Arg, CallId, HigherOrderKind, Plan, Program, Shape, Sizes, ValueId};
 
 use super::stage::{Role, Stage};
@@ -474,7 +472,7 @@ mod tests {
     use super::*;
     use crate::fused::unfused_plan;
     use fuse_core::testing::sequence;
-    use fuse_core::Precision;
+    use fuse_core::{Kernel, Precision};
 
     /// The shared-row pairs of `name` with all its calls in one kernel.
     fn pairs_in_one_kernel(name: &str) -> Vec<SharedRows> {
