@@ -453,6 +453,14 @@ pub fn copy_bandwidth(device: &Device, bytes: usize, options: &TimingOptions) ->
     Ok(2.0 * bytes as f64 / (timing.median_us * 1e3))
 }
 
+/// Timing of the device probes (launch overhead, arithmetic peak): a few runs of a kernel whose
+/// data stays in registers, so no L2 flush.
+const PROBE_TIMING: TimingOptions = TimingOptions {
+    warmup: 1,
+    runs: 5,
+    flush_l2: false,
+};
+
 /// The cost of one kernel launch in a stream of launches, µs.
 pub fn launch_overhead_us(device: &Device, runtime: &crate::plan::CudaModuleSet) -> Result<f64, CudaError> {
     let function = runtime.function(kernels::EMPTY)?;
@@ -463,12 +471,7 @@ pub fn launch_overhead_us(device: &Device, runtime: &crate::plan::CudaModuleSet)
         shared_mem_bytes: 0,
     };
     let timer = Timer::new(device, false)?;
-    let options = TimingOptions {
-        warmup: 1,
-        runs: 5,
-        flush_l2: false,
-    };
-    let timing = timer.time(&options, &mut || {
+    let timing = timer.time(&PROBE_TIMING, &mut || {
         for _ in 0..LAUNCHES {
             // SAFETY: the empty kernel takes no arguments.
             unsafe { stream.launch_builder(function).launch(config) }.map_err(driver("cuLaunchKernel"))?;
@@ -498,12 +501,7 @@ pub fn peak_gflops(
         shared_mem_bytes: 0,
     };
     let timer = Timer::new(device, false)?;
-    let options = TimingOptions {
-        warmup: 1,
-        runs: 5,
-        flush_l2: false,
-    };
-    let timing = timer.time(&options, &mut || {
+    let timing = timer.time(&PROBE_TIMING, &mut || {
         let mut builder = stream.launch_builder(function);
         builder.arg(&out).arg(&FMA_ITERATIONS);
         // SAFETY: (T* out, int iterations) as declared; `out` holds one element of either type.
