@@ -10,7 +10,9 @@
 #                  f64), sizes 67×45 1×300 300×1 257×513, outputs poisoned, f32 and f64
 #   calibrate 150  fuse calibrate: the timing table of this GPU (installed for the later stages and
 #                  copied to library/timings/<gpu>.yaml, to be committed as the shipped table)
-#   bench     240  fuse bench --backend cuda: BLAS-2 at 8192² and 16384², BLAS-1 at 2²⁶ (JSON)
+#   bench     300  fuse bench --backend cuda: BLAS-2 at 2048², 4096², 8192² and 16384², BLAS-1 at 2²⁶
+#                  (JSON), and the profile of each BLAS-2 plan at 8192² (`fuse compile`: load
+#                  widths, atomics and shuffles per 1024 elements, registers, waves)
 #   sanitize  200  compute-sanitizer memcheck and racecheck on the plan chosen for 8192² / 2²⁶,
 #                  run at small odd sizes
 #   ncu       150  Nsight Compute on the same plans at 8192² / 2²⁶ (the profile that explains misses)
@@ -38,10 +40,12 @@ PYTHON=${PYTHON:-python3}
 BUDGET=${GPU_CHECK_BUDGET:-540}
 START=$SECONDS
 ALL_STAGES=(env selftest calibrate bench sanitize ncu tune peers)
-declare -A COST=([env]=15 [selftest]=90 [calibrate]=150 [bench]=240 [sanitize]=200 [ncu]=150 [tune]=180 [peers]=330)
+declare -A COST=([env]=15 [selftest]=90 [calibrate]=150 [bench]=300 [sanitize]=200 [ncu]=150 [tune]=180 [peers]=330)
 BLAS2=(atax bicgk sgemv sgemvt gemver gesummv madd)
 BLAS1=(axpydot sscal vadd waxpby)
 MATRIX_SIZES=(8192 16384)
+# Sizes whose matrices fit in the L2 cache (or nearly): launches, grid shape and atomics decide.
+SMALL_SIZES=(2048 4096)
 VECTOR_SIZE=67108864
 
 log() { echo "gpu-check: $*" >&2; }
@@ -162,7 +166,7 @@ stage_calibrate() {
 
 stage_bench() {
     local n code status=0
-    for n in "${MATRIX_SIZES[@]}"; do
+    for n in "${SMALL_SIZES[@]}" "${MATRIX_SIZES[@]}"; do
         # shellcheck disable=SC2046
         "$FUSE" bench $(scripts_of "${BLAS2[@]}") --backend cuda --size m="$n" --size n="$n" --runs 30 --json \
             >"$RAW/bench-m$n.json"
@@ -176,6 +180,11 @@ stage_bench() {
     code=$?
     echo "bench n=$VECTOR_SIZE: exit $code"
     [ $code -eq 0 ] || status=1
+    local name
+    for name in "${BLAS2[@]}"; do
+        echo "==== profile of $name at 8192²"
+        "$FUSE" compile "scripts/$name.yaml" --size m=8192 --size n=8192 -o "$RAW/kernels/$name" | grep -v '^wrote ' || status=1
+    done
     return $status
 }
 
@@ -258,7 +267,7 @@ run_stage() {
     {
         echo "# stage $stage — $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
         timeout --kill-after=10 "$left" bash -c "$(declare -f); $(declare -p RAW FUSE PYTHON BLAS1 BLAS2 \
-            MATRIX_SIZES VECTOR_SIZE); stage_$stage"
+            MATRIX_SIZES SMALL_SIZES VECTOR_SIZE); stage_$stage"
         local status=$?
         [ $status -eq 124 ] && echo "# stage $stage TIMED OUT after $left s (partial output above)"
         echo "# stage $stage: exit $status, $((SECONDS - began)) s"

@@ -7,11 +7,10 @@
 // Thread-to-data mapping, shared by every routine below so that elements passed between fused
 // routines stay in registers (paper §3.2.3):
 // - vectors (BLAS-1): element i ↔ thread (block * serial + iteration) * blockDim.x + threadIdx.x;
-// - matrices (BLAS-2): 32×32 tiles, a block of 32×8 threads, thread (tx, ty) holds rows
-//   ty, ty+8, ty+16, ty+24 of column tx; serial iterations walk down a column of tiles.
-
-#define FUSE_TILE 32
-#define FUSE_TILE_ROWS 8
+// - matrices (BLAS-2): a block covers a strip of 32·w columns (w tiles across); each warp takes
+//   whole rows of the strip in turn, and lane l holds columns (g·32 + l)·V + e of each row, for
+//   groups g < w/V and e < V: V consecutive elements, one 16-byte load (f32: V = 4, f64: V = 2;
+//   V = 1 for the paper's one-tile strips), and w/V loads in flight per row.
 
 template <typename T> __device__ __forceinline__ T fuse_abs(T x) { return x < T(0) ? -x : x; }
 __device__ __forceinline__ float fuse_sqrt(float x) { return sqrtf(x); }
@@ -56,33 +55,61 @@ template <typename T> __device__ __forceinline__ void fuse_block_sum_atomic(T va
     if (threadIdx.x + threadIdx.y * blockDim.x == 0) atomicAdd(out, value);
 }
 
-// Sum of thread (tx, ty)'s `value` over the block's 8 rows of threads, for column tx; valid in
-// the threads with ty == 0. All threads of the block must call it.
-template <typename T> __device__ __forceinline__ T fuse_column_sum(T value) {
-    __shared__ T rows[FUSE_TILE_ROWS][FUSE_TILE + 1];  // +1: no bank conflicts down a column
-    rows[threadIdx.y][threadIdx.x] = value;
-    __syncthreads();
-    if (threadIdx.y == 0) {
-        value = T(0);
-#pragma unroll
-        for (int r = 0; r < FUSE_TILE_ROWS; ++r) value += rows[r][threadIdx.x];
+// V consecutive elements of a matrix row or a vector, held by one thread.
+template <typename T, int V> struct fuse_vec {
+    T e[V];
+};
+
+// Whether V elements of T at p can move as one vector access (16 bytes for float4/double2).
+template <typename T, int V> __device__ __forceinline__ bool fuse_vector_ok(const T* p) {
+    return V > 1 && V * sizeof(T) <= 16 && reinterpret_cast<unsigned long long>(p) % (V * sizeof(T)) == 0;
+}
+
+// Load routine of a strip: elements col .. col+V-1 of a row (or vector) of n elements, zero
+// past the end. One 16-byte read-only load where the address is aligned and the run is inside
+// the row; element by element otherwise (odd row lengths, the tail), so every size is correct.
+template <typename T, int V>
+__device__ __forceinline__ fuse_vec<T, V> fuse_load_vec(const T* __restrict__ row, long long col, long long n) {
+    fuse_vec<T, V> out;
+    const T* p = row + col;
+    if (col + V <= n && fuse_vector_ok<T, V>(p)) {
+        if constexpr (V == 4 && sizeof(T) == 4) {
+            const float4 q = __ldg(reinterpret_cast<const float4*>(p));
+            out.e[0] = q.x, out.e[1] = q.y, out.e[2] = q.z, out.e[3] = q.w;
+            return out;
+        } else if constexpr (V == 2 && sizeof(T) == 8) {
+            const double2 q = __ldg(reinterpret_cast<const double2*>(p));
+            out.e[0] = q.x, out.e[1] = q.y;
+            return out;
+        }
     }
-    __syncthreads();  // rows may be reused by the next call
-    return value;
+#pragma unroll
+    for (int e = 0; e < V; ++e) out.e[e] = col + e < n ? p[e] : T(0);
+    return out;
 }
 
-// Partial-reduction store along tile columns: the column's total is added to out[column] with
-// one atomic. All threads of the block must call it.
-template <typename T>
-__device__ __forceinline__ void fuse_column_sum_atomic(T value, T* out, long long column, bool inside) {
-    value = fuse_column_sum(value);
-    if (threadIdx.y == 0 && inside) atomicAdd(out + column, value);
+// Store routine of a strip: the same elements, skipped past the end of the row.
+template <typename T, int V>
+__device__ __forceinline__ void fuse_store_vec(T* __restrict__ row, long long col, long long n, const fuse_vec<T, V>& v) {
+    T* p = row + col;
+    if (col + V <= n && fuse_vector_ok<T, V>(p)) {
+        if constexpr (V == 4 && sizeof(T) == 4) {
+            *reinterpret_cast<float4*>(p) = make_float4(v.e[0], v.e[1], v.e[2], v.e[3]);
+            return;
+        } else if constexpr (V == 2 && sizeof(T) == 8) {
+            *reinterpret_cast<double2*>(p) = make_double2(v.e[0], v.e[1]);
+            return;
+        }
+    }
+#pragma unroll
+    for (int e = 0; e < V; ++e)
+        if (col + e < n) p[e] = v.e[e];
 }
 
-// Partial-reduction store along tile rows: the 32 lanes of a warp hold one row's partial sums;
-// lane 0 adds their total to out[row] with one atomic. All lanes of the warp must call it.
-template <typename T>
-__device__ __forceinline__ void fuse_row_sum_atomic(T value, T* out, long long row, bool inside) {
-    value = fuse_warp_sum(value);
-    if (threadIdx.x == 0 && inside) atomicAdd(out + row, value);
+// The strip column a thread's slot s of the block's column-sum buffer holds: slots are laid out
+// group-major, lane-minor (s = (g·V + e)·32 + l), so that writing them and summing them across
+// warps are both free of bank conflicts.
+template <int V> __device__ __forceinline__ int fuse_strip_column(int slot) {
+    const int lane = slot % 32, e = (slot / 32) % V, g = slot / (32 * V);
+    return (g * 32 + lane) * V + e;
 }

@@ -6,6 +6,7 @@ use serde::Serialize;
 
 use fuse_codegen::generate::{generate_plan, Generated, Step};
 use fuse_codegen::nvrtc::{self, Arch, CompileOptions, NvrtcError};
+use fuse_codegen::profile;
 use fuse_core::{explore, Library, Limits, Plan, Program, Sizes, TimingTable};
 
 use crate::{bad_input, Failure};
@@ -18,11 +19,26 @@ pub fn plan(
     timings: Option<&Path>,
     rank: usize,
 ) -> Result<Plan, Failure> {
-    let table = match timings {
-        Some(path) => TimingTable::load(path).map_err(bad_input)?,
-        None => crate::gpu::default_table(library)?,
-    };
-    let exploration = explore(program, sizes, &table, library, Limits::default()).map_err(bad_input)?;
+    let table = table(library, timings)?;
+    ranked_plan(program, sizes, library, &table, rank)
+}
+
+/// The timing table of `--timings`, else the one for the GPU here.
+fn table(library: &Library, timings: Option<&Path>) -> Result<TimingTable, Failure> {
+    match timings {
+        Some(path) => TimingTable::load(path).map_err(bad_input),
+        None => crate::gpu::default_table(library),
+    }
+}
+
+fn ranked_plan(
+    program: &Program,
+    sizes: &Sizes,
+    library: &Library,
+    table: &TimingTable,
+    rank: usize,
+) -> Result<Plan, Failure> {
+    let exploration = explore(program, sizes, table, library, Limits::default()).map_err(bad_input)?;
     if rank == 0 {
         return Err(bad_input("--plan 0: plans are ranked from 1 (the best predicted)"));
     }
@@ -59,7 +75,8 @@ pub struct CompileArgs {
 /// Writes source, plan and (where NVRTC is available) PTX and resource report to `args.out`.
 pub fn compile(program: &Program, sizes: &Sizes, library: &Library, args: &CompileArgs) -> Result<(), Failure> {
     let arch: Arch = args.arch.parse().map_err(bad_input)?;
-    let plan = plan(program, sizes, library, args.timings.as_deref(), args.rank)?;
+    let table = table(library, args.timings.as_deref())?;
+    let plan = ranked_plan(program, sizes, library, &table, args.rank)?;
     let generated = generate(program, &plan)?;
     let out = &args.out;
     std::fs::create_dir_all(out).map_err(|e| bad_input(format!("-o {}: {e}", out.display())))?;
@@ -95,6 +112,10 @@ pub fn compile(program: &Program, sizes: &Sizes, library: &Library, args: &Compi
         Ok(compiled) => {
             write(format!("{}.{arch}.ptx", program.name), &compiled.ptx)?;
             write("resources.txt".to_string(), &resource_report(&compiled.resources))?;
+            let kernels = profile::profile(&generated, &compiled.ptx, &compiled.resources, sizes, &table.device);
+            let report = profile::table(&kernels);
+            write("profile.txt".to_string(), &report)?;
+            print!("{report}");
             Ok(())
         }
         Err(NvrtcError::NotFound { .. }) => {

@@ -106,8 +106,12 @@ fuse run scripts/atax.yaml --inputs in/ --outputs out/\n  fuse run scripts/bicgk
     #[command(
         long_about = "Generate the CUDA source of the best predicted plan (or of --plan RANK) and \
 write it to DIR: <name>.cu, plan.yaml (kernels, launch steps, argument order) and, where NVRTC \
-is available, <name>.<arch>.ptx and resources.txt (registers, spills and shared memory per \
-kernel, from ptxas). Without NVRTC the source is still written, with a note.",
+is available, <name>.<arch>.ptx, resources.txt (registers, spills and shared memory per \
+kernel, from ptxas) and profile.txt, also printed: per kernel the widest global load in bits \
+(128 = 16-byte vector loads), the numbers of a matrix row each thread loads at once, atomics and \
+warp shuffles per 1024 matrix elements, registers, spills, blocks per SM and waves at the sizes \
+given. These are what make memory-bound kernels fast or slow on any GPU. Without NVRTC the \
+source is still written, with a note.",
         after_help = "Example: fuse compile scripts/gemver.yaml -o out/gemver"
     )]
     Compile {

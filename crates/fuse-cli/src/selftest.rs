@@ -186,6 +186,7 @@ fn plans(
             .map(|c| KernelGroup {
                 calls: vec![c],
                 block: 128,
+                width: 4,
                 serial_iterations: Serial::Iterations(2),
                 walk: Walk::Columns,
             })

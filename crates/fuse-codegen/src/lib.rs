@@ -1,3 +1,4 @@
 pub mod dynlib;
 pub mod generate;
 pub mod nvrtc;
+pub mod profile;

@@ -26,12 +26,13 @@ fn top_plans(program: &Program, count: usize) -> Vec<Vec<KernelGroup>> {
     plans
 }
 
-/// One kernel per call, with the given walk and serial iterations.
-fn unfused(p: &Program, walk: Walk, serial: Serial) -> Vec<KernelGroup> {
+/// One kernel per call, with the given walk, serial iterations and strip width (BLAS-2).
+fn unfused(p: &Program, walk: Walk, serial: Serial, width: u32) -> Vec<KernelGroup> {
     (0..p.calls.len())
         .map(|c| KernelGroup {
             calls: vec![c],
             block: 128,
+            width: if p.calls[c].kind.nesting_level() == 2 { width } else { 1 },
             serial_iterations: serial,
             walk,
         })
@@ -39,12 +40,14 @@ fn unfused(p: &Program, walk: Walk, serial: Serial) -> Vec<KernelGroup> {
 }
 
 /// Hand-made plans covering what the explorer may not pick at the default sizes: both walks,
-/// fixed iterations (atomics) and whole walks (reductions stored directly).
+/// fixed iterations (atomics) and whole walks (reductions stored directly), one-tile strips
+/// (scalar loads) and strips of 4, 8 and 32 tiles (vector loads, several per lane).
 fn hand_plans(p: &Program) -> Vec<Vec<KernelGroup>> {
     vec![
-        unfused(p, Walk::Columns, Serial::Iterations(2)),
-        unfused(p, Walk::Columns, Serial::Whole),
-        unfused(p, Walk::Rows, Serial::Whole),
+        unfused(p, Walk::Columns, Serial::Iterations(2), 4),
+        unfused(p, Walk::Columns, Serial::Whole, 1),
+        unfused(p, Walk::Rows, Serial::Whole, 8),
+        unfused(p, Walk::Rows, Serial::Iterations(2), 32),
     ]
 }
 
@@ -96,6 +99,31 @@ fn best_five_plans_and_unfused_match_the_reference_f64() {
         let mut plans = top_plans(&program, 5);
         plans.extend(hand_plans(&program));
         check(&program, &plans, &SIZES);
+    }
+}
+
+/// Every strip layout — one-tile strips (scalar loads), 8 and 32 tiles across (vector loads),
+/// 2 and 8 warps, both walks, fixed and whole — at column counts around the strip and vector
+/// widths (odd counts leave rows unaligned for 16-byte loads: the scalar path).
+#[test]
+fn strip_layouts_match_the_reference_at_odd_column_counts() {
+    let sizes = [(5, 1), (3, 3), (7, 1023), (4, 1025), (3, 4097)];
+    for (name, precision) in [("bicgk", Precision::F32), ("gemver", Precision::F32), ("bicgk", Precision::F64)] {
+        let program = load(name, precision);
+        let mut plans = Vec::new();
+        for (width, block) in [(1, 64), (8, 256), (32, 64)] {
+            for (walk, serial) in [
+                (Walk::Rows, Serial::Iterations(2)),
+                (Walk::Rows, Serial::Whole),
+                (Walk::Columns, Serial::Iterations(2)),
+                (Walk::Columns, Serial::Whole),
+            ] {
+                let mut plan = unfused(&program, walk, serial, width);
+                plan.iter_mut().for_each(|k| k.block = block);
+                plans.push(plan);
+            }
+        }
+        check(&program, &plans, &sizes);
     }
 }
 

@@ -22,7 +22,6 @@ use std::collections::BTreeMap;
 use cudarc::driver::{LaunchConfig, PushKernelArg};
 use fuse_codegen::generate::{generate, KernelGroup, Serial, Walk};
 use fuse_core::data::fill_random_inputs;
-use fuse_core::explore::implementation::NESTED_THREADS;
 use fuse_core::explore::timing::{Measurement, Model, Peaks, Source, TimingTable, FORMAT};
 use fuse_core::explore::{
     implementation_with, library_checksum, Axis, Block, Context, Finish, Implementation, Predictor, Work,
@@ -95,24 +94,28 @@ struct Environment {
 }
 
 /// The environments measured: for BLAS-1, 1, 8 and 32 warps per block by 1 to 64 serial
-/// iterations, and two occupancy-lowering shared-memory sizes; for BLAS-2 (whose generated
-/// blocks are always 32×8 threads), both walks by 1 to 64 tiles, and the same shared sizes.
+/// iterations, and two occupancy-lowering shared-memory sizes; for BLAS-2, 8 warps over strips
+/// 1, 4 and 16 tiles across, both walks by 1 to 64 serial iterations, 4 and 32 warps over
+/// strips of 32 and 4 tiles, and the same shared sizes.
 fn environments(nested: bool) -> Vec<Environment> {
     let mut out = Vec::new();
     let serials = [1, 4, 16, 64];
     let shared = [24 << 10, 96 << 10];
     if nested {
-        let block = Block {
-            threads: 256,
-            instances: 1,
-        };
-        for walk in [Axis::Rows, Axis::Columns] {
-            for serial in serials {
-                out.push(env(block, serial, Some(walk), 0));
+        let strip = |threads, instances| Block { threads, instances };
+        // Every one fits the 48 KiB column-sum exchange in f64 too.
+        for width in [1, 4, 16] {
+            for walk in [Axis::Rows, Axis::Columns] {
+                for serial in serials {
+                    out.push(env(strip(256, width), serial, Some(walk), 0));
+                }
             }
         }
+        for (threads, width) in [(128, 32), (1024, 4)] {
+            out.push(env(strip(threads, width), 4, Some(Axis::Rows), 0));
+        }
         for extra in shared {
-            out.push(env(block, 4, Some(Axis::Rows), extra));
+            out.push(env(strip(256, 16), 4, Some(Axis::Rows), extra));
         }
     } else {
         for instances in [1, 8, 32] {
@@ -253,9 +256,9 @@ fn round(x: f64, digits: i32) -> f64 {
     (x * scale).round() / scale
 }
 
-/// A routine in an environment: function, variant, routine, precision, threads, serial
-/// iterations, shared bytes.
-type RowKey = (String, String, String, &'static str, u32, u32, u64);
+/// A routine in an environment: function, variant, routine, precision, threads, instances,
+/// serial iterations, shared bytes.
+type RowKey = (String, String, String, &'static str, u32, u32, u32, u64);
 
 /// Routine times by routine and environment, averaged over the kernels that measured them.
 #[derive(Default)]
@@ -269,7 +272,7 @@ impl Rows {
         variant: &str,
         routine: &str,
         precision: Precision,
-        env: (u32, u32, u64),
+        env: (u32, u32, u32, u64),
         ns: f64,
     ) {
         let key = (
@@ -280,6 +283,7 @@ impl Rows {
             env.0,
             env.1,
             env.2,
+            env.3,
         );
         self.0.entry(key).or_default().push(ns);
     }
@@ -288,12 +292,13 @@ impl Rows {
         self.0
             .into_iter()
             .map(
-                |((function, variant, routine, precision, threads, serial, shared), ns)| Measurement {
+                |((function, variant, routine, precision, threads, instances, serial, shared), ns)| Measurement {
                     function,
                     variant,
                     routine,
                     precision: precision.to_string(),
                     threads,
+                    instances,
                     serial_iterations: serial,
                     shared_bytes: shared,
                     ns_per_call: round(ns.iter().sum::<f64>() / ns.len() as f64, 5),
@@ -340,24 +345,17 @@ fn measure(
         let transfer_us = (timing.median_us - imp.time.launch_us - imp.time.finish_us).max(0.01 * timing.median_us);
         let moved: u64 = shares.iter().map(|s| s.runs * bytes(s.work)).sum();
         let shared = imp.shared_bytes + env.extra_shared as u64;
-        // Every plan block size of a BLAS-2 fusion generates this same kernel (32×8 threads).
-        let threads: Vec<u32> = match nested {
-            true => NESTED_THREADS.to_vec(),
-            false => vec![env.block.threads],
-        };
+        let at = (env.block.threads, env.block.instances, imp.serial_iterations, shared);
         for share in shares.iter().filter(|s| bytes(s.work) > 0) {
             let ns = transfer_us * 1e3 * bytes(share.work) as f64 / moved.max(1) as f64;
-            for &t in &threads {
-                let at = (t, imp.serial_iterations, shared);
-                rows.add(
-                    &share.function,
-                    &share.variant,
-                    &share.routine,
-                    subject.precision,
-                    at,
-                    ns,
-                );
-            }
+            rows.add(
+                &share.function,
+                &share.variant,
+                &share.routine,
+                subject.precision,
+                at,
+                ns,
+            );
         }
     }
     Ok(timed)
@@ -369,6 +367,7 @@ fn kernel_group(imp: &Implementation, env: Environment) -> KernelGroup {
     KernelGroup {
         calls: imp.order.clone(),
         block: env.block.threads,
+        width: env.block.instances,
         serial_iterations: match complete {
             true => Serial::Whole,
             false => Serial::Iterations(env.serial),
@@ -585,6 +584,7 @@ mod tests {
                 let group = KernelGroup {
                     calls: vec![0],
                     block: env.block.threads,
+                    width: env.block.instances,
                     serial_iterations: Serial::Iterations(env.serial),
                     walk: Walk::Rows,
                 };
@@ -596,9 +596,9 @@ mod tests {
     #[test]
     fn routine_rows_average_over_kernels() {
         let mut rows = Rows::default();
-        rows.add("gemv", "default", "load.A", Precision::F32, (256, 4, 0), 1.0);
-        rows.add("gemv", "default", "load.A", Precision::F32, (256, 4, 0), 3.0);
-        rows.add("gemv", "default", "load.x", Precision::F32, (256, 4, 0), 5.0);
+        rows.add("gemv", "default", "load.A", Precision::F32, (256, 1, 4, 0), 1.0);
+        rows.add("gemv", "default", "load.A", Precision::F32, (256, 1, 4, 0), 3.0);
+        rows.add("gemv", "default", "load.x", Precision::F32, (256, 1, 4, 0), 5.0);
         let m = rows.into_measurements();
         assert_eq!(m.len(), 2);
         assert_eq!((m[0].routine.as_str(), m[0].ns_per_call), ("load.A", 2.0));
@@ -610,7 +610,11 @@ mod tests {
         assert!(blas1.iter().any(|e| e.block.threads == 1024 && e.serial == 64));
         assert!(blas1.iter().any(|e| e.extra_shared > 64 << 10));
         let blas2 = environments(true);
-        assert!(blas2.iter().all(|e| e.block.threads == 256 && e.walk.is_some()));
+        assert!(blas2.iter().all(|e| e.walk.is_some()));
         assert!(blas2.iter().any(|e| e.walk == Some(Axis::Columns)));
+        // Every one fits the 48 KiB column-sum exchange in f64 too.
+        for width in [1, 4, 16] {
+            assert!(blas2.iter().any(|e| e.block.instances == width));
+        }
     }
 }

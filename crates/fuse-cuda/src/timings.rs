@@ -154,6 +154,7 @@ mod tests {
                     routine: "load.x".into(),
                     precision: "f32".into(),
                     threads: 256,
+                    instances: 1,
                     serial_iterations: 1,
                     shared_bytes: 0,
                     ns_per_call: 1.0,

@@ -42,6 +42,7 @@ fn top_plans(program: &Program, count: usize) -> Vec<Vec<KernelGroup>> {
                 .map(|c| KernelGroup {
                     calls: vec![c],
                     block: 128,
+                    width: 4,
                     serial_iterations: Serial::Iterations(2),
                     walk: Walk::Columns,
                 })

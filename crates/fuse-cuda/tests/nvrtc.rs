@@ -32,6 +32,7 @@ fn a_kernel_of_every_calibration_program_compiles() {
         let group = KernelGroup {
             calls: vec![0],
             block: 256,
+            width: 4,
             serial_iterations: Serial::Iterations(4),
             walk: Walk::Columns,
         };

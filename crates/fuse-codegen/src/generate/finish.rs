@@ -90,6 +90,7 @@ pub(crate) fn generate(k: &KernelContext, c: CallId) -> Result<Option<(String, L
         },
         block: (FINISH_BLOCK, 1, 1),
         args,
+        strips: None,
     };
     Ok(Some((s, launch)))
 }

@@ -43,8 +43,10 @@ const FINISH_BLOCK: u32 = 256;
 pub struct KernelGroup {
     /// The calls it fuses, in an order that respects their dependencies.
     pub calls: Vec<CallId>,
-    /// Threads per block (BLAS-1); BLAS-2 kernels use 32×8 tiles of threads.
+    /// Threads per block.
     pub block: u32,
+    /// BLAS-2: tiles across a block's strip of columns (32 columns each); 1 for BLAS-1.
+    pub width: u32,
     /// Elements (BLAS-1) or tiles (BLAS-2) each thread block processes in sequence.
     pub serial_iterations: Serial,
     /// The direction BLAS-2 blocks walk their serial iterations in.
@@ -65,14 +67,15 @@ pub enum Serial {
 
 impl From<&fuse_core::Kernel> for KernelGroup {
     /// The generator's view of a planned kernel: a reduction the plan finishes inside its block
-    /// (`Finish::Complete`) makes the block walk the whole extent. BLAS-2 kernels always use
-    /// 32×8 threads per tile, whatever block the plan names.
+    /// (`Finish::Complete`) makes the block walk the whole extent. The instances of a BLAS-2
+    /// block are the tiles across its strip.
     fn from(kernel: &fuse_core::Kernel) -> Self {
         use fuse_core::explore::implementation::Finish;
         let complete = kernel.reductions.iter().any(|r| r.finish == Finish::Complete);
         KernelGroup {
             calls: kernel.calls.clone(),
             block: kernel.block.threads,
+            width: kernel.block.instances,
             serial_iterations: if complete {
                 Serial::Whole
             } else {
@@ -132,14 +135,18 @@ pub enum Grid {
         /// Elements each block covers (`None`: all).
         per_block: Option<u32>,
     },
-    /// One block per `serial` tiles along the walk: `ceil(cols / 32)` × `ceil(rows / (32 · serial))`
-    /// blocks walking down rows, `ceil(cols / (32 · serial))` × `ceil(rows / 32)` along columns.
-    Tiles {
+    /// Blocks over strips of `columns` columns: walking down rows, `ceil(cols / columns)` ×
+    /// `ceil(rows / (32 · serial))` blocks; walking along columns, `ceil(cols / (columns ·
+    /// serial))` × `ceil(rows / 32)`.
+    Strips {
         /// Size symbol of the rows.
         rows: String,
         /// Size symbol of the columns.
         cols: String,
-        /// Tiles each block walks (`None`: all, one block along the walk).
+        /// Columns per strip.
+        columns: u32,
+        /// Tiles (walking down) or strips (walking along) each block walks (`None`: all, one
+        /// block along the walk).
         serial: Option<u32>,
         /// The direction of the walk.
         walk: Walk,
@@ -156,16 +163,25 @@ impl Grid {
                 let n = len.as_deref().map_or(1, get);
                 (blocks(n, per_block.map(u64::from)), 1, 1)
             }
-            Grid::Tiles {
+            Grid::Strips {
                 rows,
                 cols,
+                columns,
                 serial,
                 walk,
             } => {
-                let along = serial.map(|s| 32 * s as u64);
+                let columns = *columns as u64;
                 match walk {
-                    Walk::Rows => (blocks(get(cols), Some(32)), blocks(get(rows), along), 1),
-                    Walk::Columns => (blocks(get(cols), along), blocks(get(rows), Some(32)), 1),
+                    Walk::Rows => (
+                        blocks(get(cols), Some(columns)),
+                        blocks(get(rows), serial.map(|s| 32 * s as u64)),
+                        1,
+                    ),
+                    Walk::Columns => (
+                        blocks(get(cols), serial.map(|s| columns * s as u64)),
+                        blocks(get(rows), Some(32)),
+                        1,
+                    ),
                 }
             }
         }
@@ -193,6 +209,25 @@ pub struct Launch {
     pub block: (u32, u32, u32),
     /// Arguments in order.
     pub args: Vec<LaunchArg>,
+    /// What a strip kernel does per matrix row and per strip (`None` for vector kernels).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub strips: Option<StripWork>,
+}
+
+/// The partial-sum traffic of a strip kernel, for counting its atomics and shuffles at given
+/// sizes: every row of every block's strip is warp-summed once per row sum; row sums not
+/// finished in their block add one atomic per row per block across the columns, column sums
+/// one per column per block down the rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct StripWork {
+    /// Numbers of a matrix row each thread holds (one per tile across the strip).
+    pub per_thread: u32,
+    /// Row sums (each one warp sum per row per block across the columns).
+    pub row_sums: u32,
+    /// Of those, the ones added to memory with atomics.
+    pub row_sum_atomics: u32,
+    /// Column sums added to memory with atomics.
+    pub column_sum_atomics: u32,
 }
 
 /// One step of running a generated plan.
@@ -332,6 +367,7 @@ pub(crate) struct KernelContext<'a> {
     pub calls: Vec<CallId>,
     pub level: u8,
     pub block: u32,
+    pub width: u32,
     pub serial: Serial,
     pub walk: Walk,
     pub global: &'a BTreeSet<ValueId>,
@@ -363,12 +399,19 @@ impl<'a> KernelContext<'a> {
                 group.block, group.serial_iterations
             )));
         }
+        if level == 2 && (group.block % 32 != 0 || !(1..=64).contains(&group.width)) {
+            return Err(GenerateError::InvalidPlan(format!(
+                "kernel {k}: a BLAS-2 block needs whole warps and 1..=64 tiles across, not {} threads and {} tiles",
+                group.block, group.width
+            )));
+        }
         Ok(KernelContext {
             program,
             name: format!("fuse_{}_k{k}", program.name),
             calls: group.calls.clone(),
             level,
             block: group.block,
+            width: group.width,
             serial: group.serial_iterations,
             walk: group.walk,
             global,

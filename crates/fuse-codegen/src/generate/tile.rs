@@ -1,58 +1,84 @@
-//! BLAS-2 kernels: nested maps and reductions over 32×32 tiles of the matrices.
+//! BLAS-2 kernels: nested maps and reductions over strips of whole matrix rows.
+//!
+//! A block of `T` threads (`T/32` warps) covers strips of `32·w` columns (`w` tiles across, the
+//! plan's `Block::instances`); lane `l` holds columns `(g·32 + l)·V + e` of a row — `w/V` groups
+//! of `V` consecutive elements, each moved by one 16-byte access where aligned
+//! (library/cuda/routines.cuh). Warps take the rows of a strip in turn. Two walks:
 //!
 //! ```text
-//! scalars and the sub-vectors along the walk loaded once; accumulators cleared (invariants)
-//! for each serial iteration (the next tile down a column of tiles, or along a row of tiles):
-//!     sub-vectors across the walk loaded
-//!     for each of the thread's 4 rows of the tile:
-//!         matrix loads, compute routines in call order, stores, partial sums
-//!     partial sums across the walk: one atomic per row or column of the tile
-//! partial sums along the walk: one atomic per row or column, after the loop — or, when the
-//! block walks the whole extent, the finished result stored directly
+//! Walk::Rows — a block owns one strip, 32·serial rows (or all) high:
+//!     column sub-vectors loaded once; column sums accumulated in registers
+//!     for each row of the warp: matrix loads (w/V in flight), computes, stores;
+//!                               row sums: one warp sum, one atomic per row per strip
+//!     column sums: added across warps in shared memory once, one atomic (or store) per column
+//!
+//! Walk::Columns — a block owns 32 rows and walks `serial` strips (or all) along them:
+//!     row sub-vectors loaded once; row sums accumulated in registers across strips
+//!     for each strip: column sub-vectors loaded; for each of the warp's rows: as above;
+//!                     column sums across warps, one atomic per column per strip
+//!     row sums: one warp sum per row, one atomic (or store, when the walk is whole)
 //! ```
-//! Row sums (gemv-like) use a warp sum, column sums (gemtv-like) a sum over the block's 8
-//! thread rows in shared memory.
 //! Every routine sees element (row, col) in the same thread, so fused values stay in registers
-//! and no barrier is needed between routines (paper §3.2.3); only the column reduction uses
-//! shared memory, after the loop.
+//! and the only barriers are those of the column-sum exchange (paper §3.2.3).
 
 use std::fmt::Write;
 
+use fuse_core::explore::mapping::{StripLayout, ROWS_PER_STRIP_BLOCK, STATIC_SHARED_LIMIT};
 use fuse_core::{Call, Shape, ValueId};
 
 use super::expr::{emit, the_sum, unsupported, Registers};
-use super::{element_uses, pointer, size_param, GenerateError, Grid, KernelContext, KernelOutput, Launch, Walk};
+use super::{
+    element_uses, pointer, size_param, GenerateError, Grid, KernelContext, KernelOutput, Launch, StripWork, Walk,
+};
 
-/// How a call's index variables map onto the tile: which one walks rows, which columns.
-struct TileRegisters {
+/// How a call's index variables map onto a strip: which one indexes rows.
+struct StripRegisters {
     row_var: usize,
+    /// `[k]` where row sub-vectors are held per row of the warp (the walk along columns).
+    row_index: &'static str,
 }
 
-impl Registers for TileRegisters {
+impl Registers for StripRegisters {
     fn element(&self, value: ValueId, index: &[usize]) -> String {
         match index {
-            [_, _] => format!("v{value}"),
-            [i] if *i == self.row_var => format!("r{value}[k]"),
-            _ => format!("c{value}"),
+            [_, _] => format!("v{value}[g].e[e]"),
+            [i] if *i == self.row_var => format!("r{value}{}", self.row_index),
+            _ => format!("c{value}[g].e[e]"),
         }
     }
 }
 
-/// The row and column index variables of a nested call: those of its first matrix element.
-fn tile_vars(call: &Call) -> Result<TileRegisters, GenerateError> {
+/// Registers of values read after a reduction is complete, by the thread that stores one
+/// column of it: column sub-vectors come from memory (another lane holds them in registers).
+struct ColumnFinishRegisters<'a> {
+    k: &'a KernelContext<'a>,
+    row_var: usize,
+}
+
+impl Registers for ColumnFinishRegisters<'_> {
+    fn element(&self, value: ValueId, index: &[usize]) -> String {
+        match index {
+            [i] if *i != self.row_var => format!("{}[col]", pointer(self.k.program, value)),
+            _ => format!("v{value}"),
+        }
+    }
+}
+
+/// The row index variable of a nested call: the first of its first matrix element.
+fn row_var(call: &Call) -> Result<usize, GenerateError> {
     element_uses(call)
         .into_iter()
         .find_map(|(_, index)| match index.as_slice() {
-            [row, _] => Some(TileRegisters { row_var: *row }),
+            [row, _] => Some(*row),
             _ => None,
         })
         .ok_or_else(|| unsupported(call, "a nested function must index a matrix"))
 }
 
-/// What a kernel's values are, tile-wise.
+/// What a kernel's loaded values are, strip-wise.
 #[derive(Default)]
 struct Uses {
-    rows_vectors: Vec<ValueId>,
+    row_vectors: Vec<ValueId>,
     column_vectors: Vec<ValueId>,
     matrices: Vec<ValueId>,
 }
@@ -62,14 +88,14 @@ fn uses(k: &KernelContext) -> Result<Uses, GenerateError> {
     let loaded = k.loaded();
     for &c in &k.calls {
         let call = &k.program.calls[c];
-        let regs = tile_vars(call)?;
+        let rows = row_var(call)?;
         for (v, index) in element_uses(call) {
             if !loaded.contains(&v) {
                 continue;
             }
             let list = match index.as_slice() {
                 [_, _] => &mut u.matrices,
-                [i] if *i == regs.row_var => &mut u.rows_vectors,
+                [i] if *i == rows => &mut u.row_vectors,
                 _ => &mut u.column_vectors,
             };
             if !list.contains(&v) {
@@ -77,13 +103,13 @@ fn uses(k: &KernelContext) -> Result<Uses, GenerateError> {
             }
         }
     }
-    for list in [&mut u.rows_vectors, &mut u.column_vectors, &mut u.matrices] {
+    for list in [&mut u.row_vectors, &mut u.column_vectors, &mut u.matrices] {
         list.sort_unstable();
     }
     Ok(u)
 }
 
-/// The matrix shape all tiles of the kernel walk.
+/// The matrix shape all strips of the kernel cover.
 fn matrix_dims(k: &KernelContext) -> Result<(String, String), GenerateError> {
     let mut dims: Option<(String, String)> = None;
     for &c in &k.calls {
@@ -103,6 +129,336 @@ fn matrix_dims(k: &KernelContext) -> Result<(String, String), GenerateError> {
     dims.ok_or_else(|| GenerateError::InvalidPlan(format!("kernel {} reads no matrix", k.name)))
 }
 
+/// Whether reduce call `call` sums over rows (its result is indexed by column).
+fn is_column_sum(call: &Call) -> Result<bool, GenerateError> {
+    Ok(the_sum(call)?.0 == row_var(call)?)
+}
+
+/// The kernel being generated, with its sizes and layout resolved.
+struct Strips<'a> {
+    k: &'a KernelContext<'a>,
+    layout: StripLayout,
+    /// Size parameters of rows and columns.
+    m: String,
+    n: String,
+    uses: Uses,
+    row_sums: Vec<ValueId>,
+    column_sums: Vec<ValueId>,
+    /// The walk along columns keeps row values per row of the warp: `[k]`.
+    row_index: &'static str,
+}
+
+impl<'a> Strips<'a> {
+    fn new(k: &'a KernelContext<'a>, rows: &str, cols: &str) -> Result<Self, GenerateError> {
+        let layout = StripLayout::new(k.block, k.width, k.precision());
+        let (mut row_sums, mut column_sums) = (Vec::new(), Vec::new());
+        for &c in &k.calls {
+            let call = &k.program.calls[c];
+            if call.kind.is_reduce() {
+                match is_column_sum(call)? {
+                    true => column_sums.push(call.result),
+                    false => row_sums.push(call.result),
+                }
+            }
+        }
+        if !column_sums.is_empty() && layout.column_sum_bytes(k.precision()) > STATIC_SHARED_LIMIT {
+            return Err(GenerateError::InvalidPlan(format!(
+                "kernel {}: {} warps × {} columns do not fit the column-sum exchange in {} KiB of shared memory",
+                k.name,
+                layout.warps,
+                layout.columns(),
+                STATIC_SHARED_LIMIT / 1024
+            )));
+        }
+        Ok(Strips {
+            k,
+            layout,
+            m: size_param(rows),
+            n: size_param(cols),
+            uses: uses(k)?,
+            row_sums,
+            column_sums,
+            row_index: match k.walk {
+                Walk::Rows => "",
+                Walk::Columns => "[k]",
+            },
+        })
+    }
+
+    fn registers(&self, call: &Call) -> Result<StripRegisters, GenerateError> {
+        Ok(StripRegisters {
+            row_var: row_var(call)?,
+            row_index: self.row_index,
+        })
+    }
+
+    fn vec(&self) -> String {
+        format!("fuse_vec<{}, kVector>", self.k.ty())
+    }
+
+    /// `c{v}[g]` for every column sub-vector, loaded for the strip at `col0`.
+    fn column_vector_loads(&self, indent: &str) -> String {
+        let mut s = String::new();
+        for &v in &self.uses.column_vectors {
+            let _ = writeln!(s, "{indent}{} c{v}[kGroups];", self.vec());
+            let _ = writeln!(
+                s,
+                "{indent}#pragma unroll\n{indent}for (int g = 0; g < kGroups; ++g) c{v}[g] = fuse_load_vec<{}, kVector>({}, col0 + (g * 32 + lane) * kVector, {});",
+                self.k.ty(),
+                pointer(self.k.program, v),
+                self.n
+            );
+        }
+        s
+    }
+
+    /// Clears the column-sum accumulators `acc{r}[g]`.
+    fn column_sum_clear(&self, indent: &str) -> String {
+        self.column_sums
+            .iter()
+            .map(|r| format!("{indent}{} acc{r}[kGroups] = {{}};\n", self.vec()))
+            .collect()
+    }
+
+    /// The work of one row of one strip: matrix loads, every call's compute routine, stores.
+    /// Row sums add to `part{r}{row_index}`, column sums to `acc{r}[g]`.
+    fn row_body(&self, indent: &str) -> Result<String, GenerateError> {
+        let (k, ty) = (self.k, self.k.ty());
+        let mut s = String::new();
+        let _ = writeln!(s, "{indent}const long long at = row * {};", self.n);
+        for &v in &self.uses.matrices {
+            let _ = writeln!(s, "{indent}{} v{v}[kGroups];", self.vec());
+            let _ = writeln!(
+                s,
+                "{indent}#pragma unroll\n{indent}for (int g = 0; g < kGroups; ++g) v{v}[g] = fuse_load_vec<{ty}, kVector>({} + at, col0 + (g * 32 + lane) * kVector, {});",
+                pointer(k.program, v),
+                self.n
+            );
+        }
+        for &c in &k.calls {
+            let call = &k.program.calls[c];
+            if !call.kind.is_reduce() {
+                let _ = writeln!(s, "{indent}{} v{}[kGroups];", self.vec(), call.result);
+            }
+        }
+        let _ = writeln!(s, "{indent}#pragma unroll\n{indent}for (int g = 0; g < kGroups; ++g) {{");
+        let _ = writeln!(s, "{indent}    #pragma unroll\n{indent}    for (int e = 0; e < kVector; ++e) {{");
+        let _ = writeln!(
+            s,
+            "{indent}        const bool ok = col0 + (g * 32 + lane) * kVector + e < {};",
+            self.n
+        );
+        let inner = format!("{indent}        ");
+        for &c in &k.calls {
+            s.push_str(&self.compute(&k.program.calls[c], &inner)?);
+        }
+        let _ = writeln!(s, "{indent}    }}\n{indent}}}");
+        for v in k.stored() {
+            let _ = writeln!(
+                s,
+                "{indent}#pragma unroll\n{indent}for (int g = 0; g < kGroups; ++g) fuse_store_vec<{ty}, kVector>({} + at, col0 + (g * 32 + lane) * kVector, {}, v{v}[g]);",
+                pointer(k.program, v),
+                self.n
+            );
+        }
+        Ok(s)
+    }
+
+    /// The compute routine of one call for element (g, e); reductions add their term to the
+    /// thread's partial sum.
+    fn compute(&self, call: &Call, indent: &str) -> Result<String, GenerateError> {
+        let regs = self.registers(call)?;
+        let (r, p) = (call.result, self.k.precision());
+        if !call.kind.is_reduce() {
+            let body = emit(&call.form.formula.body, call, p, &regs, None)?;
+            return Ok(format!("{indent}v{r}[g].e[e] = {body};  // {}\n", call.text));
+        }
+        let term = emit(the_sum(call)?.1, call, p, &regs, None)?;
+        let target = match self.column_sums.contains(&r) {
+            true => format!("acc{r}[g].e[e]"),
+            false => format!("part{r}{}", self.row_index),
+        };
+        Ok(format!("{indent}if (ok) {target} += {term};  // {}\n", call.text))
+    }
+
+    /// Row sums of one row: a warp sum, then one atomic — or, when `direct`, the finished
+    /// value stored — by lane 0, where `inside` holds. All lanes of the warp must run it.
+    fn row_sum_stores(&self, direct: bool, inside: &str, indent: &str) -> Result<String, GenerateError> {
+        let mut s = String::new();
+        for &r in &self.row_sums {
+            let call = self.producer(r);
+            let p = pointer(self.k.program, r);
+            let total = format!("total{r}");
+            let _ = writeln!(
+                s,
+                "{indent}const {} {total} = fuse_warp_sum(part{r}{});",
+                self.k.ty(),
+                self.row_index
+            );
+            if direct {
+                let value = emit(
+                    &call.form.formula.body,
+                    call,
+                    self.k.precision(),
+                    &self.registers(call)?,
+                    Some(&total),
+                )?;
+                let _ = writeln!(s, "{indent}if (lane == 0 && {inside}) {p}[row] = {value};");
+            } else {
+                let _ = writeln!(s, "{indent}if (lane == 0 && {inside}) atomicAdd({p} + row, {total});");
+            }
+        }
+        Ok(s)
+    }
+
+    /// Column sums of the strip at `col0`: each warp's partials go to shared memory, then each
+    /// thread adds up whole columns across warps and adds them to memory with one atomic — or,
+    /// when `direct`, stores the finished value. All threads of the block must run it.
+    fn column_sum_stores(&self, direct: bool, indent: &str) -> Result<String, GenerateError> {
+        let (k, ty) = (self.k, self.k.ty());
+        let mut s = String::new();
+        if self.column_sums.is_empty() {
+            return Ok(s);
+        }
+        let _ = writeln!(s, "{indent}__shared__ {ty} exchange[kWarps * kColumns];");
+        for &r in &self.column_sums {
+            let call = self.producer(r);
+            let p = pointer(k.program, r);
+            let _ = writeln!(s, "{indent}#pragma unroll\n{indent}for (int g = 0; g < kGroups; ++g)");
+            let _ = writeln!(s, "{indent}    #pragma unroll\n{indent}    for (int e = 0; e < kVector; ++e)");
+            let _ = writeln!(
+                s,
+                "{indent}        exchange[warp * kColumns + (g * kVector + e) * 32 + lane] = acc{r}[g].e[e];"
+            );
+            let _ = writeln!(s, "{indent}__syncthreads();");
+            let _ = writeln!(
+                s,
+                "{indent}for (int slot = threadIdx.x; slot < kColumns; slot += blockDim.x) {{"
+            );
+            let _ = writeln!(s, "{indent}    {ty} total{r} = {ty}(0);");
+            let _ = writeln!(
+                s,
+                "{indent}    for (int w = 0; w < kWarps; ++w) total{r} += exchange[w * kColumns + slot];"
+            );
+            let _ = writeln!(
+                s,
+                "{indent}    const long long col = col0 + fuse_strip_column<kVector>(slot);"
+            );
+            if direct {
+                let regs = ColumnFinishRegisters {
+                    k,
+                    row_var: row_var(call)?,
+                };
+                let total = format!("total{r}");
+                let value = emit(&call.form.formula.body, call, k.precision(), &regs, Some(&total))?;
+                let _ = writeln!(s, "{indent}    if (col < {}) {p}[col] = {value};", self.n);
+            } else {
+                let _ = writeln!(s, "{indent}    if (col < {}) atomicAdd({p} + col, total{r});", self.n);
+            }
+            let _ = writeln!(s, "{indent}}}");
+            let _ = writeln!(s, "{indent}__syncthreads();  // the exchange is reused");
+        }
+        Ok(s)
+    }
+
+    fn producer(&self, r: ValueId) -> &'a Call {
+        let k = self.k;
+        &k.program.calls[k.program.values[r].producer.expect("reductions are call results")]
+    }
+
+    /// The walk down the rows of one strip.
+    fn walk_rows(&self) -> Result<String, GenerateError> {
+        let (k, m, ty) = (self.k, &self.m, self.k.ty());
+        let mut s = String::new();
+        let _ = writeln!(s, "    const long long col0 = (long long)blockIdx.x * kColumns;");
+        let _ = writeln!(
+            s,
+            "    const long long height = {};",
+            match k.grid_serial() {
+                Some(serial) => format!("{}LL", 32 * serial as u64),
+                None => m.clone(),
+            }
+        );
+        let _ = writeln!(s, "    const long long row0 = (long long)blockIdx.y * height;");
+        let _ = writeln!(
+            s,
+            "    const long long row_end = row0 + height < {m} ? row0 + height : {m};"
+        );
+        s.push_str(&self.column_vector_loads("    "));
+        s.push_str(&self.column_sum_clear("    "));
+        let _ = writeln!(
+            s,
+            "    for (long long row = row0 + warp; row < row_end; row += kWarps) {{"
+        );
+        for &v in &self.uses.row_vectors {
+            let _ = writeln!(s, "        const {ty} r{v} = {}[row];", pointer(k.program, v));
+        }
+        for &r in &self.row_sums {
+            let _ = writeln!(s, "        {ty} part{r} = {ty}(0);");
+        }
+        s.push_str(&self.row_body("        ")?);
+        s.push_str(&self.row_sum_stores(false, "true", "        ")?);
+        s.push_str("    }\n");
+        s.push_str(&self.column_sum_stores(k.grid_serial().is_none(), "    ")?);
+        Ok(s)
+    }
+
+    /// The walk of 32 rows along their strips.
+    fn walk_columns(&self) -> Result<String, GenerateError> {
+        let (k, m, n, ty) = (self.k, &self.m, &self.n, self.k.ty());
+        let mut s = String::new();
+        let _ = writeln!(s, "    constexpr int kRows = ({ROWS_PER_STRIP_BLOCK} + kWarps - 1) / kWarps;");
+        let _ = writeln!(
+            s,
+            "    const long long row_first = (long long)blockIdx.y * {ROWS_PER_STRIP_BLOCK} + warp;"
+        );
+        for &v in &self.uses.row_vectors {
+            let _ = writeln!(s, "    {ty} r{v}[kRows];");
+            let _ = writeln!(s, "    #pragma unroll\n    for (int k = 0; k < kRows; ++k) {{");
+            let _ = writeln!(s, "        const long long row = row_first + k * kWarps;");
+            let _ = writeln!(
+                s,
+                "        r{v}[k] = row < {m} && k * kWarps + warp < {ROWS_PER_STRIP_BLOCK} ? {}[row] : {ty}(0);",
+                pointer(k.program, v)
+            );
+            s.push_str("    }\n");
+        }
+        for &r in &self.row_sums {
+            let _ = writeln!(s, "    {ty} part{r}[kRows] = {{}};");
+        }
+        let _ = writeln!(
+            s,
+            "    const long long strips = {};",
+            k.iterations(n, "(long long)kColumns")
+        );
+        let _ = writeln!(s, "    for (long long strip = 0; strip < strips; ++strip) {{");
+        let _ = writeln!(
+            s,
+            "        const long long col0 = ((long long)blockIdx.x * strips + strip) * kColumns;"
+        );
+        let _ = writeln!(s, "        if (col0 >= {n}) break;  // uniform across the block");
+        s.push_str(&self.column_vector_loads("        "));
+        s.push_str(&self.column_sum_clear("        "));
+        // Unrolled, so that the per-row arrays stay in registers; the test is uniform per warp.
+        let _ = writeln!(s, "        #pragma unroll\n        for (int k = 0; k < kRows; ++k) {{");
+        let _ = writeln!(s, "            const long long row = row_first + k * kWarps;");
+        let _ = writeln!(
+            s,
+            "            if (row < {m} && k * kWarps + warp < {ROWS_PER_STRIP_BLOCK}) {{"
+        );
+        s.push_str(&self.row_body("                ")?);
+        s.push_str("            }\n        }\n");
+        s.push_str(&self.column_sum_stores(false, "        ")?);
+        s.push_str("    }\n");
+        let _ = writeln!(s, "    #pragma unroll\n    for (int k = 0; k < kRows; ++k) {{");
+        let _ = writeln!(s, "        const long long row = row_first + k * kWarps;");
+        let inside = format!("row < {m} && k * kWarps + warp < {ROWS_PER_STRIP_BLOCK}");
+        s.push_str(&self.row_sum_stores(k.grid_serial().is_none(), &inside, "        ")?);
+        s.push_str("    }\n");
+        Ok(s)
+    }
+}
+
 /// The kernel's source and launch.
 pub(crate) fn generate(k: &KernelContext) -> Result<KernelOutput, GenerateError> {
     let (rows, cols) = matrix_dims(k)?;
@@ -110,254 +466,58 @@ pub(crate) fn generate(k: &KernelContext) -> Result<KernelOutput, GenerateError>
     if cols != rows {
         sizes.push(cols.clone());
     }
-    let (m, n) = (size_param(&rows), size_param(&cols));
-    let ty = k.ty();
-    let down = k.walk == Walk::Rows;
-    let u = uses(k)?;
+    let strips = Strips::new(k, &rows, &cols)?;
+    let layout = strips.layout;
     let (params, args) = k.parameters(&sizes);
-    let accumulated = accumulated_reductions(k)?;
     let mut s = String::new();
     let _ = writeln!(s, "\n// Kernel {} fuses:\n{}", k.name, k.header_comment());
     let _ = writeln!(
         s,
-        "extern \"C\" __global__ void __launch_bounds__(FUSE_TILE * FUSE_TILE_ROWS) {}({params}) {{",
+        "extern \"C\" __global__ void __launch_bounds__({}) {}({params}) {{",
+        32 * layout.warps,
         k.name
     );
+    let _ = writeln!(
+        s,
+        "    constexpr int kWarps = {}, kVector = {}, kGroups = {}, kColumns = 32 * kVector * kGroups;",
+        layout.warps, layout.vector, layout.groups
+    );
+    let _ = writeln!(s, "    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;");
     s.push_str(&k.scalar_loads("    "));
-    // The walk fixes one of the block's coordinates; sub-vectors along it are invariant.
-    let (fixed, moving, along, limit) = if down {
-        (
-            "const long long col = (long long)blockIdx.x * FUSE_TILE + threadIdx.x;",
-            "row0",
-            &m,
-            "blockIdx.y",
-        )
-    } else {
-        (
-            "const long long row0 = (long long)blockIdx.y * FUSE_TILE;",
-            "col0",
-            &n,
-            "blockIdx.x",
-        )
-    };
-    let _ = writeln!(s, "    {fixed}");
-    let _ = writeln!(
-        s,
-        "    const long long iterations = {};",
-        k.iterations(along, "FUSE_TILE")
-    );
-    if down {
-        let _ = writeln!(s, "    const bool col_ok = col < {n};");
-        s.push_str(&column_vector_loads(k, &u, "    "));
-    } else {
-        s.push_str(&row_vector_loads(k, &u, &m, "    "));
-    }
-    for &r in &accumulated {
-        let _ = writeln!(s, "    {ty} acc{r}[FUSE_TILE / FUSE_TILE_ROWS] = {{}};");
-    }
-    let _ = writeln!(
-        s,
-        "    for (long long iteration = 0; iteration < iterations; ++iteration) {{"
-    );
-    let _ = writeln!(
-        s,
-        "        const long long {moving} = ({limit} * iterations + iteration) * FUSE_TILE;"
-    );
-    let _ = writeln!(
-        s,
-        "        if ({moving} >= {along}) break;  // uniform across the block"
-    );
-    if down {
-        s.push_str(&row_vector_loads(k, &u, &m, "        "));
-    } else {
-        let _ = writeln!(s, "        const long long col = col0 + threadIdx.x;");
-        let _ = writeln!(s, "        const bool col_ok = col < {n};");
-        s.push_str(&column_vector_loads(k, &u, "        "));
-    }
-    let per_tile: Vec<ValueId> = k.reduced().into_iter().filter(|r| !accumulated.contains(r)).collect();
-    for &r in &per_tile {
-        let _ = writeln!(s, "        {ty} part{r}[FUSE_TILE / FUSE_TILE_ROWS] = {{}};");
-    }
-    s.push_str("#pragma unroll\n        for (int k = 0; k < FUSE_TILE / FUSE_TILE_ROWS; ++k) {\n");
-    let _ = writeln!(
-        s,
-        "            const long long row = row0 + threadIdx.y + k * FUSE_TILE_ROWS;"
-    );
-    let _ = writeln!(s, "            const bool ok = row < {m} && col_ok;");
-    let at = format!("row * {n} + col");
-    for &v in &u.matrices {
-        let _ = writeln!(
-            s,
-            "            const {ty} v{v} = fuse_load({}, {at}, ok);",
-            pointer(k.program, v)
-        );
-    }
-    for &c in &k.calls {
-        s.push_str(&compute(k, &k.program.calls[c], &accumulated)?);
-    }
-    for v in k.stored() {
-        let _ = writeln!(s, "            fuse_store({}, {at}, ok, v{v});", pointer(k.program, v));
-    }
-    s.push_str("        }\n");
-    for &r in &per_tile {
-        s.push_str(&reduction_store(k, r, "part", false, "        ")?);
-    }
-    s.push_str("    }\n");
-    // With a whole walk, one block sees all of a reduction along it: store it directly.
-    let direct = if k.grid_serial().is_none() {
-        accumulated.clone()
-    } else {
-        Vec::new()
-    };
-    for &r in &accumulated {
-        s.push_str(&reduction_store(k, r, "acc", direct.contains(&r), "    ")?);
-    }
+    s.push_str(&match k.walk {
+        Walk::Rows => strips.walk_rows()?,
+        Walk::Columns => strips.walk_columns()?,
+    });
     let _ = writeln!(s, "}}\nFUSE_EMU_EXPORT({})", k.name);
-    let grid = Grid::Tiles {
-        rows,
-        cols,
-        serial: k.grid_serial(),
-        walk: k.walk,
+    // With a whole walk, one block sees all of each reduction along it: stored directly.
+    let direct = match (k.grid_serial(), k.walk) {
+        (None, Walk::Rows) => strips.column_sums.clone(),
+        (None, Walk::Columns) => strips.row_sums.clone(),
+        _ => Vec::new(),
+    };
+    let atomics = |sums: &[ValueId]| sums.iter().filter(|r| !direct.contains(r)).count() as u32;
+    let work = StripWork {
+        per_thread: layout.vector * layout.groups,
+        row_sums: strips.row_sums.len() as u32,
+        row_sum_atomics: atomics(&strips.row_sums),
+        column_sum_atomics: atomics(&strips.column_sums),
     };
     let launch = Launch {
         kernel: k.name.clone(),
-        grid,
-        block: (32, 8, 1),
+        grid: Grid::Strips {
+            rows,
+            cols,
+            columns: layout.columns(),
+            serial: k.grid_serial(),
+            walk: k.walk,
+        },
+        block: (32 * layout.warps, 1, 1),
         args,
+        strips: Some(work),
     };
     Ok(KernelOutput {
         source: s,
         launch,
         direct,
     })
-}
-
-/// Row sub-vectors: each thread's 4 rows, `r{v}[k]`.
-fn row_vector_loads(k: &KernelContext, u: &Uses, m: &str, indent: &str) -> String {
-    let mut s = String::new();
-    for &v in &u.rows_vectors {
-        let _ = writeln!(s, "{indent}{} r{v}[FUSE_TILE / FUSE_TILE_ROWS];", k.ty());
-        let _ = writeln!(s, "{indent}for (int k = 0; k < FUSE_TILE / FUSE_TILE_ROWS; ++k) {{");
-        let _ = writeln!(
-            s,
-            "{indent}    const long long row = row0 + threadIdx.y + k * FUSE_TILE_ROWS;"
-        );
-        let _ = writeln!(
-            s,
-            "{indent}    r{v}[k] = fuse_load({}, row, row < {m});\n{indent}}}",
-            pointer(k.program, v)
-        );
-    }
-    s
-}
-
-/// Column sub-vectors: the thread's column, `c{v}`.
-fn column_vector_loads(k: &KernelContext, u: &Uses, indent: &str) -> String {
-    u.column_vectors
-        .iter()
-        .map(|&v| {
-            format!(
-                "{indent}const {} c{v} = fuse_load({}, col, col_ok);\n",
-                k.ty(),
-                pointer(k.program, v)
-            )
-        })
-        .collect()
-}
-
-/// Stores reduction `r` from the partial sums `{prefix}{r}[k]`: added to its zero-filled buffer
-/// with atomics, or — when `direct`, the block having seen the whole reduced dimension — written
-/// with the rest of its formula applied.
-fn reduction_store(
-    k: &KernelContext,
-    r: ValueId,
-    prefix: &str,
-    direct: bool,
-    indent: &str,
-) -> Result<String, GenerateError> {
-    let call = &k.program.calls[k.program.values[r].producer.expect("reductions are call results")];
-    let (ty, p) = (k.ty(), pointer(k.program, r));
-    let (m, n) = matrix_dims(k)?;
-    let (m, n) = (size_param(&m), size_param(&n));
-    let total = format!("total{r}");
-    let value = || {
-        emit(
-            &call.form.formula.body,
-            call,
-            k.precision(),
-            &tile_vars(call)?,
-            Some(&total),
-        )
-    };
-    let mut s = String::new();
-    if is_column_sum(call)? {
-        let _ = writeln!(s, "{indent}{ty} {total} = {ty}(0);");
-        let _ = writeln!(
-            s,
-            "{indent}for (int k = 0; k < FUSE_TILE / FUSE_TILE_ROWS; ++k) {total} += {prefix}{r}[k];"
-        );
-        if direct {
-            let _ = writeln!(s, "{indent}{total} = fuse_column_sum({total});");
-            let _ = writeln!(s, "{indent}if (threadIdx.y == 0 && col < {n}) {p}[col] = {};", value()?);
-        } else {
-            let _ = writeln!(s, "{indent}fuse_column_sum_atomic({total}, {p}, col, col < {n});");
-        }
-    } else {
-        let _ = writeln!(s, "{indent}for (int k = 0; k < FUSE_TILE / FUSE_TILE_ROWS; ++k) {{");
-        let _ = writeln!(
-            s,
-            "{indent}    const long long row = row0 + threadIdx.y + k * FUSE_TILE_ROWS;"
-        );
-        if direct {
-            let _ = writeln!(s, "{indent}    const {ty} {total} = fuse_warp_sum({prefix}{r}[k]);");
-            let _ = writeln!(
-                s,
-                "{indent}    if (threadIdx.x == 0 && row < {m}) {p}[row] = {};",
-                value()?
-            );
-        } else {
-            let _ = writeln!(
-                s,
-                "{indent}    fuse_row_sum_atomic({prefix}{r}[k], {p}, row, row < {m});"
-            );
-        }
-        let _ = writeln!(s, "{indent}}}");
-    }
-    Ok(s)
-}
-
-/// Whether reduce call `call` sums over rows (its result is indexed by column).
-fn is_column_sum(call: &Call) -> Result<bool, GenerateError> {
-    Ok(the_sum(call)?.0 == tile_vars(call)?.row_var)
-}
-
-/// Reductions whose partial sums stay in the same threads along the walk, so they accumulate in
-/// registers across iterations and reach memory once: column sums when walking down rows, row
-/// sums when walking along columns.
-fn accumulated_reductions(k: &KernelContext) -> Result<Vec<ValueId>, GenerateError> {
-    let mut out = Vec::new();
-    for &c in &k.calls {
-        let call = &k.program.calls[c];
-        if call.kind.is_reduce() && is_column_sum(call)? == (k.walk == Walk::Rows) {
-            out.push(call.result);
-        }
-    }
-    Ok(out)
-}
-
-/// The compute routine of one call inside the per-row loop; reductions add their term to the
-/// thread's partial sum for this row (`acc` when accumulated along the walk, else `part`).
-fn compute(k: &KernelContext, call: &Call, accumulated: &[ValueId]) -> Result<String, GenerateError> {
-    let regs = tile_vars(call)?;
-    let (ty, r, p) = (k.ty(), call.result, k.precision());
-    if !call.kind.is_reduce() {
-        let body = emit(&call.form.formula.body, call, p, &regs, None)?;
-        return Ok(format!("            const {ty} v{r} = {body};  // {}\n", call.text));
-    }
-    let term = emit(the_sum(call)?.1, call, p, &regs, None)?;
-    let prefix = if accumulated.contains(&r) { "acc" } else { "part" };
-    Ok(format!(
-        "            if (ok) {prefix}{r}[k] += {term};  // {}\n",
-        call.text
-    ))
 }

@@ -116,6 +116,7 @@ pub(crate) fn generate(k: &KernelContext) -> Result<KernelOutput, GenerateError>
         },
         block: (k.block, 1, 1),
         args,
+        strips: None,
     };
     Ok(KernelOutput {
         source: s,

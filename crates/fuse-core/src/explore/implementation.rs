@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::explore::callset::CallSet;
 use crate::explore::context::Context;
-use crate::explore::mapping::{Axis, Role, ELEMENT_SIDE};
+use crate::explore::mapping::{Axis, Role, StripLayout, ELEMENT_SIDE, ROWS_PER_STRIP_BLOCK, STATIC_SHARED_LIMIT};
 use crate::explore::predict::{Environment, FinishWork, KernelTime, Predictor, RoutineRun, Work};
 use crate::explore::timing::RoutineKey;
 use crate::explore::Limits;
@@ -22,8 +22,14 @@ use crate::program::{Arg, CallId, ValueId};
 pub const BLAS1_INSTANCES: [u32; 6] = [1, 2, 4, 8, 16, 32];
 /// Threads per instance of a BLAS-1 routine.
 pub const BLAS1_THREADS_PER_INSTANCE: u32 = 32;
-/// Threads per block tried for nested fusions (one tile instance per block).
+/// Threads per block tried for nested fusions.
 pub const NESTED_THREADS: [u32; 5] = [64, 128, 256, 512, 1024];
+/// Tiles across a nested block's strip tried on GPUs (32 columns each): 1 is the paper's 32×32
+/// tile with 32-bit loads, wider strips move 16 bytes per access with several in flight. Widest
+/// first, so that of implementations predicted equal the one with more bytes in flight is kept.
+pub const NESTED_WIDTHS: [u32; 5] = [32, 16, 8, 4, 1];
+/// Registers per thread the generated code needs besides its strip arrays (indices, pointers).
+const BASE_REGISTERS: u64 = 24;
 /// Serial iterations tried, besides the whole extent along the walk.
 pub const SERIAL_ITERATIONS: [u32; 8] = [1, 2, 4, 8, 16, 32, 64, 128];
 /// The variant every function has until library metadata lists others.
@@ -167,14 +173,16 @@ pub fn implement(ctx: &Context, calls: &[CallId], predictor: &Predictor, limits:
         let kernel = KernelRoutines::new(ctx, &order);
         for variants in variant_choices(ctx, &order) {
             for block in blocks(nested, predictor) {
-                let shared = peak * block.instances as u64;
+                let shared = kernel.shared_bytes(block, peak);
                 let probe = Environment {
                     threads: block.threads,
+                    instances: block.instances,
+                    lane_bytes: None,
                     serial_iterations: 1,
                     shared_bytes: shared,
                     blocks: 1,
                 };
-                if predictor.resident_blocks(&probe) == 0 {
+                if predictor.resident_blocks(&probe) == 0 || !kernel.fits_strips(block, walk) {
                     out.unlaunchable += 1;
                     continue;
                 }
@@ -266,6 +274,72 @@ impl<'c> KernelRoutines<'c> {
         }
     }
 
+    /// Whether the fusion is nested (BLAS-2), run over strips of rows.
+    fn nested(&self) -> bool {
+        self.ctx.program.calls[self.order[0]].kind.nesting_level() == 2
+    }
+
+    /// The column sums among the kernel's reductions (reduced along the rows).
+    fn column_sums(&self) -> usize {
+        let ctx = self.ctx;
+        self.reduces.iter().filter(|&&(_, c, _)| ctx.mappings[c].reduced == Some(Axis::Rows)).count()
+    }
+
+    /// Bytes of a matrix row each thread of a GPU strip kernel loads at once: one number per
+    /// tile across the strip. `None` for BLAS-1 and for targets without strips (the CPU).
+    fn lane_bytes(&self, block: Block) -> Option<u64> {
+        let strips = self.nested() && !self.ctx.row_barrier;
+        strips.then(|| block.instances as u64 * self.ctx.program.precision.bytes())
+    }
+
+    /// Shared memory per block: a BLAS-1 block keeps `peak` bytes per instance; a nested block
+    /// only exchanges column sums across its warps.
+    fn shared_bytes(&self, block: Block, peak: u64) -> u64 {
+        match self.nested() {
+            false => peak * block.instances as u64,
+            true if self.column_sums() == 0 => 0,
+            true => strip_layout(self.ctx, block).column_sum_bytes(self.ctx.program.precision),
+        }
+    }
+
+    /// Whether a nested kernel's strip arrays fit its registers and its column-sum exchange
+    /// the static shared memory: each lane holds `w` numbers of a row for every column
+    /// sub-vector, column-sum accumulator and matrix it touches, and walking along the columns
+    /// a number per row of its warp for every row sub-vector and row sum.
+    fn fits_strips(&self, block: Block, walk: Option<Axis>) -> bool {
+        if !self.nested() {
+            return true;
+        }
+        let program = self.ctx.program;
+        let words = program.precision.bytes() / 4;
+        let mut arrays = self.column_sums() as u64;
+        let mut matrices = 0;
+        for (_, _, role) in &self.loads {
+            match role {
+                Role::ColumnVector => arrays += 1,
+                Role::Tile => matrices += 1,
+                _ => {}
+            }
+        }
+        matrices += self.stores.iter().filter(|(_, role)| *role == Role::Tile).count() as u64;
+        let row_arrays = match walk {
+            Some(Axis::Columns) => {
+                let rows_per_warp = (ROWS_PER_STRIP_BLOCK as u64).div_ceil(block.threads as u64 / 32).max(1);
+                let row_vectors = self.loads.iter().filter(|(_, _, role)| *role == Role::RowVector).count();
+                let row_sums = self.reduces.len() - self.column_sums();
+                (row_vectors + row_sums) as u64 * rows_per_warp * words
+            }
+            _ => 0,
+        };
+        let per_thread =
+            (arrays + matrices.max(1)) * block.instances as u64 * words + row_arrays + BASE_REGISTERS;
+        // ptxas keeps two blocks' registers resident under `__launch_bounds__(threads)`.
+        let budget = (32768 / block.threads.max(1) as u64).min(255);
+        let shared_ok = self.column_sums() == 0
+            || strip_layout(self.ctx, block).column_sum_bytes(program.precision) <= STATIC_SHARED_LIMIT;
+        per_thread <= budget && shared_ok
+    }
+
     /// Every serial-iteration count and finish choice of `setting`, predicted.
     fn candidates(&self, ctx: &Context, predictor: &Predictor, setting: &Setting) -> Vec<Implementation> {
         let mut out = Vec::new();
@@ -275,7 +349,7 @@ impl<'c> KernelRoutines<'c> {
                 continue;
             }
             let complete: Vec<bool> = self.reduces.iter().map(|&(_, c, _)| grid.complete(ctx, c)).collect();
-            for finishes in finish_choices(&complete) {
+            for finishes in finish_choices(&complete, ctx.row_barrier) {
                 out.push(self.predict(predictor, setting, &grid, finishes));
             }
         }
@@ -286,6 +360,8 @@ impl<'c> KernelRoutines<'c> {
         let (runs, finish) = self.routine_runs(predictor, setting, grid, &finishes);
         let env = Environment {
             threads: setting.block.threads,
+            instances: setting.block.instances,
+            lane_bytes: self.lane_bytes(setting.block),
             serial_iterations: grid.serial,
             shared_bytes: setting.shared,
             blocks: grid.blocks,
@@ -434,27 +510,41 @@ pub fn implementation_with(
     (kernel.predict(predictor, &setting, &grid, finishes), shares)
 }
 
-/// The grid of one launch configuration.
+/// The strip layout of a nested block in `ctx`'s precision.
+fn strip_layout(ctx: &Context, block: Block) -> StripLayout {
+    StripLayout::new(block.threads, block.instances, ctx.program.precision)
+}
+
+/// The grid of one launch configuration. Nested blocks cover strips `width` tiles across:
+/// walking down, a block owns one strip `serial` tiles high; walking along, a block owns one tile
+/// row ([`ROWS_PER_STRIP_BLOCK`] rows) and walks `serial` strips.
 struct Grid {
     /// Instances along (rows, columns): `(1, n/32)` for BLAS-1.
     tiles: (u64, u64),
     walk: Option<Axis>,
     serial: u32,
+    /// Tiles across a strip (1 for BLAS-1).
+    width: u64,
     blocks: u64,
 }
 
 impl Grid {
     fn new(tiles: (u64, u64), block: Block, serial: u32, walk: Option<Axis>) -> Self {
         let s = serial as u64;
+        let width = match walk {
+            None => 1,
+            Some(_) => block.instances.max(1) as u64,
+        };
         let blocks = match walk {
             None => tiles.1.div_ceil(block.instances as u64 * s),
-            Some(Axis::Rows) => tiles.0.div_ceil(s) * tiles.1,
-            Some(Axis::Columns) => tiles.0 * tiles.1.div_ceil(s),
+            Some(Axis::Rows) => tiles.0.div_ceil(s) * tiles.1.div_ceil(width),
+            Some(Axis::Columns) => tiles.0 * tiles.1.div_ceil(width * s),
         };
         Grid {
             tiles,
             walk,
             serial,
+            width,
             blocks,
         }
     }
@@ -470,32 +560,45 @@ impl Grid {
         }
     }
 
-    /// Executions of a load or store of an element of `role`: once per block for invariants
-    /// (and device scalars), once per instance otherwise.
-    fn transfers(&self, role: Role) -> u64 {
-        if role == Role::Scalar || role.invariant_along(self.walk) {
-            self.blocks
-        } else {
-            self.instances()
+    /// Tiles a block advances by per serial iteration along `axis`: a strip along the columns.
+    fn step(&self, axis: Axis) -> u64 {
+        match axis {
+            Axis::Rows => 1,
+            Axis::Columns => self.width,
         }
     }
 
-    /// (partial results, numbers per partial) of reduce call `c`: one per block where the walk
-    /// runs along the reduced dimension (accumulated over iterations), else one per instance.
+    /// Executions of a load or store of an element of `role`: once per block (per tile the
+    /// block's strip is wide) for invariants and device scalars; a row sub-vector walking down is
+    /// read once per row of each strip; everything else once per instance.
+    fn transfers(&self, role: Role) -> u64 {
+        match role {
+            Role::Scalar => self.blocks,
+            _ if role.invariant_along(self.walk) => self.blocks * self.width.min(self.tiles.1),
+            Role::RowVector => self.instances().div_ceil(self.width),
+            _ => self.instances(),
+        }
+    }
+
+    /// (partial results, numbers per partial) of reduce call `c`. Along the walk a partial is
+    /// accumulated over the block's iterations: one per block (per strip walking down). Across
+    /// the walk, one per strip row: walking down, a row sum per row of each strip; walking
+    /// along, a column sum per column of each strip of each tile row.
     fn partials(&self, ctx: &Context, c: CallId) -> (u64, u64) {
         match ctx.mappings[c].reduced {
             None => (self.blocks, 1),
-            Some(r) if self.walk == Some(r) => (self.blocks, ELEMENT_SIDE),
-            Some(_) => (self.instances(), ELEMENT_SIDE),
+            Some(r) if self.walk == Some(r) => (self.blocks, ELEMENT_SIDE * self.step(r.other())),
+            Some(r) => (self.instances().div_ceil(self.width), ELEMENT_SIDE * self.step(r.other())),
         }
     }
 
-    /// Whether one block sees all of reduce `c`'s reduced dimension.
+    /// Whether one block sees all of reduce `c`'s reduced dimension: only along the walk, when
+    /// the block walks all of it (across the walk, partials always meet by atomics).
     fn complete(&self, ctx: &Context, c: CallId) -> bool {
         match ctx.mappings[c].reduced {
             None => self.blocks == 1,
-            Some(r) if self.walk == Some(r) => self.along(r).div_ceil(self.serial as u64) == 1,
-            Some(r) => self.along(r) == 1,
+            Some(r) if self.walk == Some(r) => self.along(r).div_ceil(self.step(r) * self.serial as u64) == 1,
+            Some(_) => false,
         }
     }
 
@@ -510,10 +613,15 @@ impl Grid {
 
 fn blocks(nested: bool, predictor: &Predictor) -> Vec<Block> {
     let max = predictor.table().device.max_threads_per_block;
+    // A target whose blocks own whole rows (the CPU) has no strips to choose.
+    let widths: &[u32] = match predictor.table().device.row_barrier {
+        true => &[1],
+        false => &NESTED_WIDTHS,
+    };
     let all: Vec<Block> = if nested {
         NESTED_THREADS
             .iter()
-            .map(|&threads| Block { threads, instances: 1 })
+            .flat_map(|&threads| widths.iter().map(move |&instances| Block { threads, instances }))
             .collect()
     } else {
         BLAS1_INSTANCES
@@ -539,7 +647,7 @@ fn serial_options(tiles: (u64, u64), block: Block, walk: Option<Axis>) -> Vec<u3
     let extent = match walk {
         None => tiles.1.div_ceil(block.instances as u64),
         Some(Axis::Rows) => tiles.0,
-        Some(Axis::Columns) => tiles.1,
+        Some(Axis::Columns) => tiles.1.div_ceil(block.instances as u64),
     };
     let extent = extent.min(u32::MAX as u64) as u32;
     let mut out: Vec<u32> = SERIAL_ITERATIONS.iter().copied().filter(|&s| s < extent).collect();
@@ -547,8 +655,11 @@ fn serial_options(tiles: (u64, u64), block: Block, walk: Option<Axis>) -> Vec<u3
     out
 }
 
-/// Finish choices for reductions whose completeness is `complete`.
-fn finish_choices(complete: &[bool]) -> Vec<Vec<Finish>> {
+/// Finish choices for reductions whose completeness is `complete`. Partial sums are added by
+/// atomics, or — on a target whose blocks own whole rows (the CPU, `row_barrier`) — summed at
+/// the kernel's end; the GPU generator emits atomics only, so GPU plans never name a finishing
+/// kernel they would not get.
+fn finish_choices(complete: &[bool], summed_at_end: bool) -> Vec<Vec<Finish>> {
     let partial: Vec<usize> = (0..complete.len()).filter(|&k| !complete[k]).collect();
     let base: Vec<Finish> = complete
         .iter()
@@ -563,6 +674,9 @@ fn finish_choices(complete: &[bool]) -> Vec<Vec<Finish>> {
         }
         f
     };
+    if !summed_at_end {
+        return vec![base];
+    }
     if partial.len() > MAX_MIXED_FINISHES {
         return vec![with(&|_| false), with(&|_| true)];
     }
@@ -768,18 +882,26 @@ mod tests {
 
     #[test]
     fn blocks_that_do_not_fit_are_dropped() {
+        // BiCGK's column sum is exchanged across warps: 4 bytes per column of the strip per warp.
         let p = load("bicgk");
-        let table = TimingTable::parse(
-            "small.yaml",
-            &std::fs::read_to_string("../../library/timings/h100-analytic.yaml")
-                .unwrap()
-                .replace("max_shared_per_block: 232448", "max_shared_per_block: 1024"),
-        )
-        .unwrap();
+        let table_with = |shared: u64| {
+            let text = std::fs::read_to_string("../../library/timings/h100-analytic.yaml").unwrap();
+            let text = text.replace("max_shared_per_block: 232448", &format!("max_shared_per_block: {shared}"));
+            TimingTable::parse("small.yaml", &text).unwrap()
+        };
         let ctx = Context::new(&p, &p.sizes);
+        let table = table_with(1024);
+        let imps = implement(&ctx, &[0, 1], &Predictor::new(&table, true), &Limits::default());
+        assert!(!imps.list.is_empty() && imps.unlaunchable > 0);
+        for imp in &imps.list {
+            let warps = imp.block.threads as u64 / 32;
+            assert_eq!(imp.shared_bytes, warps * 32 * imp.block.instances as u64 * 4, "{imp:?}");
+            assert!(imp.shared_bytes <= 1024);
+        }
+        let table = table_with(128);
         let imps = implement(&ctx, &[0, 1], &Predictor::new(&table, true), &Limits::default());
         assert!(imps.list.is_empty());
-        assert_eq!(imps.unlaunchable, 2 * NESTED_THREADS.len());
+        assert_eq!(imps.unlaunchable, 2 * NESTED_THREADS.len() * NESTED_WIDTHS.len());
     }
 
     #[test]
@@ -805,6 +927,8 @@ mod tests {
         // The listed routines are the ones predicted: their analytic times add up.
         let env = Environment {
             threads: 256,
+            instances: 1,
+            lane_bytes: Some(4),
             serial_iterations: 4,
             shared_bytes: imp.shared_bytes,
             blocks: imp.blocks,
@@ -837,9 +961,10 @@ mod tests {
     }
 
     #[test]
-    fn finish_choices_cover_every_mix_of_partials() {
-        assert_eq!(finish_choices(&[true]), [vec![Finish::Complete]]);
-        assert_eq!(finish_choices(&[false, true]).len(), 2);
-        assert_eq!(finish_choices(&[false; 5]).len(), 2);
+    fn finish_choices_mix_partials_only_where_they_are_summed_at_the_end() {
+        assert_eq!(finish_choices(&[true], true), [vec![Finish::Complete]]);
+        assert_eq!(finish_choices(&[false, true], true).len(), 2);
+        assert_eq!(finish_choices(&[false; 5], true).len(), 2);
+        assert_eq!(finish_choices(&[false, true], false), [vec![Finish::Atomic, Finish::Complete]]);
     }
 }

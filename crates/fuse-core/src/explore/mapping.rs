@@ -12,9 +12,54 @@ use serde::{Deserialize, Serialize};
 use crate::formula::Expr;
 use crate::program::{Arg, Call, Program};
 use crate::shape::{Shape, Sizes};
+use crate::Precision;
 
 /// Elements along one side of an element: a sub-vector has 32, a tile 32×32.
 pub const ELEMENT_SIDE: u64 = 32;
+
+/// BLAS-2 kernels run over strips of whole matrix rows: a block of warps covers strips `w` tiles
+/// (32·w columns) across, each lane holding `w` elements of a row as `w/V` vector accesses of
+/// `V` elements (library/cuda/routines.cuh). The explorer counts work in 32×32 tiles; these
+/// constants and [`StripLayout`] say how the generator lays a block over them.
+/// Rows a block owns when it walks along the columns.
+pub const ROWS_PER_STRIP_BLOCK: u32 = 32;
+
+/// Bytes of static shared memory a kernel may use (the column-sum exchange).
+pub const STATIC_SHARED_LIMIT: u64 = 48 * 1024;
+
+/// The layout of one kernel's strips.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StripLayout {
+    /// Warps per block.
+    pub warps: u32,
+    /// Elements per vector access (4 for f32, 2 for f64 where `w` allows, else 1).
+    pub vector: u32,
+    /// Vector accesses per lane per row.
+    pub groups: u32,
+}
+
+impl StripLayout {
+    /// The layout of `threads` threads over strips `width` tiles across.
+    pub fn new(threads: u32, width: u32, precision: Precision) -> Self {
+        let widest = 16 / precision.bytes() as u32;
+        let vector = [widest, 2, 1].into_iter().find(|v| width % v == 0).unwrap_or(1);
+        StripLayout {
+            warps: (threads / 32).max(1),
+            vector,
+            groups: width / vector,
+        }
+    }
+
+    /// Columns per strip.
+    pub fn columns(&self) -> u32 {
+        32 * self.vector * self.groups
+    }
+
+    /// Shared memory for the column-sum exchange: one number per column per warp.
+    pub fn column_sum_bytes(&self, precision: Precision) -> u64 {
+        self.warps as u64 * self.columns() as u64 * precision.bytes()
+    }
+}
 
 /// A dimension of the 2D tile grid of a nested call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -35,11 +80,11 @@ impl Axis {
         }
     }
 
-    /// Words for messages: `down columns of tiles`, `along rows of tiles`.
+    /// Words for messages: how a block's serial iterations advance.
     pub fn walk(self) -> &'static str {
         match self {
-            Axis::Rows => "down columns of tiles",
-            Axis::Columns => "along rows of tiles",
+            Axis::Rows => "down the strip (32 rows each)",
+            Axis::Columns => "along 32 rows (a strip each)",
         }
     }
 }

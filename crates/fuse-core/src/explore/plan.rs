@@ -123,17 +123,25 @@ fn describe_kernel(out: &mut String, program: &Program, number: usize, k: &Kerne
         "  kernel {number}: {:.2} µs = max(transfer {:.2}, compute {:.2}) + launch {:.2} + finish {:.2}",
         t.total_us, t.transfer_us, t.compute_us, t.launch_us, t.finish_us
     );
-    let walk = k.walk.map(|w| format!(" {}", w.walk())).unwrap_or_default();
+    let plural = |n: u32| if n == 1 { "" } else { "s" };
+    let (instances, serial) = (k.block.instances, k.serial_iterations);
+    let layout = match k.walk {
+        None => format!(
+            "{instances} instance{}, {serial} serial iteration{}",
+            plural(instances),
+            plural(serial)
+        ),
+        Some(walk) => format!(
+            "strips of {} columns, {serial} serial iteration{} {}",
+            32 * instances,
+            plural(serial),
+            walk.walk()
+        ),
+    };
     let _ = writeln!(
         out,
-        "    {} blocks × {} threads ({} instance{}), {} serial iteration{}{walk}, {} B shared",
-        k.blocks,
-        k.block.threads,
-        k.block.instances,
-        if k.block.instances == 1 { "" } else { "s" },
-        k.serial_iterations,
-        if k.serial_iterations == 1 { "" } else { "s" },
-        k.shared_bytes
+        "    {} blocks × {} threads ({layout}), {} B shared",
+        k.blocks, k.block.threads, k.shared_bytes
     );
     for (c, variant) in k.calls.iter().zip(&k.variants) {
         let finish = k

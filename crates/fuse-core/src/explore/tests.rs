@@ -153,28 +153,30 @@ fn explain_reports_a_fusion_predicted_slower() {
 
 #[test]
 fn explain_reports_the_resource_limit() {
-    // One gemv or gemtv block holds a tile and two sub-vectors (4352 B); BiCGK's holds four.
-    let program = load("bicgk");
+    // Fused, `x` stays on chip from the first call to the last: four sub-vectors of 128 B per
+    // instance at once, where each pair of calls needs three.
+    let text = "sizes: {n: 4096}\ninputs: {x: [n], y: [n], z: [n]}\noutputs: [c]\ncalls:\n  - a = sadd(x, y)\n  - b = sadd(a, z)\n  - c = sadd(b, x)\n";
+    let program = script::parse("t.yaml", text, &library()).unwrap();
     let builtin = std::fs::read_to_string("../../library/timings/h100-analytic.yaml").unwrap();
     let table = TimingTable::parse(
         "tiny.yaml",
-        &builtin.replace("max_shared_per_block: 232448", "max_shared_per_block: 4400"),
+        &builtin.replace("max_shared_per_block: 232448", "max_shared_per_block: 400"),
     )
     .unwrap();
     let ex = explore(&program, &program.sizes, &table, &library(), Limits::default()).unwrap();
     let best = ex.best();
     assert_eq!(best.kernels.len(), 2);
     let pairs = ex.explain(&best);
-    assert!(
+    let resource = |v: &Verdict| {
         matches!(
-            pairs[0].verdict,
+            v,
             Verdict::Apart {
                 why: Why::Rule(Rule::ResourceLimit),
                 ..
             }
-        ),
-        "{pairs:?}"
-    );
+        )
+    };
+    assert!(pairs.iter().any(|p| resource(&p.verdict)), "{pairs:?}");
 }
 
 #[test]

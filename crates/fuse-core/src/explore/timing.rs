@@ -41,6 +41,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+use crate::explore::predict::Environment;
 use crate::library::Library;
 use crate::shape::Precision;
 
@@ -162,6 +163,9 @@ pub struct Measurement {
     pub precision: String,
     /// Threads per block.
     pub threads: u32,
+    /// Instances per block (BLAS-2: tiles across the strip); 1 when left out.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub instances: u32,
     /// Serial iterations per block.
     pub serial_iterations: u32,
     /// Shared memory per block, bytes.
@@ -302,14 +306,15 @@ impl TimingTable {
         }
     }
 
-    /// The measured ns per call of `key` in the environment nearest to (threads, serial
-    /// iterations, shared bytes), if the routine was measured.
-    pub fn measured(&self, key: &RoutineKey, threads: u32, serial: u32, shared: u64) -> Option<f64> {
+    /// The measured ns per call of `key` in the environment nearest to `env` (threads,
+    /// instances, serial iterations, shared bytes), if the routine was measured.
+    pub fn measured(&self, key: &RoutineKey, env: &Environment) -> Option<f64> {
         let distance = |m: &Measurement| {
             let log = |a: f64, b: f64| (a.max(1.0).log2() - b.max(1.0).log2()).abs();
-            log(m.threads as f64, threads as f64)
-                + log(m.serial_iterations as f64, serial as f64)
-                + log((m.shared_bytes + 1024) as f64, (shared + 1024) as f64)
+            log(m.threads as f64, env.threads as f64)
+                + log(m.instances as f64, env.instances as f64)
+                + log(m.serial_iterations as f64, env.serial_iterations as f64)
+                + log((m.shared_bytes + 1024) as f64, (env.shared_bytes + 1024) as f64)
         };
         self.routines
             .iter()
@@ -346,10 +351,16 @@ fn check_measurement(k: usize, r: &Measurement) -> Result<(), String> {
     Ok(())
 }
 
+/// The generation of kernel designs routine timings were measured on: part of the library
+/// checksum, so that a table measured on kernels the generator no longer emits is not trusted.
+/// Change it whenever the generated code of a routine changes how fast it runs.
+pub const KERNEL_DESIGN: &str = "strips-1 (BLAS-2 over row strips, 16-byte accesses)";
+
 /// A checksum of everything in `library` that routine timings depend on: each function's
-/// name, kind, precisions, signatures and formulas (not comments or file names).
+/// name, kind, precisions, signatures and formulas (not comments or file names), and the
+/// [`KERNEL_DESIGN`] they are generated with.
 pub fn library_checksum(library: &Library) -> String {
-    let mut canonical = String::new();
+    let mut canonical = format!("{KERNEL_DESIGN}\n");
     let functions: BTreeMap<&str, _> = library.functions().map(|f| (f.name.as_str(), f)).collect();
     for (name, f) in functions {
         let _ = write!(canonical, "{name}|{}|{:?}", f.kind, f.precisions);
@@ -371,6 +382,14 @@ pub fn library_checksum(library: &Library) -> String {
         canonical.push('\n');
     }
     format!("fnv1a64:{:016x}", fnv1a64(canonical.as_bytes()))
+}
+
+fn one() -> u32 {
+    1
+}
+
+fn is_one(v: &u32) -> bool {
+    *v == 1
 }
 
 fn fnv1a64(bytes: &[u8]) -> u64 {
@@ -421,7 +440,7 @@ mod tests {
             (&BUILTIN_TEXT.replace("sms: 132", "sms: 0"), "device.sms must be positive"),
             (&BUILTIN_TEXT.replace("bandwidth_gb_s: 3000", "bandwidth_gb_s: -1"), "model.bandwidth_gb_s"),
             (&BUILTIN_TEXT.replace("\"9.0\"", "nine"), "compute_capability"),
-            (&BUILTIN_TEXT.replace("atomic_cost: 2.0 ", "atomic_cost: 2.0\n  colour: red "), "unknown field"),
+            (&BUILTIN_TEXT.replace("atomic_cost: 32.0 ", "atomic_cost: 32.0\n  colour: red "), "unknown field"),
             (
                 &BUILTIN_TEXT.replace(
                     "routines: []",
@@ -443,10 +462,15 @@ mod tests {
 
     #[test]
     fn measurements_are_looked_up_in_the_nearest_environment() {
-        let row = |threads: u32, ns: f64| {
-            format!("  - {{function: dot, variant: default, routine: load.x, precision: f32, threads: {threads}, serial_iterations: 4, shared_bytes: 0, ns_per_call: {ns}}}\n")
+        let row = |threads: u32, instances: u32, ns: f64| {
+            format!("  - {{function: dot, variant: default, routine: load.x, precision: f32, threads: {threads}, instances: {instances}, serial_iterations: 4, shared_bytes: 0, ns_per_call: {ns}}}\n")
         };
-        let text = with_routines(&format!("routines:\n{}{}", row(64, 1.0), row(512, 2.0)));
+        let text = with_routines(&format!(
+            "routines:\n{}{}{}",
+            row(64, 1, 1.0),
+            row(512, 1, 2.0),
+            row(512, 32, 3.0)
+        ));
         let t = TimingTable::parse("t.yaml", &text).unwrap();
         let key = RoutineKey {
             function: "dot",
@@ -454,20 +478,22 @@ mod tests {
             routine: "load.x",
             precision: Precision::F32,
         };
-        assert_eq!(t.measured(&key, 128, 4, 0), Some(1.0));
-        assert_eq!(t.measured(&key, 1024, 4, 0), Some(2.0));
-        assert_eq!(
-            t.measured(
-                &RoutineKey {
-                    routine: "load.y",
-                    ..key
-                },
-                128,
-                4,
-                0
-            ),
-            None
-        );
+        let env = |threads: u32, instances: u32| Environment {
+            threads,
+            instances,
+            lane_bytes: None,
+            serial_iterations: 4,
+            shared_bytes: 0,
+            blocks: 1,
+        };
+        assert_eq!(t.measured(&key, &env(128, 1)), Some(1.0));
+        assert_eq!(t.measured(&key, &env(1024, 1)), Some(2.0));
+        assert_eq!(t.measured(&key, &env(1024, 16)), Some(3.0));
+        let other = RoutineKey {
+            routine: "load.y",
+            ..key
+        };
+        assert_eq!(t.measured(&other, &env(128, 1)), None);
         assert!(t.mismatch("fnv1a64:0000000000000002").unwrap().contains("ignored"));
         assert_eq!(t.mismatch("fnv1a64:0000000000000001"), None);
     }

@@ -336,6 +336,7 @@ fn measurement(f: &ElementaryFunction, precision: Precision, ns: f64) -> Measure
         routine: "compute".to_string(),
         precision: precision.name().to_string(),
         threads: 256,
+        instances: 1,
         serial_iterations: 1,
         shared_bytes: 0,
         ns_per_call: (ns * 1e4).round() / 1e4,

@@ -1,0 +1,55 @@
+//! The offline speed checks of the BLAS-2 kernels: for the best plan of every BLAS-2 sequence at
+//! 8192² f32 (ranked by the shipped analytic H100 table), each matrix kernel moves its rows with
+//! 128-bit loads, does few atomics per matrix element, spills nothing and gives every SM work.
+//! Real NVRTC compiles: these fail (never skip) without libnvrtc.
+
+use fuse_codegen::generate::generate_plan;
+use fuse_codegen::nvrtc::{self, Arch, CompileOptions};
+use fuse_codegen::profile::{profile, KernelProfile};
+use fuse_core::{explore, script, Library, Limits, TimingTable};
+
+const BLAS2: [&str; 7] = ["atax", "bicgk", "gemver", "gesummv", "madd", "sgemv", "sgemvt"];
+
+fn best_plan_profile(name: &str, precision_f64: bool) -> Vec<KernelProfile> {
+    let library = Library::builtin().unwrap();
+    let path = format!("../../scripts/{name}.yaml");
+    let mut text = std::fs::read_to_string(&path).unwrap();
+    if precision_f64 {
+        text = text.replace("precision: f32", "precision: f64").replace("= s", "= d");
+    }
+    let program = script::parse(&path, &text, &library).unwrap();
+    let sizes = program
+        .bind_sizes(&[("m".to_string(), 8192), ("n".to_string(), 8192)])
+        .unwrap();
+    let table = TimingTable::builtin().unwrap();
+    let exploration = explore(&program, &sizes, &table, &library, Limits::default()).unwrap();
+    let generated = generate_plan(&program, &exploration.best()).unwrap();
+    let options = CompileOptions {
+        arch: Arch::SM_90,
+        ..CompileOptions::default()
+    };
+    let compiled = nvrtc::compile(&generated.source, &options).unwrap_or_else(|e| panic!("{name}: {e}"));
+    profile(&generated, &compiled.ptx, &compiled.resources, &sizes, &table.device)
+}
+
+#[test]
+fn best_blas2_kernels_load_16_bytes_with_few_atomics_and_no_spills() {
+    for f64 in [false, true] {
+        for name in BLAS2 {
+            let kernels = best_plan_profile(name, f64);
+            let strips: Vec<&KernelProfile> = kernels.iter().filter(|k| k.atomics_per_1k.is_some()).collect();
+            assert!(!strips.is_empty(), "{name}: no matrix kernel in {kernels:?}");
+            for k in strips {
+                let at = format!("{name} (f64: {f64}) {k:?}");
+                assert_eq!(k.load_bits, 128, "{at}");
+                assert!(k.per_thread >= 4, "{at}");
+                assert_eq!(k.spill_bytes, 0, "{at}");
+                assert!(k.blocks >= 132, "every SM of the H100 gets a block: {at}");
+                // One warp sum and one atomic per row of a 512-column strip, plus one per
+                // column per block: a few per 1024 elements (the paper's 32×32 tiles: 33).
+                assert!(k.atomics_per_1k.unwrap() <= 4.0, "{at}");
+                assert!(k.shuffles_per_1k.unwrap() <= 10.0, "{at}");
+            }
+        }
+    }
+}
