@@ -106,10 +106,33 @@ __device__ __forceinline__ void fuse_store_vec(T* __restrict__ row, long long co
         if (col + e < n) p[e] = v.e[e];
 }
 
-// The strip column a thread's slot s of the block's column-sum buffer holds: slots are laid out
-// group-major, lane-minor (s = (g·V + e)·32 + l), so that writing them and summing them across
-// warps are both free of bank conflicts.
-template <int V> __device__ __forceinline__ int fuse_strip_column(int slot) {
-    const int lane = slot % 32, e = (slot / 32) % V, g = slot / (32 * V);
-    return (g * 32 + lane) * V + e;
+// Sum of `value` over the whole block (blockDim.y == 1), left in every thread. All threads of
+// the block must call it.
+template <typename T> __device__ __forceinline__ T fuse_block_sum_all(T value) {
+    __shared__ T warp_sums[32];
+    value = fuse_warp_sum(value);
+    if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = value;
+    __syncthreads();
+    T total = T(0);
+    for (int w = 0; w < (int)(blockDim.x / 32); ++w) total += warp_sums[w];
+    __syncthreads();  // warp_sums may be reused by the next call
+    return total;
+}
+
+// Atomic-add routine of a strip: elements col .. col+V-1 of `row` (n elements) each get the
+// matching element of `v` added. On sm_90 four floats go in one 16-byte atomic where aligned.
+template <typename T, int V>
+__device__ __forceinline__ void fuse_atomic_add_vec(T* __restrict__ row, long long col, long long n, const fuse_vec<T, V>& v) {
+    T* p = row + col;
+#if defined(FUSE_EMULATION) || (defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900)
+    if constexpr (V == 4 && sizeof(T) == 4) {
+        if (col + V <= n && fuse_vector_ok<T, V>(p)) {
+            atomicAdd(reinterpret_cast<float4*>(p), make_float4(v.e[0], v.e[1], v.e[2], v.e[3]));
+            return;
+        }
+    }
+#endif
+#pragma unroll
+    for (int e = 0; e < V; ++e)
+        if (col + e < n) atomicAdd(p + e, v.e[e]);
 }

@@ -187,6 +187,7 @@ fn plans(
                 calls: vec![c],
                 block: 128,
                 width: 4,
+                whole_rows: false,
                 serial_iterations: Serial::Iterations(2),
                 walk: Walk::Columns,
             })

@@ -1,6 +1,7 @@
 //! What a compiled plan's kernels will do on a GPU, read without one: the width of their global
 //! loads (from the PTX), the numbers each thread holds per matrix row, the atomics and warp
-//! shuffles per 1024 matrix elements (from the launch at given sizes), registers and spills
+//! shuffles per 1024 matrix elements (from the launch at given sizes; a float4 atomic of sm_90
+//! counts once), registers and spills
 //! (from ptxas), resident blocks per SM and waves (from the device's limits).
 //!
 //! These are the offline proxies of speed for memory-bound kernels: 32-bit matrix loads, an
@@ -74,7 +75,9 @@ pub fn profile(
                     let get = |s: &str| sizes.get(s).unwrap_or(1) as u64;
                     let (m, n) = (get(rows), get(cols));
                     let per_1k = |count: u64| Some(count as f64 * 1024.0 / (m * n).max(1) as f64);
-                    let atomics = work.row_sum_atomics as u64 * m * gx as u64 + work.column_sum_atomics as u64 * n * gy as u64;
+                    let column_atomics = n.div_ceil(work.column_atomic_width.max(1) as u64);
+                    let atomics =
+                        work.row_sum_atomics as u64 * m * gx as u64 + work.column_sum_atomics as u64 * column_atomics * gy as u64;
                     let shuffles = work.row_sums as u64 * m * gx as u64 * SHUFFLES_PER_WARP_SUM;
                     (per_1k(atomics), per_1k(shuffles))
                 }

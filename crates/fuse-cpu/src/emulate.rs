@@ -19,6 +19,14 @@ pub enum EmulationError {
     /// The host compiler or a kernel failed.
     #[error(transparent)]
     Emulate(#[from] EmulateError),
+    /// The plan was generated for other sizes than these.
+    #[error("kernel {kernel}: {why}")]
+    Sizes {
+        /// The kernel that cannot run.
+        kernel: String,
+        /// Why.
+        why: String,
+    },
 }
 
 /// A generated module compiled for emulation, reusable across runs.
@@ -39,6 +47,14 @@ impl EmulatedPlan {
     /// Runs the plan's steps on `inputs`; returns the outputs by name.
     pub fn run(&self, program: &Program, sizes: &Sizes, inputs: &Bindings) -> Result<Bindings, EmulationError> {
         check_inputs(program, sizes, inputs)?;
+        for step in &self.generated.steps {
+            if let Step::Launch(launch) = step {
+                launch.grid.check(sizes).map_err(|why| EmulationError::Sizes {
+                    kernel: launch.kernel.clone(),
+                    why,
+                })?;
+            }
+        }
         let mut buffers = self.allocate(program, sizes, inputs);
         for step in &self.generated.steps {
             match step {

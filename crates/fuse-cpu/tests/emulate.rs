@@ -33,6 +33,7 @@ fn unfused(p: &Program, walk: Walk, serial: Serial, width: u32) -> Vec<KernelGro
             calls: vec![c],
             block: 128,
             width: if p.calls[c].kind.nesting_level() == 2 { width } else { 1 },
+            whole_rows: false,
             serial_iterations: serial,
             walk,
         })
@@ -124,6 +125,48 @@ fn strip_layouts_match_the_reference_at_odd_column_counts() {
             }
         }
         check(&program, &plans, &sizes);
+    }
+}
+
+/// Whole-row blocks (each row spread over the block, rows one at a time): ATAX and BiCGK as one
+/// kernel — ATAX's `Aᵀ·t` reads each row sum while its row is still in registers — and GEMVER
+/// call by call, one block down or several, at odd column counts; and a clear error, not a
+/// wrong answer, where a row is wider than the block holds.
+#[test]
+fn whole_row_blocks_match_the_reference() {
+    let sizes = [(5, 1), (3, 3), (7, 1023), (40, 1025), (3, 4097)];
+    for (name, precision, threads) in [
+        ("atax", Precision::F32, 256),
+        ("bicgk", Precision::F32, 256),
+        ("gemver", Precision::F32, 256),
+        ("atax", Precision::F64, 512),
+    ] {
+        let program = load(name, precision);
+        let fused = name != "gemver";
+        // 8 vector accesses of 16 bytes per thread: 8192 columns.
+        let width = threads * 8 * (16 / precision.bytes() as u32) / 32;
+        let mut plans = Vec::new();
+        for serial in [Serial::Iterations(1), Serial::Whole] {
+            let group = |calls: Vec<usize>| KernelGroup {
+                calls,
+                block: threads,
+                width,
+                whole_rows: true,
+                serial_iterations: serial,
+                walk: Walk::Rows,
+            };
+            plans.push(match fused {
+                true => vec![group((0..program.calls.len()).collect())],
+                false => (0..program.calls.len()).map(|c| group(vec![c])).collect(),
+            });
+        }
+        check(&program, &plans, &sizes);
+        let plan = EmulatedPlan::compile(generate(&program, &plans[0]).unwrap()).unwrap();
+        let sizes = sizes_mn(&program, 2, 8193);
+        let mut inputs = Bindings::new();
+        fill_random_inputs(&program, &sizes, 1, &mut inputs);
+        let err = plan.run(&program, &sizes, &inputs).unwrap_err().to_string();
+        assert!(err.contains("whole rows of at most 8192 columns"), "{err}");
     }
 }
 

@@ -102,7 +102,7 @@ fn environments(nested: bool) -> Vec<Environment> {
     let serials = [1, 4, 16, 64];
     let shared = [24 << 10, 96 << 10];
     if nested {
-        let strip = |threads, instances| Block { threads, instances };
+        let strip = Block::new;
         // Every one fits the 48 KiB column-sum exchange in f64 too.
         for width in [1, 4, 16] {
             for walk in [Axis::Rows, Axis::Columns] {
@@ -119,18 +119,12 @@ fn environments(nested: bool) -> Vec<Environment> {
         }
     } else {
         for instances in [1, 8, 32] {
-            let block = Block {
-                threads: 32 * instances,
-                instances,
-            };
+            let block = Block::new(32 * instances, instances);
             for serial in serials {
                 out.push(env(block, serial, None, 0));
             }
         }
-        let block = Block {
-            threads: 256,
-            instances: 8,
-        };
+        let block = Block::new(256, 8);
         for extra in shared {
             out.push(env(block, 4, None, extra));
         }
@@ -368,6 +362,7 @@ fn kernel_group(imp: &Implementation, env: Environment) -> KernelGroup {
         calls: imp.order.clone(),
         block: env.block.threads,
         width: env.block.instances,
+        whole_rows: env.block.whole_rows,
         serial_iterations: match complete {
             true => Serial::Whole,
             false => Serial::Iterations(env.serial),
@@ -585,6 +580,7 @@ mod tests {
                     calls: vec![0],
                     block: env.block.threads,
                     width: env.block.instances,
+                    whole_rows: false,
                     serial_iterations: Serial::Iterations(env.serial),
                     walk: Walk::Rows,
                 };

@@ -251,6 +251,7 @@ impl CudaPlan {
             kernel: launch.kernel.clone(),
             why,
         };
+        launch.grid.check(sizes).map_err(limit)?;
         if grid.1 > MAX_GRID_YZ || grid.2 > MAX_GRID_YZ || grid.0 > i32::MAX as u32 {
             return Err(limit(format!(
                 "grid {grid:?} exceeds the hardware's (2³¹−1, 65535, 65535); choose a plan with more serial iterations"

@@ -43,6 +43,7 @@ fn top_plans(program: &Program, count: usize) -> Vec<Vec<KernelGroup>> {
                     calls: vec![c],
                     block: 128,
                     width: 4,
+                    whole_rows: false,
                     serial_iterations: Serial::Iterations(2),
                     walk: Walk::Columns,
                 })

@@ -33,6 +33,7 @@ fn a_kernel_of_every_calibration_program_compiles() {
             calls: vec![0],
             block: 256,
             width: 4,
+            whole_rows: false,
             serial_iterations: Serial::Iterations(4),
             walk: Walk::Columns,
         };

@@ -776,6 +776,12 @@ FUSE_EMU_ATOMIC_INT(unsigned long long)
 #undef FUSE_EMU_ATOMIC_INT
 #undef FUSE_EMU_ATOMIC_ARITH
 
+// sm_90's vector atomic: each of the four floats is added atomically (CUDA guarantees no more).
+inline float4 atomicAdd(float4* a, float4 v) {
+    float* p = &a->x;
+    return {atomicAdd(p, v.x), atomicAdd(p + 1, v.y), atomicAdd(p + 2, v.z), atomicAdd(p + 3, v.w)};
+}
+
 template <class T>
 T __ldg(const T* address) {
     return *address;

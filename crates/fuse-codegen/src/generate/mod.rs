@@ -47,6 +47,9 @@ pub struct KernelGroup {
     pub block: u32,
     /// BLAS-2: tiles across a block's strip of columns (32 columns each); 1 for BLAS-1.
     pub width: u32,
+    /// BLAS-2: each row spread over the whole block, rows taken one at a time, so a row sum is
+    /// complete while its row is in registers and later calls of the kernel may read it.
+    pub whole_rows: bool,
     /// Elements (BLAS-1) or tiles (BLAS-2) each thread block processes in sequence.
     pub serial_iterations: Serial,
     /// The direction BLAS-2 blocks walk their serial iterations in.
@@ -67,15 +70,20 @@ pub enum Serial {
 
 impl From<&fuse_core::Kernel> for KernelGroup {
     /// The generator's view of a planned kernel: a reduction the plan finishes inside its block
-    /// (`Finish::Complete`) makes the block walk the whole extent. The instances of a BLAS-2
-    /// block are the tiles across its strip.
+    /// along its walk (`Finish::Complete`) makes the block walk the whole extent. The instances
+    /// of a BLAS-2 block are the tiles across its strip.
     fn from(kernel: &fuse_core::Kernel) -> Self {
         use fuse_core::explore::implementation::Finish;
-        let complete = kernel.reductions.iter().any(|r| r.finish == Finish::Complete);
+        // A whole-row block completes its row sums in any grid; only one block walks all rows.
+        let complete = match kernel.block.whole_rows {
+            true => kernel.blocks == 1,
+            false => kernel.reductions.iter().any(|r| r.finish == Finish::Complete),
+        };
         KernelGroup {
             calls: kernel.calls.clone(),
             block: kernel.block.threads,
             width: kernel.block.instances,
+            whole_rows: kernel.block.whole_rows,
             serial_iterations: if complete {
                 Serial::Whole
             } else {
@@ -137,7 +145,7 @@ pub enum Grid {
     },
     /// Blocks over strips of `columns` columns: walking down rows, `ceil(cols / columns)` ×
     /// `ceil(rows / (32 · serial))` blocks; walking along columns, `ceil(cols / (columns ·
-    /// serial))` × `ceil(rows / 32)`.
+    /// serial))` × `ceil(rows / 32)`. Whole-row blocks need `cols ≤ columns` ([`Grid::check`]).
     Strips {
         /// Size symbol of the rows.
         rows: String,
@@ -150,10 +158,30 @@ pub enum Grid {
         serial: Option<u32>,
         /// The direction of the walk.
         walk: Walk,
+        /// Whole rows per block: the kernel is only correct where one strip covers every column.
+        #[serde(skip_serializing_if = "std::ops::Not::not")]
+        whole_rows: bool,
     },
 }
 
 impl Grid {
+    /// Why the kernel cannot run at `sizes`, if it cannot: a whole-row kernel was generated
+    /// for rows of at most `columns` numbers.
+    pub fn check(&self, sizes: &Sizes) -> Result<(), String> {
+        match self {
+            Grid::Strips {
+                cols,
+                columns,
+                whole_rows: true,
+                ..
+            } if sizes.get(cols).unwrap_or(1) > *columns as usize => Err(format!(
+                "the plan keeps whole rows of at most {columns} columns in registers, but {cols} = {}: explore the plan at these sizes",
+                sizes.get(cols).unwrap_or(1)
+            )),
+            _ => Ok(()),
+        }
+    }
+
     /// The grid dimensions under `sizes`.
     pub fn dims(&self, sizes: &Sizes) -> (u32, u32, u32) {
         let get = |s: &str| sizes.get(s).unwrap_or(1) as u64;
@@ -169,6 +197,7 @@ impl Grid {
                 columns,
                 serial,
                 walk,
+                ..
             } => {
                 let columns = *columns as u64;
                 match walk {
@@ -228,6 +257,8 @@ pub struct StripWork {
     pub row_sum_atomics: u32,
     /// Column sums added to memory with atomics.
     pub column_sum_atomics: u32,
+    /// Columns one column-sum atomic adds (4: a float4 atomic on sm_90).
+    pub column_atomic_width: u32,
 }
 
 /// One step of running a generated plan.
@@ -313,7 +344,8 @@ fn check_cover(program: &Program, kernels: &[KernelGroup]) -> Result<(), Generat
         for v in call.reads() {
             if let Some(p) = program.values[v].producer {
                 let before = position[p].is_some_and(|there| there < here);
-                let reduce_in_kernel = position[p].is_some_and(|t| t.0 == here.0) && program.calls[p].kind.is_reduce();
+                let reduce_in_kernel = position[p].is_some_and(|t| t.0 == here.0 && !kernels[t.0].whole_rows)
+                    && program.calls[p].kind.is_reduce();
                 if !before || reduce_in_kernel {
                     return Err(GenerateError::InvalidPlan(format!(
                         "`{}` reads `{}` before it is complete",
@@ -337,7 +369,9 @@ fn global_values(program: &Program, kernels: &[KernelGroup]) -> BTreeSet<ValueId
     }
     let mut global: BTreeSet<ValueId> = program.outputs.iter().copied().collect();
     for (c, call) in program.calls.iter().enumerate() {
-        if call.kind.is_reduce() {
+        // A whole-row kernel finishes its row sums in registers: only a sum read elsewhere
+        // (or an output) needs memory.
+        if call.kind.is_reduce() && !kernels[kernel_of[c]].whole_rows {
             global.insert(call.result);
         }
         for v in call.reads() {
@@ -368,6 +402,7 @@ pub(crate) struct KernelContext<'a> {
     pub level: u8,
     pub block: u32,
     pub width: u32,
+    pub whole_rows: bool,
     pub serial: Serial,
     pub walk: Walk,
     pub global: &'a BTreeSet<ValueId>,
@@ -399,9 +434,9 @@ impl<'a> KernelContext<'a> {
                 group.block, group.serial_iterations
             )));
         }
-        if level == 2 && (group.block % 32 != 0 || !(1..=64).contains(&group.width)) {
+        if level == 2 && (group.block % 32 != 0 || !(1..=1024).contains(&group.width)) {
             return Err(GenerateError::InvalidPlan(format!(
-                "kernel {k}: a BLAS-2 block needs whole warps and 1..=64 tiles across, not {} threads and {} tiles",
+                "kernel {k}: a BLAS-2 block needs whole warps and 1..=1024 tiles across, not {} threads and {} tiles",
                 group.block, group.width
             )));
         }
@@ -412,6 +447,7 @@ impl<'a> KernelContext<'a> {
             level,
             block: group.block,
             width: group.width,
+            whole_rows: group.whole_rows,
             serial: group.serial_iterations,
             walk: group.walk,
             global,
@@ -467,12 +503,12 @@ impl<'a> KernelContext<'a> {
             .collect()
     }
 
-    /// Reduction results computed here (accumulated with atomics).
+    /// Reduction results computed here that reach global memory (by atomics or stores).
     pub fn reduced(&self) -> Vec<ValueId> {
         self.calls
             .iter()
             .map(|&c| &self.program.calls[c])
-            .filter(|call| call.kind.is_reduce())
+            .filter(|call| call.kind.is_reduce() && self.global.contains(&call.result))
             .map(|call| call.result)
             .collect()
     }

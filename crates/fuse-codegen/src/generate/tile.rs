@@ -150,7 +150,16 @@ struct Strips<'a> {
 
 impl<'a> Strips<'a> {
     fn new(k: &'a KernelContext<'a>, rows: &str, cols: &str) -> Result<Self, GenerateError> {
-        let layout = StripLayout::new(k.block, k.width, k.precision());
+        let layout = match k.whole_rows {
+            true => StripLayout::whole_rows(k.block, k.width, k.precision()),
+            false => StripLayout::new(k.block, k.width, k.precision()),
+        };
+        if k.whole_rows && k.walk == Walk::Columns {
+            return Err(GenerateError::InvalidPlan(format!(
+                "kernel {}: whole-row blocks walk down the rows",
+                k.name
+            )));
+        }
         let (mut row_sums, mut column_sums) = (Vec::new(), Vec::new());
         for &c in &k.calls {
             let call = &k.program.calls[c];
@@ -161,7 +170,8 @@ impl<'a> Strips<'a> {
                 }
             }
         }
-        if !column_sums.is_empty() && layout.column_sum_bytes(k.precision()) > STATIC_SHARED_LIMIT {
+        let shared = layout.shared_bytes(!column_sums.is_empty(), !row_sums.is_empty(), k.precision());
+        if shared > STATIC_SHARED_LIMIT {
             return Err(GenerateError::InvalidPlan(format!(
                 "kernel {}: {} warps × {} columns do not fit the column-sum exchange in {} KiB of shared memory",
                 k.name,
@@ -203,7 +213,7 @@ impl<'a> Strips<'a> {
             let _ = writeln!(s, "{indent}{} c{v}[kGroups];", self.vec());
             let _ = writeln!(
                 s,
-                "{indent}#pragma unroll\n{indent}for (int g = 0; g < kGroups; ++g) c{v}[g] = fuse_load_vec<{}, kVector>({}, col0 + (g * 32 + lane) * kVector, {});",
+                "{indent}#pragma unroll\n{indent}for (int g = 0; g < kGroups; ++g) c{v}[g] = fuse_load_vec<{}, kVector>({}, col0 + (g * kRowThreads + rt) * kVector, {});",
                 self.k.ty(),
                 pointer(self.k.program, v),
                 self.n
@@ -220,9 +230,9 @@ impl<'a> Strips<'a> {
             .collect()
     }
 
-    /// The work of one row of one strip: matrix loads, every call's compute routine, stores.
-    /// Row sums add to `part{r}{row_index}`, column sums to `acc{r}[g]`.
-    fn row_body(&self, indent: &str) -> Result<String, GenerateError> {
+    /// Matrix loads of one row of one strip (every vector access issued before any is used),
+    /// and the registers of the map results computed from them.
+    fn row_loads(&self, indent: &str) -> String {
         let (k, ty) = (self.k, self.k.ty());
         let mut s = String::new();
         let _ = writeln!(s, "{indent}const long long at = row * {};", self.n);
@@ -230,7 +240,7 @@ impl<'a> Strips<'a> {
             let _ = writeln!(s, "{indent}{} v{v}[kGroups];", self.vec());
             let _ = writeln!(
                 s,
-                "{indent}#pragma unroll\n{indent}for (int g = 0; g < kGroups; ++g) v{v}[g] = fuse_load_vec<{ty}, kVector>({} + at, col0 + (g * 32 + lane) * kVector, {});",
+                "{indent}#pragma unroll\n{indent}for (int g = 0; g < kGroups; ++g) v{v}[g] = fuse_load_vec<{ty}, kVector>({} + at, col0 + (g * kRowThreads + rt) * kVector, {});",
                 pointer(k.program, v),
                 self.n
             );
@@ -241,26 +251,79 @@ impl<'a> Strips<'a> {
                 let _ = writeln!(s, "{indent}{} v{}[kGroups];", self.vec(), call.result);
             }
         }
+        s
+    }
+
+    /// The compute routines of `calls` for every element of the thread's part of the row. Row
+    /// sums add to `part{r}{row_index}`, column sums to `acc{r}[g]`.
+    fn row_compute(&self, calls: &[fuse_core::CallId], indent: &str) -> Result<String, GenerateError> {
+        let mut s = String::new();
         let _ = writeln!(s, "{indent}#pragma unroll\n{indent}for (int g = 0; g < kGroups; ++g) {{");
         let _ = writeln!(s, "{indent}    #pragma unroll\n{indent}    for (int e = 0; e < kVector; ++e) {{");
         let _ = writeln!(
             s,
-            "{indent}        const bool ok = col0 + (g * 32 + lane) * kVector + e < {};",
+            "{indent}        const bool ok = col0 + (g * kRowThreads + rt) * kVector + e < {};",
             self.n
         );
         let inner = format!("{indent}        ");
-        for &c in &k.calls {
-            s.push_str(&self.compute(&k.program.calls[c], &inner)?);
+        for &c in calls {
+            s.push_str(&self.compute(&self.k.program.calls[c], &inner)?);
         }
         let _ = writeln!(s, "{indent}    }}\n{indent}}}");
+        Ok(s)
+    }
+
+    /// Stores of the map results of one row.
+    fn row_stores(&self, indent: &str) -> String {
+        let (k, ty) = (self.k, self.k.ty());
+        let mut s = String::new();
         for v in k.stored() {
             let _ = writeln!(
                 s,
-                "{indent}#pragma unroll\n{indent}for (int g = 0; g < kGroups; ++g) fuse_store_vec<{ty}, kVector>({} + at, col0 + (g * 32 + lane) * kVector, {}, v{v}[g]);",
+                "{indent}#pragma unroll\n{indent}for (int g = 0; g < kGroups; ++g) fuse_store_vec<{ty}, kVector>({} + at, col0 + (g * kRowThreads + rt) * kVector, {}, v{v}[g]);",
                 pointer(k.program, v),
                 self.n
             );
         }
+        s
+    }
+
+    /// The work of one row of one strip: loads, every call's compute routine, stores.
+    fn row_body(&self, indent: &str) -> Result<String, GenerateError> {
+        let mut s = self.row_loads(indent);
+        s.push_str(&self.row_compute(&self.k.calls, indent)?);
+        s.push_str(&self.row_stores(indent));
+        Ok(s)
+    }
+
+    /// The work of one whole row: the calls run in phases, each ending where a row sum that a
+    /// later call reads is complete — summed across the block while the row is in registers,
+    /// its formula applied into `r{r}` and, where it is global, stored.
+    fn whole_row_body(&self, indent: &str) -> Result<String, GenerateError> {
+        let (k, ty) = (self.k, self.k.ty());
+        let mut s = self.row_loads(indent);
+        let mut phase = Vec::new();
+        for (position, &c) in k.calls.iter().enumerate() {
+            phase.push(c);
+            let r = k.program.calls[c].result;
+            let read_later = k.calls[position + 1..].iter().any(|&d| k.program.calls[d].reads().contains(&r));
+            if position + 1 < k.calls.len() && !(self.row_sums.contains(&r) && read_later) {
+                continue;
+            }
+            s.push_str(&self.row_compute(&phase, indent)?);
+            for &r in phase.iter().map(|&c| &k.program.calls[c].result).filter(|r| self.row_sums.contains(r)) {
+                let call = self.producer(r);
+                let total = format!("total{r}");
+                let _ = writeln!(s, "{indent}const {ty} {total} = fuse_block_sum_all(part{r});");
+                let value = emit(&call.form.formula.body, call, k.precision(), &self.registers(call)?, Some(&total))?;
+                let _ = writeln!(s, "{indent}const {ty} r{r} = {value};");
+                if k.global.contains(&r) {
+                    let _ = writeln!(s, "{indent}if (threadIdx.x == 0) {}[row] = r{r};", pointer(k.program, r));
+                }
+            }
+            phase.clear();
+        }
+        s.push_str(&self.row_stores(indent));
         Ok(s)
     }
 
@@ -312,13 +375,17 @@ impl<'a> Strips<'a> {
     }
 
     /// Column sums of the strip at `col0`: each warp's partials go to shared memory, then each
-    /// thread adds up whole columns across warps and adds them to memory with one atomic — or,
-    /// when `direct`, stores the finished value. All threads of the block must run it.
+    /// thread adds up `V` consecutive columns across warps and adds them to memory with one
+    /// vector atomic — or, when `direct`, stores the finished values. All threads of the block
+    /// must run it.
     fn column_sum_stores(&self, direct: bool, indent: &str) -> Result<String, GenerateError> {
         let (k, ty) = (self.k, self.k.ty());
         let mut s = String::new();
         if self.column_sums.is_empty() {
             return Ok(s);
+        }
+        if k.whole_rows {
+            return self.owned_column_stores(direct, indent);
         }
         let _ = writeln!(s, "{indent}__shared__ {ty} exchange[kWarps * kColumns];");
         for &r in &self.column_sums {
@@ -331,33 +398,76 @@ impl<'a> Strips<'a> {
                 "{indent}        exchange[warp * kColumns + (g * kVector + e) * 32 + lane] = acc{r}[g].e[e];"
             );
             let _ = writeln!(s, "{indent}__syncthreads();");
+            // Thread q adds up the V consecutive columns of group q / 32, lane q % 32.
             let _ = writeln!(
                 s,
-                "{indent}for (int slot = threadIdx.x; slot < kColumns; slot += blockDim.x) {{"
+                "{indent}for (int q = threadIdx.x; q < kColumns / kVector; q += blockDim.x) {{"
             );
-            let _ = writeln!(s, "{indent}    {ty} total{r} = {ty}(0);");
+            let _ = writeln!(s, "{indent}    {} total{r} = {{}};", self.vec());
+            let _ = writeln!(s, "{indent}    #pragma unroll\n{indent}    for (int e = 0; e < kVector; ++e)");
+            let _ = writeln!(s, "{indent}        for (int w = 0; w < kWarps; ++w)");
             let _ = writeln!(
                 s,
-                "{indent}    for (int w = 0; w < kWarps; ++w) total{r} += exchange[w * kColumns + slot];"
+                "{indent}            total{r}.e[e] += exchange[w * kColumns + ((q / 32) * kVector + e) * 32 + q % 32];"
             );
             let _ = writeln!(
                 s,
-                "{indent}    const long long col = col0 + fuse_strip_column<kVector>(slot);"
+                "{indent}    const long long col_g = col0 + ((q / 32) * 32 + q % 32) * kVector;"
             );
             if direct {
                 let regs = ColumnFinishRegisters {
                     k,
                     row_var: row_var(call)?,
                 };
-                let total = format!("total{r}");
+                let total = format!("total{r}.e[e]");
                 let value = emit(&call.form.formula.body, call, k.precision(), &regs, Some(&total))?;
-                let _ = writeln!(s, "{indent}    if (col < {}) {p}[col] = {value};", self.n);
+                let _ = writeln!(s, "{indent}    #pragma unroll\n{indent}    for (int e = 0; e < kVector; ++e) {{");
+                let _ = writeln!(s, "{indent}        const long long col = col_g + e;");
+                let _ = writeln!(s, "{indent}        if (col < {}) {p}[col] = {value};", self.n);
+                let _ = writeln!(s, "{indent}    }}");
             } else {
-                let _ = writeln!(s, "{indent}    if (col < {}) atomicAdd({p} + col, total{r});", self.n);
+                let _ = writeln!(
+                    s,
+                    "{indent}    fuse_atomic_add_vec<{ty}, kVector>({p}, col_g, {}, total{r});",
+                    self.n
+                );
             }
             let _ = writeln!(s, "{indent}}}");
             let _ = writeln!(s, "{indent}__syncthreads();  // the exchange is reused");
         }
+        Ok(s)
+    }
+
+    /// Column sums of a whole-row block: each column belongs to one thread, which adds its
+    /// `V` totals to memory with one vector atomic — or, when `direct`, stores the finished
+    /// values.
+    fn owned_column_stores(&self, direct: bool, indent: &str) -> Result<String, GenerateError> {
+        let (k, ty) = (self.k, self.k.ty());
+        let mut s = String::new();
+        let _ = writeln!(s, "{indent}#pragma unroll\n{indent}for (int g = 0; g < kGroups; ++g) {{");
+        let _ = writeln!(s, "{indent}    const long long col_g = col0 + (g * kRowThreads + rt) * kVector;");
+        for &r in &self.column_sums {
+            let call = self.producer(r);
+            let p = pointer(k.program, r);
+            if direct {
+                let value = emit(
+                    &call.form.formula.body,
+                    call,
+                    k.precision(),
+                    &self.registers(call)?,
+                    Some(&format!("acc{r}[g].e[e]")),
+                )?;
+                let _ = writeln!(s, "{indent}    #pragma unroll\n{indent}    for (int e = 0; e < kVector; ++e)");
+                let _ = writeln!(s, "{indent}        if (col_g + e < {}) {p}[col_g + e] = {value};", self.n);
+            } else {
+                let _ = writeln!(
+                    s,
+                    "{indent}    fuse_atomic_add_vec<{ty}, kVector>({p}, col_g, {}, acc{r}[g]);",
+                    self.n
+                );
+            }
+        }
+        let _ = writeln!(s, "{indent}}}");
         Ok(s)
     }
 
@@ -388,7 +498,7 @@ impl<'a> Strips<'a> {
         s.push_str(&self.column_sum_clear("    "));
         let _ = writeln!(
             s,
-            "    for (long long row = row0 + warp; row < row_end; row += kWarps) {{"
+            "    for (long long row = row0 + row_slot; row < row_end; row += kRowsAtOnce) {{"
         );
         for &v in &self.uses.row_vectors {
             let _ = writeln!(s, "        const {ty} r{v} = {}[row];", pointer(k.program, v));
@@ -396,8 +506,12 @@ impl<'a> Strips<'a> {
         for &r in &self.row_sums {
             let _ = writeln!(s, "        {ty} part{r} = {ty}(0);");
         }
-        s.push_str(&self.row_body("        ")?);
-        s.push_str(&self.row_sum_stores(false, "true", "        ")?);
+        if k.whole_rows {
+            s.push_str(&self.whole_row_body("        ")?);
+        } else {
+            s.push_str(&self.row_body("        ")?);
+            s.push_str(&self.row_sum_stores(false, "true", "        ")?);
+        }
         s.push_str("    }\n");
         s.push_str(&self.column_sum_stores(k.grid_serial().is_none(), "    ")?);
         Ok(s)
@@ -479,10 +593,22 @@ pub(crate) fn generate(k: &KernelContext) -> Result<KernelOutput, GenerateError>
     );
     let _ = writeln!(
         s,
-        "    constexpr int kWarps = {}, kVector = {}, kGroups = {}, kColumns = 32 * kVector * kGroups;",
-        layout.warps, layout.vector, layout.groups
+        "    constexpr int kWarps = {}, kVector = {}, kGroups = {}, kColumns = {};",
+        layout.warps,
+        layout.vector,
+        layout.groups,
+        layout.columns()
+    );
+    let _ = writeln!(
+        s,
+        "    constexpr int kRowThreads = {}, kRowsAtOnce = 32 * kWarps / kRowThreads;",
+        layout.row_threads
     );
     let _ = writeln!(s, "    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;");
+    let _ = writeln!(
+        s,
+        "    const int rt = threadIdx.x % kRowThreads, row_slot = threadIdx.x / kRowThreads;"
+    );
     s.push_str(&k.scalar_loads("    "));
     s.push_str(&match k.walk {
         Walk::Rows => strips.walk_rows()?,
@@ -490,17 +616,22 @@ pub(crate) fn generate(k: &KernelContext) -> Result<KernelOutput, GenerateError>
     });
     let _ = writeln!(s, "}}\nFUSE_EMU_EXPORT({})", k.name);
     // With a whole walk, one block sees all of each reduction along it: stored directly.
-    let direct = match (k.grid_serial(), k.walk) {
+    let mut direct = match (k.grid_serial(), k.walk) {
         (None, Walk::Rows) => strips.column_sums.clone(),
         (None, Walk::Columns) => strips.row_sums.clone(),
         _ => Vec::new(),
     };
+    // A whole-row block finishes its row sums itself.
+    if k.whole_rows {
+        direct.extend(&strips.row_sums);
+    }
     let atomics = |sums: &[ValueId]| sums.iter().filter(|r| !direct.contains(r)).count() as u32;
     let work = StripWork {
-        per_thread: layout.vector * layout.groups,
+        per_thread: layout.per_thread(),
         row_sums: strips.row_sums.len() as u32,
         row_sum_atomics: atomics(&strips.row_sums),
         column_sum_atomics: atomics(&strips.column_sums),
+        column_atomic_width: layout.column_atomic_width(k.precision()),
     };
     let launch = Launch {
         kernel: k.name.clone(),
@@ -510,6 +641,7 @@ pub(crate) fn generate(k: &KernelContext) -> Result<KernelOutput, GenerateError>
             columns: layout.columns(),
             serial: k.grid_serial(),
             walk: k.walk,
+            whole_rows: k.whole_rows,
         },
         block: (32 * layout.warps, 1, 1),
         args,

@@ -2,7 +2,7 @@
 //! block-to-data mapping, who produces and who reads each value, and which calls share arrays.
 
 use crate::explore::callset::CallSet;
-use crate::explore::mapping::{call_mapping, Axis, CallMapping, Role};
+use crate::explore::mapping::{call_mapping, Axis, CallMapping, Role, StripLayout, ELEMENT_SIDE, MAX_ROW_THREADS};
 use crate::program::{Arg, CallId, Program, ValueId};
 use crate::shape::{Shape, Sizes};
 
@@ -70,6 +70,13 @@ impl<'p> Context<'p> {
         self
     }
 
+    /// Whether a GPU block can hold whole rows of call `c`'s matrix in registers
+    /// ([`StripLayout::whole_row_width`]), so a row sum is complete while its row is on chip.
+    pub fn whole_rows_fit(&self, c: CallId) -> bool {
+        let columns = self.mappings[c].space.tiles(&self.sizes).1 * ELEMENT_SIDE;
+        StripLayout::whole_row_width(MAX_ROW_THREADS, columns, self.program.precision).is_some()
+    }
+
     /// Number of calls.
     pub fn calls(&self) -> usize {
         self.program.calls.len()
@@ -107,12 +114,13 @@ impl<'p> Context<'p> {
     }
 
     /// Whether `consumer` may read reduce `producer`'s result in the kernel that computes it:
-    /// the target has a row barrier, `producer` sums along the columns (one number per row,
-    /// complete once a block has walked its rows) and `consumer` reads that number only in the
-    /// rows it is computed for. ATAX's `t = A·x; y = Aᵀ·t` is then one pass over A.
+    /// the target has a row barrier (or, on a GPU, a block can hold a whole row of the matrix),
+    /// `producer` sums along the columns (one number per row, complete once a block has walked
+    /// its rows) and `consumer` reads that number only in the rows it is computed for. ATAX's
+    /// `t = A·x; y = Aᵀ·t` is then one pass over A.
     pub fn reads_finished_row_sums(&self, producer: CallId, consumer: CallId) -> bool {
         let value = self.program.calls[producer].result;
-        self.row_barrier
+        (self.row_barrier || self.whole_rows_fit(producer))
             && self.mappings[producer].reduced == Some(Axis::Columns)
             && self.mappings[consumer].space == self.mappings[producer].space
             && self.role(consumer, value) == Role::RowVector

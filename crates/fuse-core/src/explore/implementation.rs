@@ -42,8 +42,31 @@ const MAX_MIXED_FINISHES: usize = 3;
 pub struct Block {
     /// Threads per block.
     pub threads: u32,
-    /// Instances (sub-vectors or tiles) per block.
+    /// Instances per block: sub-vectors (BLAS-1), tiles across a strip (BLAS-2).
     pub instances: u32,
+    /// BLAS-2: each row is spread over the whole block, which takes its rows one at a time
+    /// ([`StripLayout::whole_rows`]), instead of over one warp.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub whole_rows: bool,
+}
+
+impl Block {
+    /// A block of `threads` threads over `instances` sub-vectors or tiles across a strip.
+    pub fn new(threads: u32, instances: u32) -> Self {
+        Block {
+            threads,
+            instances,
+            whole_rows: false,
+        }
+    }
+
+    /// The strip layout of this block in `precision` (BLAS-2).
+    pub fn layout(&self, precision: crate::Precision) -> StripLayout {
+        match self.whole_rows {
+            true => StripLayout::whole_rows(self.threads, self.instances, precision),
+            false => StripLayout::new(self.threads, self.instances, precision),
+        }
+    }
 }
 
 /// How a reduction's partial results become its result.
@@ -171,8 +194,12 @@ pub fn implement(ctx: &Context, calls: &[CallId], predictor: &Predictor, limits:
         let (order, peak, worse) = best_order(ctx, calls, walk, limits.max_orders);
         out.dominated += worse;
         let kernel = KernelRoutines::new(ctx, &order);
+        let mut options = blocks(nested, predictor);
+        if nested && walk == Some(Axis::Rows) && !ctx.row_barrier {
+            options.extend(whole_row_blocks(ctx, kernel.tiles.1 * ELEMENT_SIDE));
+        }
         for variants in variant_choices(ctx, &order) {
-            for block in blocks(nested, predictor) {
+            for &block in &options {
                 let shared = kernel.shared_bytes(block, peak);
                 let probe = Environment {
                     threads: block.threads,
@@ -288,17 +315,21 @@ impl<'c> KernelRoutines<'c> {
     /// Bytes of a matrix row each thread of a GPU strip kernel loads at once: one number per
     /// tile across the strip. `None` for BLAS-1 and for targets without strips (the CPU).
     fn lane_bytes(&self, block: Block) -> Option<u64> {
+        let precision = self.ctx.program.precision;
         let strips = self.nested() && !self.ctx.row_barrier;
-        strips.then(|| block.instances as u64 * self.ctx.program.precision.bytes())
+        strips.then(|| block.layout(precision).per_thread() as u64 * precision.bytes())
     }
 
     /// Shared memory per block: a BLAS-1 block keeps `peak` bytes per instance; a nested block
-    /// only exchanges column sums across its warps.
+    /// only exchanges partial sums across its warps.
     fn shared_bytes(&self, block: Block, peak: u64) -> u64 {
+        let precision = self.ctx.program.precision;
+        let column_sums = self.column_sums();
         match self.nested() {
             false => peak * block.instances as u64,
-            true if self.column_sums() == 0 => 0,
-            true => strip_layout(self.ctx, block).column_sum_bytes(self.ctx.program.precision),
+            true => block
+                .layout(precision)
+                .shared_bytes(column_sums > 0, self.reduces.len() > column_sums, precision),
         }
     }
 
@@ -331,18 +362,21 @@ impl<'c> KernelRoutines<'c> {
             }
             _ => 0,
         };
+        let layout = block.layout(program.precision);
         let per_thread =
-            (arrays + matrices.max(1)) * block.instances as u64 * words + row_arrays + BASE_REGISTERS;
+            (arrays + matrices.max(1)) * layout.per_thread() as u64 * words + row_arrays + BASE_REGISTERS;
         // ptxas keeps two blocks' registers resident under `__launch_bounds__(threads)`.
         let budget = (32768 / block.threads.max(1) as u64).min(255);
-        let shared_ok = self.column_sums() == 0
-            || strip_layout(self.ctx, block).column_sum_bytes(program.precision) <= STATIC_SHARED_LIMIT;
-        per_thread <= budget && shared_ok
+        per_thread <= budget && self.shared_bytes(block, 0) <= STATIC_SHARED_LIMIT
     }
 
     /// Every serial-iteration count and finish choice of `setting`, predicted.
     fn candidates(&self, ctx: &Context, predictor: &Predictor, setting: &Setting) -> Vec<Implementation> {
         let mut out = Vec::new();
+        // On a GPU only a whole-row block still holds the row when its sum is complete.
+        if !self.read_inside.is_empty() && !ctx.row_barrier && !setting.block.whole_rows {
+            return out;
+        }
         for serial in serial_options(self.tiles, setting.block, setting.walk) {
             let grid = Grid::new(self.tiles, setting.block, serial, setting.walk);
             if self.read_inside.iter().any(|&c| !grid.complete(ctx, c)) {
@@ -427,12 +461,19 @@ impl<'c> KernelRoutines<'c> {
         let mut finish = FinishWork::default();
         let (mut memset, mut second_kernel) = (false, false);
         let atomic_cost = predictor.table().model.atomic_cost;
+        let gpu_strips = self.nested() && !self.ctx.row_barrier;
         for (&(pos, c, _), &how) in self.reduces.iter().zip(finishes) {
             let (partials, per) = grid.partials(self.ctx, c);
             let per_bytes = per * bytes;
             let result_bytes = grid.result_numbers(self.ctx, c) * bytes;
+            // A column sum of a GPU strip kernel adds several columns per atomic.
+            let column_sum = gpu_strips && self.ctx.mappings[c].reduced == Some(Axis::Rows);
+            let per_atomic = match column_sum {
+                true => setting.block.layout(precision).column_atomic_width(precision) as f64,
+                false => 1.0,
+            };
             let (routine, work) = match how {
-                Finish::Atomic => ("accumulate", (per_bytes as f64 * atomic_cost).round() as u64),
+                Finish::Atomic => ("accumulate", (per_bytes as f64 * atomic_cost / per_atomic).round() as u64),
                 _ => ("store", per_bytes),
             };
             runs.push(RoutineRun {
@@ -510,11 +551,6 @@ pub fn implementation_with(
     (kernel.predict(predictor, &setting, &grid, finishes), shares)
 }
 
-/// The strip layout of a nested block in `ctx`'s precision.
-fn strip_layout(ctx: &Context, block: Block) -> StripLayout {
-    StripLayout::new(block.threads, block.instances, ctx.program.precision)
-}
-
 /// The grid of one launch configuration. Nested blocks cover strips `width` tiles across:
 /// walking down, a block owns one strip `serial` tiles high; walking along, a block owns one tile
 /// row ([`ROWS_PER_STRIP_BLOCK`] rows) and walks `serial` strips.
@@ -525,6 +561,8 @@ struct Grid {
     serial: u32,
     /// Tiles across a strip (1 for BLAS-1).
     width: u64,
+    /// Whole-row blocks: each row of the block's strip is complete in the block.
+    whole_rows: bool,
     blocks: u64,
 }
 
@@ -545,6 +583,7 @@ impl Grid {
             walk,
             serial,
             width,
+            whole_rows: block.whole_rows,
             blocks,
         }
     }
@@ -592,13 +631,14 @@ impl Grid {
         }
     }
 
-    /// Whether one block sees all of reduce `c`'s reduced dimension: only along the walk, when
-    /// the block walks all of it (across the walk, partials always meet by atomics).
+    /// Whether one block sees all of reduce `c`'s reduced dimension: along the walk, when the
+    /// block walks all of it; across it, only a whole-row block's row sums (across strips,
+    /// partials meet by atomics).
     fn complete(&self, ctx: &Context, c: CallId) -> bool {
         match ctx.mappings[c].reduced {
             None => self.blocks == 1,
             Some(r) if self.walk == Some(r) => self.along(r).div_ceil(self.step(r) * self.serial as u64) == 1,
-            Some(_) => false,
+            Some(r) => self.whole_rows && r == Axis::Columns && self.along(r) <= self.width,
         }
     }
 
@@ -621,15 +661,12 @@ fn blocks(nested: bool, predictor: &Predictor) -> Vec<Block> {
     let all: Vec<Block> = if nested {
         NESTED_THREADS
             .iter()
-            .flat_map(|&threads| widths.iter().map(move |&instances| Block { threads, instances }))
+            .flat_map(|&threads| widths.iter().map(move |&instances| Block::new(threads, instances)))
             .collect()
     } else {
         BLAS1_INSTANCES
             .iter()
-            .map(|&instances| Block {
-                threads: instances * BLAS1_THREADS_PER_INSTANCE,
-                instances,
-            })
+            .map(|&instances| Block::new(instances * BLAS1_THREADS_PER_INSTANCE, instances))
             .collect()
     };
     let fitting: Vec<Block> = all.iter().copied().filter(|b| b.threads <= max).collect();
@@ -639,6 +676,20 @@ fn blocks(nested: bool, predictor: &Predictor) -> Vec<Block> {
     } else {
         fitting
     }
+}
+
+/// Whole-row blocks of every thread count whose registers hold a row of `columns` numbers.
+fn whole_row_blocks(ctx: &Context, columns: u64) -> Vec<Block> {
+    NESTED_THREADS
+        .iter()
+        .filter_map(|&threads| {
+            let width = StripLayout::whole_row_width(threads, columns, ctx.program.precision)?;
+            Some(Block {
+                whole_rows: true,
+                ..Block::new(threads, width)
+            })
+        })
+        .collect()
 }
 
 /// Serial iterations worth trying: powers of two below the extent the walk covers, and the
@@ -910,10 +961,7 @@ mod tests {
         let table = TimingTable::builtin().unwrap();
         let predictor = Predictor::new(&table, true);
         let ctx = Context::new(&p, &p.sizes);
-        let block = Block {
-            threads: 256,
-            instances: 1,
-        };
+        let block = Block::new(256, 1);
         let (imp, shares) = implementation_with(&ctx, &[0], block, 4, Some(Axis::Rows), &predictor);
         assert_eq!(
             (imp.block, imp.serial_iterations, imp.walk),

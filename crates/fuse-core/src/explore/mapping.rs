@@ -19,13 +19,22 @@ pub const ELEMENT_SIDE: u64 = 32;
 
 /// BLAS-2 kernels run over strips of whole matrix rows: a block of warps covers strips `w` tiles
 /// (32·w columns) across, each lane holding `w` elements of a row as `w/V` vector accesses of
-/// `V` elements (library/cuda/routines.cuh). The explorer counts work in 32×32 tiles; these
-/// constants and [`StripLayout`] say how the generator lays a block over them.
+/// `V` elements (library/cuda/routines.cuh). A *whole-row* block instead spreads each row over
+/// all its threads and takes its rows one at a time: a row sum is then complete inside the
+/// block, while the row is still in registers, and later calls of the kernel can read it (ATAX
+/// reads A once). The explorer counts work in 32×32 tiles; these constants and [`StripLayout`]
+/// say how the generator lays a block over them.
 /// Rows a block owns when it walks along the columns.
 pub const ROWS_PER_STRIP_BLOCK: u32 = 32;
 
 /// Bytes of static shared memory a kernel may use (the column-sum exchange).
 pub const STATIC_SHARED_LIMIT: u64 = 48 * 1024;
+
+/// Vector accesses per thread per row of a whole-row block at most: the row lives in registers.
+pub const MAX_ROW_GROUPS: u32 = 8;
+
+/// Threads per block of a whole-row block at most.
+pub const MAX_ROW_THREADS: u32 = 1024;
 
 /// The layout of one kernel's strips.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,30 +43,78 @@ pub struct StripLayout {
     pub warps: u32,
     /// Elements per vector access (4 for f32, 2 for f64 where `w` allows, else 1).
     pub vector: u32,
-    /// Vector accesses per lane per row.
+    /// Vector accesses per thread per row.
     pub groups: u32,
+    /// Threads that share one row: 32 (a warp) in strips, the whole block for whole rows.
+    pub row_threads: u32,
 }
 
 impl StripLayout {
     /// The layout of `threads` threads over strips `width` tiles across.
     pub fn new(threads: u32, width: u32, precision: Precision) -> Self {
-        let widest = 16 / precision.bytes() as u32;
-        let vector = [widest, 2, 1].into_iter().find(|v| width % v == 0).unwrap_or(1);
+        let vector = Self::vector(width, precision);
         StripLayout {
             warps: (threads / 32).max(1),
             vector,
             groups: width / vector,
+            row_threads: 32,
         }
     }
 
-    /// Columns per strip.
-    pub fn columns(&self) -> u32 {
-        32 * self.vector * self.groups
+    /// The layout of a whole-row block of `threads` threads over rows `width` tiles across.
+    pub fn whole_rows(threads: u32, width: u32, precision: Precision) -> Self {
+        let vector = Self::vector(width, precision);
+        let row_threads = threads.max(32);
+        StripLayout {
+            warps: row_threads / 32,
+            vector,
+            groups: (32 * width / (row_threads * vector)).max(1),
+            row_threads,
+        }
     }
 
-    /// Shared memory for the column-sum exchange: one number per column per warp.
-    pub fn column_sum_bytes(&self, precision: Precision) -> u64 {
-        self.warps as u64 * self.columns() as u64 * precision.bytes()
+    /// The whole-row block of `threads` threads for rows of `columns` columns: the width in
+    /// tiles, if the row fits its registers.
+    pub fn whole_row_width(threads: u32, columns: u64, precision: Precision) -> Option<u32> {
+        let vector = 16 / precision.bytes();
+        let groups = columns.div_ceil(threads as u64 * vector).max(1);
+        (groups <= MAX_ROW_GROUPS as u64 && threads <= MAX_ROW_THREADS)
+            .then(|| (groups * threads as u64 * vector / 32) as u32)
+    }
+
+    fn vector(width: u32, precision: Precision) -> u32 {
+        let widest = 16 / precision.bytes() as u32;
+        [widest, 2, 1].into_iter().find(|v| width % v == 0).unwrap_or(1)
+    }
+
+    /// Columns per strip (per row, for whole rows).
+    pub fn columns(&self) -> u32 {
+        self.row_threads * self.vector * self.groups
+    }
+
+    /// Numbers of a row each thread holds.
+    pub fn per_thread(&self) -> u32 {
+        self.vector * self.groups
+    }
+
+    /// Columns one column-sum atomic adds: four floats in one 16-byte atomic (sm_90).
+    pub fn column_atomic_width(&self, precision: Precision) -> u32 {
+        match (precision, self.vector) {
+            (Precision::F32, 4) => 4,
+            _ => 1,
+        }
+    }
+
+    /// Shared memory: strips exchange column sums across warps, one number per column per
+    /// warp; whole rows exchange each row sum's warp totals.
+    pub fn shared_bytes(&self, column_sums: bool, row_sums: bool, precision: Precision) -> u64 {
+        let numbers = match self.row_threads {
+            32 if column_sums => self.warps as u64 * self.columns() as u64,
+            32 => 0,
+            _ if row_sums => 32,
+            _ => 0,
+        };
+        numbers * precision.bytes()
     }
 }
 

@@ -132,7 +132,8 @@ fn describe_kernel(out: &mut String, program: &Program, number: usize, k: &Kerne
             plural(serial)
         ),
         Some(walk) => format!(
-            "strips of {} columns, {serial} serial iteration{} {}",
+            "{} of {} columns, {serial} serial iteration{} {}",
+            if k.block.whole_rows { "whole rows" } else { "strips" },
             32 * instances,
             plural(serial),
             walk.walk()

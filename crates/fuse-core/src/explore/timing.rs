@@ -440,7 +440,7 @@ mod tests {
             (&BUILTIN_TEXT.replace("sms: 132", "sms: 0"), "device.sms must be positive"),
             (&BUILTIN_TEXT.replace("bandwidth_gb_s: 3000", "bandwidth_gb_s: -1"), "model.bandwidth_gb_s"),
             (&BUILTIN_TEXT.replace("\"9.0\"", "nine"), "compute_capability"),
-            (&BUILTIN_TEXT.replace("atomic_cost: 32.0 ", "atomic_cost: 32.0\n  colour: red "), "unknown field"),
+            (&BUILTIN_TEXT.replace("atomic_cost: 16.0 ", "atomic_cost: 16.0\n  colour: red "), "unknown field"),
             (
                 &BUILTIN_TEXT.replace(
                     "routines: []",

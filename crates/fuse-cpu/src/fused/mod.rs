@@ -237,10 +237,7 @@ pub fn unfused_plan(program: &Program, sizes: &Sizes) -> Plan {
                 stores: flow.stores,
                 on_chip: flow.on_chip,
                 parameters: flow.parameters,
-                block: Block {
-                    threads: 256,
-                    instances: 1,
-                },
+                block: Block::new(256, 1),
                 serial_iterations: 1,
                 walk: None,
                 blocks: 0,
