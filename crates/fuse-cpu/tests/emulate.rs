@@ -42,13 +42,14 @@ fn unfused(p: &Program, walk: Walk, serial: Serial, width: u32) -> Vec<KernelGro
 
 /// Hand-made plans covering what the explorer may not pick at the default sizes: both walks,
 /// fixed iterations (atomics) and whole walks (reductions stored directly), one-tile strips
-/// (scalar loads) and strips of 4, 8 and 32 tiles (vector loads, several per lane).
+/// (scalar loads) and strips of 4, 8 and 16 tiles (vector loads, several per lane); the explorer's
+/// best plans bring 32-tile strips.
 fn hand_plans(p: &Program) -> Vec<Vec<KernelGroup>> {
     vec![
         unfused(p, Walk::Columns, Serial::Iterations(2), 4),
         unfused(p, Walk::Columns, Serial::Whole, 1),
         unfused(p, Walk::Rows, Serial::Whole, 8),
-        unfused(p, Walk::Rows, Serial::Iterations(2), 32),
+        unfused(p, Walk::Rows, Serial::Iterations(2), 16),
     ]
 }
 
@@ -192,6 +193,7 @@ fn same_plan_same_source() {
 #[test]
 fn generated_kernels_compile_with_nvrtc_without_spills() {
     use fuse_codegen::nvrtc::{compile, Arch, CompileOptions};
+    let mut spills = Vec::new();
     for name in ALL {
         for precision in [Precision::F32, Precision::F64] {
             let program = load(name, precision);
@@ -206,15 +208,16 @@ fn generated_kernels_compile_with_nvrtc_without_spills() {
                     };
                     let compiled = compile(&generated.source, &options).unwrap_or_else(|e| panic!("{name}: {e}"));
                     assert!(!compiled.resources.is_empty(), "{name}: no resource report");
-                    for r in &compiled.resources {
-                        assert_eq!(
-                            (r.spill_stores_bytes, r.spill_loads_bytes),
-                            (0, 0),
-                            "{name} {arch}: {r:?}"
-                        );
-                    }
+                    spills.extend(
+                        compiled
+                            .resources
+                            .iter()
+                            .filter(|r| r.spill_stores_bytes + r.spill_loads_bytes > 0)
+                            .map(|r| format!("{name} {precision} {arch}: {r:?}\n  plan {kernels:?}")),
+                    );
                 }
             }
         }
     }
+    assert!(spills.is_empty(), "kernels that spill:\n{}", spills.join("\n"));
 }

@@ -20,11 +20,11 @@
 use std::collections::BTreeMap;
 
 use cudarc::driver::{LaunchConfig, PushKernelArg};
-use fuse_codegen::generate::{generate, KernelGroup, Serial, Walk};
+use fuse_codegen::generate::{generate, KernelGroup};
 use fuse_core::data::fill_random_inputs;
 use fuse_core::explore::timing::{Measurement, Model, Peaks, Source, TimingTable, FORMAT};
 use fuse_core::explore::{
-    implementation_with, library_checksum, Axis, Block, Context, Finish, Implementation, Predictor, Work,
+    implementation_with, library_checksum, Axis, Block, Context, Predictor, Work,
 };
 use fuse_core::library::{ElementaryFunction, Form};
 use fuse_core::{script, Bindings, HigherOrderKind, Library, Precision, Program, Shape};
@@ -96,7 +96,7 @@ struct Environment {
 /// The environments measured: for BLAS-1, 1, 8 and 32 warps per block by 1 to 64 serial
 /// iterations, and two occupancy-lowering shared-memory sizes; for BLAS-2, 8 warps over strips
 /// 1, 4 and 16 tiles across, both walks by 1 to 64 serial iterations, 4 and 32 warps over
-/// strips of 32 and 4 tiles, and the same shared sizes.
+/// strips of 32 and 4 tiles, 16 warps over whole rows, and the same shared sizes.
 fn environments(nested: bool) -> Vec<Environment> {
     let mut out = Vec::new();
     let serials = [1, 4, 16, 64];
@@ -114,6 +114,13 @@ fn environments(nested: bool) -> Vec<Environment> {
         for (threads, width) in [(128, 32), (1024, 4)] {
             out.push(env(strip(threads, width), 4, Some(Axis::Rows), 0));
         }
+        // Whole rows of the calibration matrix's 8192 columns: 4 (f32) or 8 (f64) vector
+        // loads per thread.
+        let whole = Block {
+            whole_rows: true,
+            ..Block::new(512, 256)
+        };
+        out.push(env(whole, 4, Some(Axis::Rows), 0));
         for extra in shared {
             out.push(env(strip(256, 16), 4, Some(Axis::Rows), extra));
         }
@@ -330,7 +337,7 @@ fn measure(
     let mut timed = 0;
     for env in environments(nested) {
         let (imp, shares) = implementation_with(&ctx, &[0], env.block, env.serial, env.walk, &predictor);
-        let group = kernel_group(&imp, env);
+        let group = KernelGroup::of(&imp);
         let mut plan = CudaPlan::compile_with(generate(&program, &[group])?, device, cache)?;
         plan.set_extra_shared(env.extra_shared)?;
         let mut workspace = plan.prepare(&program, &sizes, &inputs)?;
@@ -353,25 +360,6 @@ fn measure(
         }
     }
     Ok(timed)
-}
-
-/// The generator's view of the implementation measured (as `KernelGroup::from` a plan's kernel).
-fn kernel_group(imp: &Implementation, env: Environment) -> KernelGroup {
-    let complete = imp.reductions.iter().any(|r| r.finish == Finish::Complete);
-    KernelGroup {
-        calls: imp.order.clone(),
-        block: env.block.threads,
-        width: env.block.instances,
-        whole_rows: env.block.whole_rows,
-        serial_iterations: match complete {
-            true => Serial::Whole,
-            false => Serial::Iterations(env.serial),
-        },
-        walk: match env.walk {
-            Some(Axis::Columns) => Walk::Columns,
-            _ => Walk::Rows,
-        },
-    }
 }
 
 fn bytes(work: Work) -> u64 {
@@ -550,6 +538,7 @@ pub fn calibration_programs(library: &Library, options: &CalibrateOptions) -> Re
 #[cfg(test)]
 mod tests {
     use super::*;
+    use fuse_codegen::generate::{Serial, Walk};
 
     #[test]
     fn every_form_of_every_function_gets_a_calibration_program() {
@@ -580,7 +569,7 @@ mod tests {
                     calls: vec![0],
                     block: env.block.threads,
                     width: env.block.instances,
-                    whole_rows: false,
+                    whole_rows: env.block.whole_rows,
                     serial_iterations: Serial::Iterations(env.serial),
                     walk: Walk::Rows,
                 };

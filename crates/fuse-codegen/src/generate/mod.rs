@@ -68,32 +68,50 @@ pub enum Serial {
     Whole,
 }
 
-impl From<&fuse_core::Kernel> for KernelGroup {
-    /// The generator's view of a planned kernel: a reduction the plan finishes inside its block
-    /// along its walk (`Finish::Complete`) makes the block walk the whole extent. The instances
-    /// of a BLAS-2 block are the tiles across its strip.
-    fn from(kernel: &fuse_core::Kernel) -> Self {
+impl KernelGroup {
+    /// The generator's view of one implementation of a fusion (what calibration times).
+    pub fn of(imp: &fuse_core::explore::implementation::Implementation) -> Self {
+        Self::launching(&imp.order, imp.block, imp.serial_iterations, imp.walk, imp.blocks, &imp.reductions)
+    }
+
+    /// A reduction finished inside its block along the walk (`Finish::Complete`) makes the
+    /// block walk the whole extent — except in a whole-row block, whose row sums are complete in
+    /// any grid and which walks all rows only where the grid has one block. The instances of a
+    /// BLAS-2 block are the tiles across its strip.
+    fn launching(
+        calls: &[CallId],
+        block: fuse_core::explore::implementation::Block,
+        serial_iterations: u32,
+        walk: Option<fuse_core::explore::mapping::Axis>,
+        blocks: u64,
+        reductions: &[fuse_core::explore::implementation::Reduction],
+    ) -> Self {
         use fuse_core::explore::implementation::Finish;
-        // A whole-row block completes its row sums in any grid; only one block walks all rows.
-        let complete = match kernel.block.whole_rows {
-            true => kernel.blocks == 1,
-            false => kernel.reductions.iter().any(|r| r.finish == Finish::Complete),
+        let complete = match block.whole_rows {
+            true => blocks == 1,
+            false => reductions.iter().any(|r| r.finish == Finish::Complete),
         };
         KernelGroup {
-            calls: kernel.calls.clone(),
-            block: kernel.block.threads,
-            width: kernel.block.instances,
-            whole_rows: kernel.block.whole_rows,
-            serial_iterations: if complete {
-                Serial::Whole
-            } else {
-                Serial::Iterations(kernel.serial_iterations)
+            calls: calls.to_vec(),
+            block: block.threads,
+            width: block.instances,
+            whole_rows: block.whole_rows,
+            serial_iterations: match complete {
+                true => Serial::Whole,
+                false => Serial::Iterations(serial_iterations),
             },
-            walk: match kernel.walk {
+            walk: match walk {
                 Some(fuse_core::explore::mapping::Axis::Columns) => Walk::Columns,
                 _ => Walk::Rows,
             },
         }
+    }
+}
+
+impl From<&fuse_core::Kernel> for KernelGroup {
+    /// The generator's view of a planned kernel.
+    fn from(k: &fuse_core::Kernel) -> Self {
+        KernelGroup::launching(&k.calls, k.block, k.serial_iterations, k.walk, k.blocks, &k.reductions)
     }
 }
 

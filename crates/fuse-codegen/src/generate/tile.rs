@@ -345,8 +345,13 @@ impl<'a> Strips<'a> {
     }
 
     /// Row sums of one row: a warp sum, then one atomic — or, when `direct`, the finished
-    /// value stored — by lane 0, where `inside` holds. All lanes of the warp must run it.
-    fn row_sum_stores(&self, direct: bool, inside: &str, indent: &str) -> Result<String, GenerateError> {
+    /// value stored — by lane 0, where `inside` holds (`None`: always). All lanes of the warp
+    /// must run it.
+    fn row_sum_stores(&self, direct: bool, inside: Option<&str>, indent: &str) -> Result<String, GenerateError> {
+        let lane0 = match inside {
+            Some(condition) => format!("lane == 0 && {condition}"),
+            None => "lane == 0".to_string(),
+        };
         let mut s = String::new();
         for &r in &self.row_sums {
             let call = self.producer(r);
@@ -366,9 +371,9 @@ impl<'a> Strips<'a> {
                     &self.registers(call)?,
                     Some(&total),
                 )?;
-                let _ = writeln!(s, "{indent}if (lane == 0 && {inside}) {p}[row] = {value};");
+                let _ = writeln!(s, "{indent}if ({lane0}) {p}[row] = {value};");
             } else {
-                let _ = writeln!(s, "{indent}if (lane == 0 && {inside}) atomicAdd({p} + row, {total});");
+                let _ = writeln!(s, "{indent}if ({lane0}) atomicAdd({p} + row, {total});");
             }
         }
         Ok(s)
@@ -412,7 +417,7 @@ impl<'a> Strips<'a> {
             );
             let _ = writeln!(
                 s,
-                "{indent}    const long long col_g = col0 + ((q / 32) * 32 + q % 32) * kVector;"
+                "{indent}    const long long col_g = col0 + q * kVector;"
             );
             if direct {
                 let regs = ColumnFinishRegisters {
@@ -496,9 +501,11 @@ impl<'a> Strips<'a> {
         );
         s.push_str(&self.column_vector_loads("    "));
         s.push_str(&self.column_sum_clear("    "));
+        // One row at a time: its loads are already several in flight, and unrolling would
+        // hold two rows in registers (spills on sm_80).
         let _ = writeln!(
             s,
-            "    for (long long row = row0 + row_slot; row < row_end; row += kRowsAtOnce) {{"
+            "    #pragma unroll 1\n    for (long long row = row0 + row_slot; row < row_end; row += kRowsAtOnce) {{"
         );
         for &v in &self.uses.row_vectors {
             let _ = writeln!(s, "        const {ty} r{v} = {}[row];", pointer(k.program, v));
@@ -510,7 +517,7 @@ impl<'a> Strips<'a> {
             s.push_str(&self.whole_row_body("        ")?);
         } else {
             s.push_str(&self.row_body("        ")?);
-            s.push_str(&self.row_sum_stores(false, "true", "        ")?);
+            s.push_str(&self.row_sum_stores(false, None, "        ")?);
         }
         s.push_str("    }\n");
         s.push_str(&self.column_sum_stores(k.grid_serial().is_none(), "    ")?);
@@ -567,7 +574,7 @@ impl<'a> Strips<'a> {
         let _ = writeln!(s, "    #pragma unroll\n    for (int k = 0; k < kRows; ++k) {{");
         let _ = writeln!(s, "        const long long row = row_first + k * kWarps;");
         let inside = format!("row < {m} && k * kWarps + warp < {ROWS_PER_STRIP_BLOCK}");
-        s.push_str(&self.row_sum_stores(k.grid_serial().is_none(), &inside, "        ")?);
+        s.push_str(&self.row_sum_stores(k.grid_serial().is_none(), Some(&inside), "        ")?);
         s.push_str("    }\n");
         Ok(s)
     }

@@ -30,6 +30,10 @@ pub const NESTED_THREADS: [u32; 5] = [64, 128, 256, 512, 1024];
 pub const NESTED_WIDTHS: [u32; 5] = [32, 16, 8, 4, 1];
 /// Registers per thread the generated code needs besides its strip arrays (indices, pointers).
 const BASE_REGISTERS: u64 = 24;
+/// Rows one warp may carry along the columns: it keeps each row's partial sums and address in
+/// registers across strips, and beyond 8 ptxas spills (SGEMV in f64 at 64 threads, 16 rows per
+/// warp: 254 registers and 40 bytes of spills on sm_80 and sm_90).
+const MAX_ROWS_PER_WARP: u64 = 8;
 /// Serial iterations tried, besides the whole extent along the walk.
 pub const SERIAL_ITERATIONS: [u32; 8] = [1, 2, 4, 8, 16, 32, 64, 128];
 /// The variant every function has until library metadata lists others.
@@ -356,6 +360,9 @@ impl<'c> KernelRoutines<'c> {
         let row_arrays = match walk {
             Some(Axis::Columns) => {
                 let rows_per_warp = (ROWS_PER_STRIP_BLOCK as u64).div_ceil(block.threads as u64 / 32).max(1);
+                if rows_per_warp > MAX_ROWS_PER_WARP {
+                    return false;
+                }
                 let row_vectors = self.loads.iter().filter(|(_, _, role)| *role == Role::RowVector).count();
                 let row_sums = self.reduces.len() - self.column_sums();
                 (row_vectors + row_sums) as u64 * rows_per_warp * words
@@ -363,8 +370,12 @@ impl<'c> KernelRoutines<'c> {
             _ => 0,
         };
         let layout = block.layout(program.precision);
-        let per_thread =
-            (arrays + matrices.max(1)) * layout.per_thread() as u64 * words + row_arrays + BASE_REGISTERS;
+        // Each vector access also keeps its 64-bit column index and its bounds test live.
+        let per_access = 3 * layout.groups as u64;
+        let per_thread = (arrays + matrices.max(1)) * layout.per_thread() as u64 * words
+            + per_access
+            + row_arrays
+            + BASE_REGISTERS;
         // ptxas keeps two blocks' registers resident under `__launch_bounds__(threads)`.
         let budget = (32768 / block.threads.max(1) as u64).min(255);
         per_thread <= budget && self.shared_bytes(block, 0) <= STATIC_SHARED_LIMIT
@@ -944,15 +955,22 @@ mod tests {
         let table = table_with(1024);
         let imps = implement(&ctx, &[0, 1], &Predictor::new(&table, true), &Limits::default());
         assert!(!imps.list.is_empty() && imps.unlaunchable > 0);
-        for imp in &imps.list {
+        for imp in imps.list.iter().filter(|i| !i.block.whole_rows) {
             let warps = imp.block.threads as u64 / 32;
             assert_eq!(imp.shared_bytes, warps * 32 * imp.block.instances as u64 * 4, "{imp:?}");
             assert!(imp.shared_bytes <= 1024);
         }
+        // Whole-row blocks exchange only each row sum's warp totals: 32 numbers at most.
         let table = table_with(128);
         let imps = implement(&ctx, &[0, 1], &Predictor::new(&table, true), &Limits::default());
+        assert!(!imps.list.is_empty() && imps.list.iter().all(|i| i.block.whole_rows && i.shared_bytes == 128));
+        let table = table_with(64);
+        let imps = implement(&ctx, &[0, 1], &Predictor::new(&table, true), &Limits::default());
         assert!(imps.list.is_empty());
-        assert_eq!(imps.unlaunchable, 2 * NESTED_THREADS.len() * NESTED_WIDTHS.len());
+        // 64 threads cannot hold a row of 4096 numbers in 8 float4 each.
+        let whole_rows = whole_row_blocks(&ctx, 4096).len();
+        assert_eq!(whole_rows, NESTED_THREADS.len() - 1);
+        assert_eq!(imps.unlaunchable, 2 * NESTED_THREADS.len() * NESTED_WIDTHS.len() + whole_rows);
     }
 
     #[test]
