@@ -370,8 +370,10 @@ impl<'c> KernelRoutines<'c> {
             _ => 0,
         };
         let layout = block.layout(program.precision);
-        // Each vector access also keeps its 64-bit column index and its bounds test live.
-        let per_access = 3 * layout.groups as u64;
+        // A stored matrix keeps each access's 64-bit column index and bounds test live from
+        // the load to the store (SGER in f64 over 32 tiles: 255 registers and spills without).
+        let stores_tiles = self.stores.iter().any(|(_, role)| *role == Role::Tile);
+        let per_access = if stores_tiles { 3 * layout.groups as u64 } else { 0 };
         let per_thread = (arrays + matrices.max(1)) * layout.per_thread() as u64 * words
             + per_access
             + row_arrays
