@@ -336,7 +336,7 @@ fn check_against_reference(program: &Program, sizes: &Sizes, plan: &fuse_core::P
     let mut inputs = Bindings::new();
     fill_random_inputs(program, &small, seed, &mut inputs);
     let got = fused.run(&inputs).map_err(internal)?;
-    let want = fuse_cpu::reference::evaluate(program, &small, &inputs).map_err(internal)?;
+    let want = fuse_core::reference::evaluate(program, &small, &inputs).map_err(internal)?;
     let tolerance = match program.precision {
         Precision::F32 => 1e-4,
         Precision::F64 => 1e-12,

@@ -404,11 +404,11 @@ fn run_script(program: &Program, options: &RunOptions) -> Result<(), Failure> {
     };
     let results = match backend {
         Backend::Cpu => bench::run_cpu(program, &sizes, options.library, &inputs)?,
-        Backend::Reference => fuse_cpu::reference::evaluate(program, &sizes, &inputs).map_err(bad_input)?,
+        Backend::Reference => fuse_core::reference::evaluate(program, &sizes, &inputs).map_err(bad_input)?,
         Backend::Emulate => {
             let plan = compile::plan(program, &sizes, options.library, None, 1)?;
             let generated = compile::generate(program, &plan)?;
-            let emulated = fuse_cpu::emulate::EmulatedPlan::compile(generated).map_err(internal)?;
+            let emulated = fuse_emulate::EmulatedPlan::compile(generated).map_err(internal)?;
             emulated.run(program, &sizes, &inputs).map_err(internal)?
         }
         Backend::Cuda => {

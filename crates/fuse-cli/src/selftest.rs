@@ -8,7 +8,7 @@ use clap::{Args, ValueEnum};
 use fuse_codegen::generate::{generate, Generated, KernelGroup, Serial, Walk};
 use fuse_core::data::fill_random_inputs;
 use fuse_core::{explore, script, Bindings, Library, Limits, Precision, Program, Sizes, TimingTable};
-use fuse_cpu::emulate::EmulatedPlan;
+use fuse_emulate::EmulatedPlan;
 use fuse_cuda::check::compare;
 use fuse_cuda::{CudaPlan, Device};
 
@@ -206,7 +206,7 @@ fn check(runner: &Runner, program: &Program, kernels: &[KernelGroup]) -> Result<
         let sizes = sizes_mn(program, m, n);
         let mut inputs = Bindings::new();
         fill_random_inputs(program, &sizes, seed as u64, &mut inputs);
-        let want = fuse_cpu::reference::evaluate(program, &sizes, &inputs).map_err(|e| e.to_string())?;
+        let want = fuse_core::reference::evaluate(program, &sizes, &inputs).map_err(|e| e.to_string())?;
         let got = loaded
             .run(program, &sizes, &inputs)
             .map_err(|e| format!("at {sizes}: {e}"))?;

@@ -30,6 +30,7 @@ pub mod formula;
 pub mod graph;
 pub mod library;
 pub mod program;
+pub mod reference;
 pub mod script;
 pub mod shape;
 #[cfg(any(test, feature = "testing"))]

@@ -20,7 +20,7 @@ use fuse_core::testing::{sequence, SEQUENCES};
 use fuse_core::{explore, Bindings, Library, Limits, Precision, Program};
 use fuse_cpu::fused::calibrate::{CopyProbe, COPY_BYTES};
 use fuse_cpu::fused::{timings, unfused_plan, FusedPlan};
-use fuse_cpu::reference::evaluate;
+use fuse_core::reference::evaluate;
 
 /// Whether this is a real benchmark run (`cargo bench`) rather than a test-mode smoke run.
 fn full() -> bool {

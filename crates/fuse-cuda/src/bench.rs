@@ -114,7 +114,7 @@ fn check(
 ) -> Result<(), CudaError> {
     let mut inputs = Bindings::new();
     fill_random_inputs(program, small, seed, &mut inputs);
-    let want = fuse_cpu::reference::evaluate(program, small, &inputs)
+    let want = fuse_core::reference::evaluate(program, small, &inputs)
         .map_err(|e| CudaError::Unsupported(format!("reference: {e}")))?;
     let got = run(&inputs)?;
     match compare(program, &got, &want) {

@@ -1,4 +1,4 @@
-//! A generated plan on the GPU: the GPU twin of `fuse_cpu::emulate::EmulatedPlan`.
+//! A generated plan on the GPU: the GPU twin of `fuse_emulate::EmulatedPlan`.
 //!
 //! [`CudaPlan::compile`] turns a [`Generated`] module into a loaded CUDA module (from the
 //! on-disk cache when it can); [`CudaPlan::run`] uploads the inputs, poisons every other buffer

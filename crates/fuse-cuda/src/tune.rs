@@ -141,7 +141,7 @@ pub fn check_plan(plan: &CudaPlan, program: &Program, sizes: &Sizes, options: &T
     let mut inputs = Bindings::new();
     fill_random_inputs(program, &small, options.seed ^ 0x5eed, &mut inputs);
     let got = plan.run(program, &small, &inputs)?;
-    let want = fuse_cpu::reference::evaluate(program, &small, &inputs)
+    let want = fuse_core::reference::evaluate(program, &small, &inputs)
         .map_err(|e| CudaError::Unsupported(format!("reference: {e}")))?;
     match compare(program, &got, &want) {
         None => Ok(()),

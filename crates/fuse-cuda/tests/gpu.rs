@@ -72,7 +72,7 @@ fn the_emulation_matrix_passes_on_the_gpu() {
                 for (seed, &(m, n)) in SIZES.iter().enumerate() {
                     let sizes = sizes_mn(&program, m, n);
                     let inputs = inputs(&program, &sizes, seed as u64);
-                    let want = fuse_cpu::reference::evaluate(&program, &sizes, &inputs).unwrap();
+                    let want = fuse_core::reference::evaluate(&program, &sizes, &inputs).unwrap();
                     let got = plan.run(&program, &sizes, &inputs).unwrap();
                     let mismatch = compare(&program, &got, &want);
                     assert!(
@@ -97,7 +97,7 @@ fn the_cublas_version_of_every_sequence_matches_the_reference() {
                 let sizes = sizes_mn(&program, m, n);
                 let cublas = CublasPlan::new(&device, Baseline::new(&program, &sizes).unwrap()).unwrap();
                 let inputs = inputs(&program, &sizes, seed as u64);
-                let want = fuse_cpu::reference::evaluate(&program, &sizes, &inputs).unwrap();
+                let want = fuse_core::reference::evaluate(&program, &sizes, &inputs).unwrap();
                 let got = cublas.run(&program, &sizes, &inputs).unwrap();
                 let mismatch = compare(&program, &got, &want);
                 assert!(mismatch.is_none(), "{name} {precision} {m}x{n}: {mismatch:?}");

@@ -37,9 +37,11 @@
 mod arg;
 mod compiler;
 mod module;
+mod plan;
 
 pub use arg::KernelArg;
 pub use module::{EmulateOptions, EmulatedModule};
+pub use plan::{EmulatedPlan, EmulationError};
 
 use std::path::PathBuf;
 

@@ -36,7 +36,7 @@ use crate::script::{Inputs, Outputs};
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
 #[non_exhaustive]
 pub enum Backend {
-    /// The f64 reference interpreter of `fuse-cpu`: every call straight from its library
+    /// The f64 reference interpreter of `fuse-core`: every call straight from its library
     /// formula, in f64 whatever the precision (results are rounded to the program's precision).
     /// Unfused and slow, but the ground truth every other backend is tested against.
     Reference,
@@ -246,7 +246,7 @@ impl fmt::Debug for Compiled {
     }
 }
 
-/// The reference backend: `fuse_cpu::reference::evaluate`, outputs rounded to the program's
+/// The reference backend: `fuse_core::reference::evaluate`, outputs rounded to the program's
 /// precision so that every backend returns the same types.
 mod reference {
     use super::*;
@@ -258,7 +258,7 @@ mod reference {
 
     impl Executable for Interpreter {
         fn run(&self, inputs: &Bindings) -> Result<Bindings> {
-            let outputs = fuse_cpu::reference::evaluate(&self.program, &self.sizes, inputs)?;
+            let outputs = fuse_core::reference::evaluate(&self.program, &self.sizes, inputs)?;
             let precision = self.program.precision;
             Ok(outputs
                 .into_iter()

@@ -39,7 +39,7 @@
 //! let mut inputs = Bindings::new();
 //! fill_random_inputs(&program, &program.sizes, 7, &mut inputs);
 //! let got = fused.run(&inputs).unwrap();
-//! let want = fuse_cpu::reference::evaluate(&program, &program.sizes, &inputs).unwrap();
+//! let want = fuse_core::reference::evaluate(&program, &program.sizes, &inputs).unwrap();
 //! assert!(relative_error(&got["s"].to_f64(), &want["s"].to_f64()) < 1e-5);
 //! ```
 

@@ -77,7 +77,7 @@ fn check(program: &Program, m: usize, n: usize, seed: u64) {
     let baseline = Baseline::new(program, &sizes).unwrap_or_else(|e| panic!("{}: {e}", program.name));
     let mut inputs = Bindings::new();
     fill_random_inputs(program, &sizes, seed, &mut inputs);
-    let want = fuse_cpu::reference::evaluate(program, &sizes, &inputs).unwrap();
+    let want = fuse_core::reference::evaluate(program, &sizes, &inputs).unwrap();
     let got = host::run(&baseline, program, &sizes, &inputs);
     for (name, w) in &want {
         let error = relative_error(&got[name].to_f64(), &w.to_f64());

@@ -6,9 +6,9 @@ use std::collections::HashMap;
 
 use rayon::prelude::*;
 
-use fuse_core::data::{check_inputs, BindError};
-use fuse_core::formula::{BinOp, Expr, Func};
-use fuse_core::{Arg, Bindings, Call, HostArray, Program, Sizes};
+use crate::data::{check_inputs, BindError};
+use crate::formula::{BinOp, Expr, Func};
+use crate::{Arg, Bindings, Call, HostArray, Program, Sizes};
 
 /// An f64 array during evaluation.
 struct Array {
@@ -157,3 +157,6 @@ impl Evaluator<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,4 +1,4 @@
-//! The emulation backend: runs a generated CUDA module on host threads (fuse-emulate) with the
+//! The emulation backend: runs a generated CUDA module on host threads with the
 //! same grids, blocks and arguments as a GPU launch, so generated kernels are tested without a
 //! GPU. Buffers that kernels write are poisoned with NaN first, so an element a kernel forgets
 //! to write shows up in the comparison with the reference.
@@ -8,7 +8,8 @@ use std::collections::BTreeMap;
 use fuse_codegen::generate::{Generated, LaunchArg, Step};
 use fuse_core::data::{check_inputs, BindError};
 use fuse_core::{Bindings, HostArray, HostData, Precision, Program, Sizes, ValueId};
-use fuse_emulate::{EmulateError, EmulatedModule, KernelArg};
+
+use crate::{EmulateError, EmulatedModule, KernelArg};
 
 /// Why an emulated run failed.
 #[derive(Debug, thiserror::Error)]

@@ -4,10 +4,11 @@
 use std::collections::BTreeMap;
 
 use approx::assert_relative_eq;
-use fuse_core::data::fill_random_inputs;
-use fuse_core::testing::{sequence, sizes_mn, SEQUENCES as ALL};
-use fuse_core::{Bindings, Precision, Program};
-use fuse_cpu::reference::evaluate;
+
+use super::evaluate;
+use crate::data::fill_random_inputs;
+use crate::testing::{sequence, sizes_mn, SEQUENCES as ALL};
+use crate::{Bindings, Precision, Program};
 
 fn load(name: &str) -> Program {
     sequence(name, Precision::F32)

@@ -6,8 +6,8 @@ use fuse_codegen::generate::{generate, KernelGroup, Serial, Walk};
 use fuse_core::data::{fill_random_inputs, relative_error};
 use fuse_core::testing::{sequence as load, sizes_mn, SEQUENCES as ALL};
 use fuse_core::{explore, Bindings, Library, Limits, Precision, Program, TimingTable};
-use fuse_cpu::emulate::EmulatedPlan;
-use fuse_cpu::reference::evaluate;
+use fuse_emulate::EmulatedPlan;
+use fuse_core::reference::evaluate;
 
 const SIZES: [(usize, usize); 4] = [(67, 45), (1, 300), (300, 1), (257, 513)];
 
