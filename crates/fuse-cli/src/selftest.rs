@@ -8,9 +8,9 @@ use clap::{Args, ValueEnum};
 use fuse_codegen::generate::{generate, Generated, KernelGroup, Serial, Walk};
 use fuse_core::data::fill_random_inputs;
 use fuse_core::{explore, script, Bindings, Library, Limits, Precision, Program, Sizes, TimingTable};
-use fuse_emulate::EmulatedPlan;
 use fuse_cuda::check::compare;
 use fuse_cuda::{CudaPlan, Device};
+use fuse_emulate::EmulatedPlan;
 
 use crate::gpu;
 use crate::{bad_input, Failure};

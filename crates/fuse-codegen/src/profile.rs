@@ -68,7 +68,11 @@ pub fn profile(
             let (gx, gy, gz) = launch.grid.dims(sizes);
             let blocks = gx as u64 * gy as u64 * gz as u64;
             let threads = launch.block.0 * launch.block.1 * launch.block.2;
-            let res = resources.iter().find(|r| r.kernel == launch.kernel).cloned().unwrap_or_default();
+            let res = resources
+                .iter()
+                .find(|r| r.kernel == launch.kernel)
+                .cloned()
+                .unwrap_or_default();
             let per_sm = blocks_per_sm(device, threads, &res);
             let (atomics, shuffles) = match (&launch.strips, &launch.grid) {
                 (Some(work), Grid::Strips { rows, cols, .. }) => {
@@ -76,8 +80,8 @@ pub fn profile(
                     let (m, n) = (get(rows), get(cols));
                     let per_1k = |count: u64| Some(count as f64 * 1024.0 / (m * n).max(1) as f64);
                     let column_atomics = n.div_ceil(work.column_atomic_width.max(1) as u64);
-                    let atomics =
-                        work.row_sum_atomics as u64 * m * gx as u64 + work.column_sum_atomics as u64 * column_atomics * gy as u64;
+                    let atomics = work.row_sum_atomics as u64 * m * gx as u64
+                        + work.column_sum_atomics as u64 * column_atomics * gy as u64;
                     let shuffles = work.row_sums as u64 * m * gx as u64 * SHUFFLES_PER_WARP_SUM;
                     (per_1k(atomics), per_1k(shuffles))
                 }
@@ -108,7 +112,10 @@ fn blocks_per_sm(device: &Device, threads: u32, res: &KernelResources) -> u64 {
     let by_registers = REGISTERS_PER_SM / (warp_registers * threads.div_ceil(32));
     let by_threads = device.max_threads_per_sm as u64 / threads;
     let by_shared = device.shared_per_sm.checked_div(res.shared_bytes).unwrap_or(u64::MAX);
-    by_registers.min(by_threads).min(by_shared).min(device.max_blocks_per_sm as u64)
+    by_registers
+        .min(by_threads)
+        .min(by_shared)
+        .min(device.max_blocks_per_sm as u64)
 }
 
 /// The widest `ld.global` in the body of entry `kernel` of `ptx`, in bits (0 if none).

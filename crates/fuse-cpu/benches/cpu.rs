@@ -16,11 +16,11 @@ use criterion::measurement::WallTime;
 use criterion::{criterion_group, criterion_main, BenchmarkGroup, Criterion, SamplingMode, Throughput};
 
 use fuse_core::data::fill_random_inputs;
+use fuse_core::reference::evaluate;
 use fuse_core::testing::{sequence, SEQUENCES};
 use fuse_core::{explore, Bindings, Library, Limits, Precision, Program};
 use fuse_cpu::fused::calibrate::{CopyProbe, COPY_BYTES};
 use fuse_cpu::fused::{timings, unfused_plan, FusedPlan};
-use fuse_core::reference::evaluate;
 
 /// Whether this is a real benchmark run (`cargo bench`) rather than a test-mode smoke run.
 fn full() -> bool {

@@ -6,10 +6,10 @@
 use std::path::Path;
 
 use fuse_core::data::{fill_random_inputs, relative_error};
+use fuse_core::reference::evaluate;
 use fuse_core::testing::{sequence as load, sizes_mn, SEQUENCES as ALL};
 use fuse_core::{explore, script, Bindings, Library, Limits, Plan, Precision, Program, TimingTable};
 use fuse_cpu::fused::{timings, unfused_plan, CpuError, FusedPlan};
-use fuse_core::reference::evaluate;
 
 const SIZES: [(usize, usize); 4] = [(67, 45), (1, 300), (300, 1), (257, 513)];
 

@@ -23,9 +23,7 @@ use cudarc::driver::{LaunchConfig, PushKernelArg};
 use fuse_codegen::generate::{generate, KernelGroup};
 use fuse_core::data::fill_random_inputs;
 use fuse_core::explore::timing::{Measurement, Model, Peaks, Source, TimingTable, FORMAT};
-use fuse_core::explore::{
-    implementation_with, library_checksum, Axis, Block, Context, Predictor, Work,
-};
+use fuse_core::explore::{implementation_with, library_checksum, Axis, Block, Context, Predictor, Work};
 use fuse_core::library::{ElementaryFunction, Form};
 use fuse_core::{script, Bindings, HigherOrderKind, Library, Precision, Program, Shape};
 

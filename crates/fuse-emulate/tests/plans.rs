@@ -4,10 +4,10 @@
 
 use fuse_codegen::generate::{generate, KernelGroup, Serial, Walk};
 use fuse_core::data::{fill_random_inputs, relative_error};
+use fuse_core::reference::evaluate;
 use fuse_core::testing::{sequence as load, sizes_mn, SEQUENCES as ALL};
 use fuse_core::{explore, Bindings, Library, Limits, Precision, Program, TimingTable};
 use fuse_emulate::EmulatedPlan;
-use fuse_core::reference::evaluate;
 
 const SIZES: [(usize, usize); 4] = [(67, 45), (1, 300), (300, 1), (257, 513)];
 
@@ -110,7 +110,11 @@ fn best_five_plans_and_unfused_match_the_reference_f64() {
 #[test]
 fn strip_layouts_match_the_reference_at_odd_column_counts() {
     let sizes = [(5, 1), (3, 3), (7, 1023), (4, 1025), (3, 4097)];
-    for (name, precision) in [("bicgk", Precision::F32), ("gemver", Precision::F32), ("bicgk", Precision::F64)] {
+    for (name, precision) in [
+        ("bicgk", Precision::F32),
+        ("gemver", Precision::F32),
+        ("bicgk", Precision::F64),
+    ] {
         let program = load(name, precision);
         let mut plans = Vec::new();
         for (width, block) in [(1, 64), (8, 256), (32, 64)] {

@@ -6,8 +6,8 @@ use std::path::Path;
 
 use fuse::{Backend, Element, Inputs, Matrix, Scalar, Script, Session, Vector};
 use fuse_core::data::{fill_random_inputs, relative_error};
-use fuse_core::{Bindings, DataGraph, Edge, Library, Program};
 use fuse_core::reference::evaluate;
+use fuse_core::{Bindings, DataGraph, Edge, Library, Program};
 
 const SEQUENCES: [&str; 11] = [
     "axpydot", "atax", "bicgk", "sgemv", "sgemvt", "sscal", "gemver", "gesummv", "madd", "vadd", "waxpby",

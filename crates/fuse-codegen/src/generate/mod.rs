@@ -71,7 +71,14 @@ pub enum Serial {
 impl KernelGroup {
     /// The generator's view of one implementation of a fusion (what calibration times).
     pub fn of(imp: &fuse_core::explore::implementation::Implementation) -> Self {
-        Self::launching(&imp.order, imp.block, imp.serial_iterations, imp.walk, imp.blocks, &imp.reductions)
+        Self::launching(
+            &imp.order,
+            imp.block,
+            imp.serial_iterations,
+            imp.walk,
+            imp.blocks,
+            &imp.reductions,
+        )
     }
 
     /// A reduction finished inside its block along the walk (`Finish::Complete`) makes the

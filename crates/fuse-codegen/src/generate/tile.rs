@@ -258,8 +258,14 @@ impl<'a> Strips<'a> {
     /// sums add to `part{r}{row_index}`, column sums to `acc{r}[g]`.
     fn row_compute(&self, calls: &[fuse_core::CallId], indent: &str) -> Result<String, GenerateError> {
         let mut s = String::new();
-        let _ = writeln!(s, "{indent}#pragma unroll\n{indent}for (int g = 0; g < kGroups; ++g) {{");
-        let _ = writeln!(s, "{indent}    #pragma unroll\n{indent}    for (int e = 0; e < kVector; ++e) {{");
+        let _ = writeln!(
+            s,
+            "{indent}#pragma unroll\n{indent}for (int g = 0; g < kGroups; ++g) {{"
+        );
+        let _ = writeln!(
+            s,
+            "{indent}    #pragma unroll\n{indent}    for (int e = 0; e < kVector; ++e) {{"
+        );
         let _ = writeln!(
             s,
             "{indent}        const bool ok = col0 + (g * kRowThreads + rt) * kVector + e < {};",
@@ -306,19 +312,35 @@ impl<'a> Strips<'a> {
         for (position, &c) in k.calls.iter().enumerate() {
             phase.push(c);
             let r = k.program.calls[c].result;
-            let read_later = k.calls[position + 1..].iter().any(|&d| k.program.calls[d].reads().contains(&r));
+            let read_later = k.calls[position + 1..]
+                .iter()
+                .any(|&d| k.program.calls[d].reads().contains(&r));
             if position + 1 < k.calls.len() && !(self.row_sums.contains(&r) && read_later) {
                 continue;
             }
             s.push_str(&self.row_compute(&phase, indent)?);
-            for &r in phase.iter().map(|&c| &k.program.calls[c].result).filter(|r| self.row_sums.contains(r)) {
+            for &r in phase
+                .iter()
+                .map(|&c| &k.program.calls[c].result)
+                .filter(|r| self.row_sums.contains(r))
+            {
                 let call = self.producer(r);
                 let total = format!("total{r}");
                 let _ = writeln!(s, "{indent}const {ty} {total} = fuse_block_sum_all(part{r});");
-                let value = emit(&call.form.formula.body, call, k.precision(), &self.registers(call)?, Some(&total))?;
+                let value = emit(
+                    &call.form.formula.body,
+                    call,
+                    k.precision(),
+                    &self.registers(call)?,
+                    Some(&total),
+                )?;
                 let _ = writeln!(s, "{indent}const {ty} r{r} = {value};");
                 if k.global.contains(&r) {
-                    let _ = writeln!(s, "{indent}if (threadIdx.x == 0) {}[row] = r{r};", pointer(k.program, r));
+                    let _ = writeln!(
+                        s,
+                        "{indent}if (threadIdx.x == 0) {}[row] = r{r};",
+                        pointer(k.program, r)
+                    );
                 }
             }
             phase.clear();
@@ -397,7 +419,10 @@ impl<'a> Strips<'a> {
             let call = self.producer(r);
             let p = pointer(k.program, r);
             let _ = writeln!(s, "{indent}#pragma unroll\n{indent}for (int g = 0; g < kGroups; ++g)");
-            let _ = writeln!(s, "{indent}    #pragma unroll\n{indent}    for (int e = 0; e < kVector; ++e)");
+            let _ = writeln!(
+                s,
+                "{indent}    #pragma unroll\n{indent}    for (int e = 0; e < kVector; ++e)"
+            );
             let _ = writeln!(
                 s,
                 "{indent}        exchange[warp * kColumns + (g * kVector + e) * 32 + lane] = acc{r}[g].e[e];"
@@ -409,16 +434,16 @@ impl<'a> Strips<'a> {
                 "{indent}for (int q = threadIdx.x; q < kColumns / kVector; q += blockDim.x) {{"
             );
             let _ = writeln!(s, "{indent}    {} total{r} = {{}};", self.vec());
-            let _ = writeln!(s, "{indent}    #pragma unroll\n{indent}    for (int e = 0; e < kVector; ++e)");
+            let _ = writeln!(
+                s,
+                "{indent}    #pragma unroll\n{indent}    for (int e = 0; e < kVector; ++e)"
+            );
             let _ = writeln!(s, "{indent}        for (int w = 0; w < kWarps; ++w)");
             let _ = writeln!(
                 s,
                 "{indent}            total{r}.e[e] += exchange[w * kColumns + ((q / 32) * kVector + e) * 32 + q % 32];"
             );
-            let _ = writeln!(
-                s,
-                "{indent}    const long long col_g = col0 + q * kVector;"
-            );
+            let _ = writeln!(s, "{indent}    const long long col_g = col0 + q * kVector;");
             if direct {
                 let regs = ColumnFinishRegisters {
                     k,
@@ -426,7 +451,10 @@ impl<'a> Strips<'a> {
                 };
                 let total = format!("total{r}.e[e]");
                 let value = emit(&call.form.formula.body, call, k.precision(), &regs, Some(&total))?;
-                let _ = writeln!(s, "{indent}    #pragma unroll\n{indent}    for (int e = 0; e < kVector; ++e) {{");
+                let _ = writeln!(
+                    s,
+                    "{indent}    #pragma unroll\n{indent}    for (int e = 0; e < kVector; ++e) {{"
+                );
                 let _ = writeln!(s, "{indent}        const long long col = col_g + e;");
                 let _ = writeln!(s, "{indent}        if (col < {}) {p}[col] = {value};", self.n);
                 let _ = writeln!(s, "{indent}    }}");
@@ -449,8 +477,14 @@ impl<'a> Strips<'a> {
     fn owned_column_stores(&self, direct: bool, indent: &str) -> Result<String, GenerateError> {
         let (k, ty) = (self.k, self.k.ty());
         let mut s = String::new();
-        let _ = writeln!(s, "{indent}#pragma unroll\n{indent}for (int g = 0; g < kGroups; ++g) {{");
-        let _ = writeln!(s, "{indent}    const long long col_g = col0 + (g * kRowThreads + rt) * kVector;");
+        let _ = writeln!(
+            s,
+            "{indent}#pragma unroll\n{indent}for (int g = 0; g < kGroups; ++g) {{"
+        );
+        let _ = writeln!(
+            s,
+            "{indent}    const long long col_g = col0 + (g * kRowThreads + rt) * kVector;"
+        );
         for &r in &self.column_sums {
             let call = self.producer(r);
             let p = pointer(k.program, r);
@@ -462,8 +496,15 @@ impl<'a> Strips<'a> {
                     &self.registers(call)?,
                     Some(&format!("acc{r}[g].e[e]")),
                 )?;
-                let _ = writeln!(s, "{indent}    #pragma unroll\n{indent}    for (int e = 0; e < kVector; ++e)");
-                let _ = writeln!(s, "{indent}        if (col_g + e < {}) {p}[col_g + e] = {value};", self.n);
+                let _ = writeln!(
+                    s,
+                    "{indent}    #pragma unroll\n{indent}    for (int e = 0; e < kVector; ++e)"
+                );
+                let _ = writeln!(
+                    s,
+                    "{indent}        if (col_g + e < {}) {p}[col_g + e] = {value};",
+                    self.n
+                );
             } else {
                 let _ = writeln!(
                     s,
@@ -528,7 +569,10 @@ impl<'a> Strips<'a> {
     fn walk_columns(&self) -> Result<String, GenerateError> {
         let (k, m, n, ty) = (self.k, &self.m, &self.n, self.k.ty());
         let mut s = String::new();
-        let _ = writeln!(s, "    constexpr int kRows = ({ROWS_PER_STRIP_BLOCK} + kWarps - 1) / kWarps;");
+        let _ = writeln!(
+            s,
+            "    constexpr int kRows = ({ROWS_PER_STRIP_BLOCK} + kWarps - 1) / kWarps;"
+        );
         let _ = writeln!(
             s,
             "    const long long row_first = (long long)blockIdx.y * {ROWS_PER_STRIP_BLOCK} + warp;"

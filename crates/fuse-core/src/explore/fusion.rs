@@ -135,7 +135,11 @@ mod tests {
     fn atax_fuses_where_a_block_holds_whole_rows() {
         let f = fusions("../../scripts/atax.yaml", Limits::default());
         assert_eq!(calls(&f), [vec![0], vec![1], vec![0, 1]]);
-        let program = script::load(std::path::Path::new("../../scripts/atax.yaml"), &Library::builtin().unwrap()).unwrap();
+        let program = script::load(
+            std::path::Path::new("../../scripts/atax.yaml"),
+            &Library::builtin().unwrap(),
+        )
+        .unwrap();
         let wide = program.bind_sizes(&[("n".to_string(), 40000)]).unwrap();
         let f = enumerate(&Context::new(&program, &wide), &Limits::default());
         assert_eq!(calls(&f), [vec![0], vec![1]]);

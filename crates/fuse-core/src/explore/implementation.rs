@@ -313,7 +313,10 @@ impl<'c> KernelRoutines<'c> {
     /// The column sums among the kernel's reductions (reduced along the rows).
     fn column_sums(&self) -> usize {
         let ctx = self.ctx;
-        self.reduces.iter().filter(|&&(_, c, _)| ctx.mappings[c].reduced == Some(Axis::Rows)).count()
+        self.reduces
+            .iter()
+            .filter(|&&(_, c, _)| ctx.mappings[c].reduced == Some(Axis::Rows))
+            .count()
     }
 
     /// Bytes of a matrix row each thread of a GPU strip kernel loads at once: one number per
@@ -363,7 +366,11 @@ impl<'c> KernelRoutines<'c> {
                 if rows_per_warp > MAX_ROWS_PER_WARP {
                     return false;
                 }
-                let row_vectors = self.loads.iter().filter(|(_, _, role)| *role == Role::RowVector).count();
+                let row_vectors = self
+                    .loads
+                    .iter()
+                    .filter(|(_, _, role)| *role == Role::RowVector)
+                    .count();
                 let row_sums = self.reduces.len() - self.column_sums();
                 (row_vectors + row_sums) as u64 * rows_per_warp * words
             }
@@ -374,10 +381,8 @@ impl<'c> KernelRoutines<'c> {
         // the load to the store (SGER in f64 over 32 tiles: 255 registers and spills without).
         let stores_tiles = self.stores.iter().any(|(_, role)| *role == Role::Tile);
         let per_access = if stores_tiles { 3 * layout.groups as u64 } else { 0 };
-        let per_thread = (arrays + matrices.max(1)) * layout.per_thread() as u64 * words
-            + per_access
-            + row_arrays
-            + BASE_REGISTERS;
+        let per_thread =
+            (arrays + matrices.max(1)) * layout.per_thread() as u64 * words + per_access + row_arrays + BASE_REGISTERS;
         // ptxas keeps two blocks' registers resident under `__launch_bounds__(threads)`.
         let budget = (32768 / block.threads.max(1) as u64).min(255);
         per_thread <= budget && self.shared_bytes(block, 0) <= STATIC_SHARED_LIMIT
@@ -486,7 +491,10 @@ impl<'c> KernelRoutines<'c> {
                 false => 1.0,
             };
             let (routine, work) = match how {
-                Finish::Atomic => ("accumulate", (per_bytes as f64 * atomic_cost / per_atomic).round() as u64),
+                Finish::Atomic => (
+                    "accumulate",
+                    (per_bytes as f64 * atomic_cost / per_atomic).round() as u64,
+                ),
                 _ => ("store", per_bytes),
             };
             runs.push(RoutineRun {
@@ -640,7 +648,10 @@ impl Grid {
         match ctx.mappings[c].reduced {
             None => (self.blocks, 1),
             Some(r) if self.walk == Some(r) => (self.blocks, ELEMENT_SIDE * self.step(r.other())),
-            Some(r) => (self.instances().div_ceil(self.width), ELEMENT_SIDE * self.step(r.other())),
+            Some(r) => (
+                self.instances().div_ceil(self.width),
+                ELEMENT_SIDE * self.step(r.other()),
+            ),
         }
     }
 
@@ -950,7 +961,10 @@ mod tests {
         let p = load("bicgk");
         let table_with = |shared: u64| {
             let text = std::fs::read_to_string("../../library/timings/h100-analytic.yaml").unwrap();
-            let text = text.replace("max_shared_per_block: 232448", &format!("max_shared_per_block: {shared}"));
+            let text = text.replace(
+                "max_shared_per_block: 232448",
+                &format!("max_shared_per_block: {shared}"),
+            );
             TimingTable::parse("small.yaml", &text).unwrap()
         };
         let ctx = Context::new(&p, &p.sizes);
@@ -972,7 +986,10 @@ mod tests {
         // 64 threads cannot hold a row of 4096 numbers in 8 float4 each.
         let whole_rows = whole_row_blocks(&ctx, 4096).len();
         assert_eq!(whole_rows, NESTED_THREADS.len() - 1);
-        assert_eq!(imps.unlaunchable, 2 * NESTED_THREADS.len() * NESTED_WIDTHS.len() + whole_rows);
+        assert_eq!(
+            imps.unlaunchable,
+            2 * NESTED_THREADS.len() * NESTED_WIDTHS.len() + whole_rows
+        );
     }
 
     #[test]
@@ -1033,6 +1050,9 @@ mod tests {
         assert_eq!(finish_choices(&[true], true), [vec![Finish::Complete]]);
         assert_eq!(finish_choices(&[false, true], true).len(), 2);
         assert_eq!(finish_choices(&[false; 5], true).len(), 2);
-        assert_eq!(finish_choices(&[false, true], false), [vec![Finish::Atomic, Finish::Complete]]);
+        assert_eq!(
+            finish_choices(&[false, true], false),
+            [vec![Finish::Atomic, Finish::Complete]]
+        );
     }
 }

@@ -277,7 +277,10 @@ mod tests {
         // Rows of 40000 f32 do not fit a whole-row block's registers.
         let p = program("A: [m, n], x: [n]", "  - t = sgemv(A, x)\n  - y = sgemtv(A, t)\n", "y");
         let wide = p.bind_sizes(&[("n".to_string(), 40000)]).unwrap();
-        assert_eq!(pair(&Context::new(&p, &wide), 0, 1).unwrap_err().rule, Rule::GlobalBarrier);
+        assert_eq!(
+            pair(&Context::new(&p, &wide), 0, 1).unwrap_err().rule,
+            Rule::GlobalBarrier
+        );
     }
 
     #[test]
@@ -293,7 +296,10 @@ mod tests {
         rows(0, 1).unwrap();
         with(&p, |c| pair(c, 0, 1)).unwrap();
         let wide = p.bind_sizes(&[("n".to_string(), 40000)]).unwrap();
-        assert_eq!(pair(&Context::new(&p, &wide), 0, 1).unwrap_err().rule, Rule::GlobalBarrier);
+        assert_eq!(
+            pair(&Context::new(&p, &wide), 0, 1).unwrap_err().rule,
+            Rule::GlobalBarrier
+        );
         pair(&Context::new(&p, &wide).with_row_barrier(true), 0, 1).unwrap();
         // A column sum needs every row, and a BLAS-1 reduce every block: barriers still.
         assert_eq!(rows(2, 3).unwrap_err().rule, Rule::GlobalBarrier);
