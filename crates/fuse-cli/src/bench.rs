@@ -1,19 +1,20 @@
 //! `fuse bench` — on the CPU, fused against unfused; on a GPU, fused against the same calls
-//! written with cuBLAS — and the plan-to-CPU path shared with `fuse run --backend cpu`.
+//! written with cuBLAS. Plans are chosen by `fuse::select`, as `fuse run` chooses them; the
+//! timing loops and the baselines are the backends' own tools (`fuse::stages`).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Instant;
 
 use clap::{Args, ValueEnum};
 use serde_json::json;
 
-use fuse_core::data::{fill_random_inputs, relative_error};
-use fuse_core::{explore, Bindings, Library, Limits, Precision, Program, Sizes, TimingTable};
-use fuse_cpu::fused::calibrate::{copy_bandwidth, CopyProbe, COPY_BYTES, COPY_REPS};
-use fuse_cpu::fused::{timings, unfused_plan, FusedPlan};
-use fuse_cuda::bench::BenchOptions;
-use fuse_cuda::timer::TimingOptions;
-use fuse_cuda::Device;
+use fuse::stages::fuse_core::data::{fill_random_inputs, relative_error};
+use fuse::stages::fuse_core::{Bindings, Library, Precision, Program, Sizes, TimingTable};
+use fuse::stages::fuse_cpu::fused::calibrate::{copy_bandwidth, CopyProbe, COPY_BYTES, COPY_REPS};
+use fuse::stages::fuse_cpu::fused::{unfused_plan, FusedPlan};
+use fuse::stages::fuse_cuda::bench::BenchOptions;
+use fuse::stages::fuse_cuda::timer::TimingOptions;
+use fuse::stages::fuse_cuda::Device;
 
 use crate::calibrate::progress_bar;
 use crate::gpu::{self, failure};
@@ -75,7 +76,7 @@ enum Target {
 
 impl Target {
     fn new(args: &BenchArgs, library: &Library) -> Result<Target, Failure> {
-        let backend = args.backend.unwrap_or_else(|| match gpu::usable() {
+        let backend = args.backend.unwrap_or_else(|| match fuse::select::usable_gpu() {
             Ok(gpu) => {
                 eprintln!("backend: cuda ({})", gpu.describe());
                 BenchBackend::Cuda
@@ -87,9 +88,9 @@ impl Target {
         });
         Ok(match backend {
             BenchBackend::Cpu => {
-                let selected = timings::select(library, args.timings.as_deref()).map_err(bad_input)?;
-                if let Some(note) = &selected.note {
-                    eprintln!("note: {note}");
+                let selected = fuse::select::cpu_table(library, args.timings.as_deref()).map_err(gpu::failure)?;
+                if let Some(note) = selected.note {
+                    eprintln!("{note}");
                 }
                 Target::Cpu { table: selected.table }
             }
@@ -123,8 +124,12 @@ impl Target {
                 format!("a parallel streaming copy of {} MiB arrays", COPY_BYTES >> 20),
             ),
             Target::Cuda { device, .. } => {
-                let gbps = fuse_cuda::calibrate::copy_bandwidth(device, GPU_COPY_BYTES, &TimingOptions::default())
-                    .map_err(failure)?;
+                let gbps = fuse::stages::fuse_cuda::calibrate::copy_bandwidth(
+                    device,
+                    GPU_COPY_BYTES,
+                    &TimingOptions::default(),
+                )
+                .map_err(failure)?;
                 (gbps, format!("a device-to-device copy of {} MiB", GPU_COPY_BYTES >> 20))
             }
         })
@@ -163,28 +168,6 @@ struct Measured {
     /// shared with other work gives different bandwidth from minute to minute), and the fused
     /// GB/s as a share of it: the median of each run's share of the copy timed right after it.
     copy: Option<(f64, f64)>,
-}
-
-/// The best plan of `program` at `sizes` for the CPU, prepared; and a note on the timing table.
-pub fn cpu_plan(
-    program: &Program,
-    sizes: &Sizes,
-    library: &Library,
-    timings: Option<&Path>,
-) -> Result<(FusedPlan, Option<String>), Failure> {
-    let selected = timings::select(library, timings).map_err(bad_input)?;
-    let exploration = explore(program, sizes, &selected.table, library, Limits::default()).map_err(bad_input)?;
-    let plan = exploration.best();
-    Ok((FusedPlan::new(program, sizes, &plan).map_err(bad_input)?, selected.note))
-}
-
-/// `fuse run --backend cpu`: the best plan for the CPU, run once.
-pub fn run_cpu(program: &Program, sizes: &Sizes, library: &Library, inputs: &Bindings) -> Result<Bindings, Failure> {
-    let (fused, note) = cpu_plan(program, sizes, library, None)?;
-    if let Some(note) = note {
-        eprintln!("note: {note}");
-    }
-    fused.run(inputs).map_err(bad_input)
 }
 
 /// `fuse bench`.
@@ -270,7 +253,7 @@ impl Bench<'_> {
             seed: self.args.seed,
             ..BenchOptions::default()
         };
-        let m = fuse_cuda::bench::measure(device, program, &sizes, &plan, &options).map_err(failure)?;
+        let m = fuse::stages::fuse_cuda::bench::measure(device, program, &sizes, &plan, &options).map_err(failure)?;
         self.bar.inc(2);
         Ok(Measured {
             script: program.file.clone(),
@@ -288,8 +271,7 @@ impl Bench<'_> {
     /// The best plan for the CPU against the same calls one kernel each.
     fn cpu(&self, sizes: Sizes, table: &TimingTable) -> Result<Measured, Failure> {
         let program = self.program;
-        let exploration = explore(program, &sizes, table, self.library, Limits::default()).map_err(bad_input)?;
-        let fused_plan = exploration.best();
+        let fused_plan = fuse::select::best_plan(program, &sizes, table, self.library).map_err(gpu::failure)?;
         let baseline_plan = unfused_plan(program, &sizes);
         self.step("checking");
         for plan in [&fused_plan, &baseline_plan] {
@@ -326,7 +308,12 @@ impl Bench<'_> {
 }
 
 /// Runs `plan` at small sizes against the reference, so a benchmark never times wrong code.
-fn check_against_reference(program: &Program, sizes: &Sizes, plan: &fuse_core::Plan, seed: u64) -> Result<(), Failure> {
+fn check_against_reference(
+    program: &Program,
+    sizes: &Sizes,
+    plan: &fuse::stages::fuse_core::Plan,
+    seed: u64,
+) -> Result<(), Failure> {
     let small: Vec<(String, usize)> = sizes
         .iter()
         .map(|(k, v)| (k.to_string(), v.min(CHECK_EXTENT)))
@@ -336,7 +323,7 @@ fn check_against_reference(program: &Program, sizes: &Sizes, plan: &fuse_core::P
     let mut inputs = Bindings::new();
     fill_random_inputs(program, &small, seed, &mut inputs);
     let got = fused.run(&inputs).map_err(internal)?;
-    let want = fuse_core::reference::evaluate(program, &small, &inputs).map_err(internal)?;
+    let want = fuse::stages::fuse_core::reference::evaluate(program, &small, &inputs).map_err(internal)?;
     let tolerance = match program.precision {
         Precision::F32 => 1e-4,
         Precision::F64 => 1e-12,

@@ -5,10 +5,10 @@ use std::path::PathBuf;
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 
-use fuse_core::Library;
-use fuse_cpu::fused::calibrate::{calibrate, to_yaml};
-use fuse_cpu::fused::timings;
-use fuse_cuda::calibrate::{self as gpu_calibrate, CalibrateOptions};
+use fuse::stages::fuse_core::Library;
+use fuse::stages::fuse_cpu::fused::calibrate::{calibrate, to_yaml};
+use fuse::stages::fuse_cpu::fused::timings;
+use fuse::stages::fuse_cuda::calibrate::{self as gpu_calibrate, CalibrateOptions};
 
 use crate::gpu::{self, failure};
 use crate::{bad_input, internal, Failure};
@@ -51,7 +51,7 @@ pub fn progress_bar(len: usize) -> ProgressBar {
 
 /// `fuse calibrate`: the backend asked for, or the GPU when one is there, else the CPU.
 pub fn run(args: &CalibrateArgs, library: &Library) -> Result<(), Failure> {
-    let target = args.backend.unwrap_or_else(|| match gpu::usable() {
+    let target = args.backend.unwrap_or_else(|| match fuse::select::usable_gpu() {
         Ok(gpu) => {
             eprintln!("calibrating: cuda ({})", gpu.describe());
             Target::Cuda
@@ -95,7 +95,7 @@ fn run_cuda(args: &CalibrateArgs, library: &Library) -> Result<(), Failure> {
         calibration.table.routines.len()
     );
     let yaml = gpu_calibrate::to_yaml(&calibration, &options);
-    let installed = fuse_cuda::timings::calibrated_path(device.info());
+    let installed = fuse::stages::fuse_cuda::timings::calibrated_path(device.info());
     for path in std::iter::once(&installed).chain(args.out.as_ref()) {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(|e| bad_input(format!("{}: {e}", dir.display())))?;

@@ -1,35 +1,16 @@
-//! `fuse compile` and the plan-to-CUDA path shared with `fuse run --backend emulate`.
+//! `fuse compile`: the generator's output for a plan, written out (a lower stage: it uses the
+//! generator and NVRTC through `fuse::stages`).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use serde::Serialize;
 
-use fuse_codegen::generate::{generate_plan, Generated, Step};
-use fuse_codegen::nvrtc::{self, Arch, CompileOptions, NvrtcError};
-use fuse_codegen::profile;
-use fuse_core::{explore, Library, Limits, Plan, Program, Sizes, TimingTable};
+use fuse::stages::fuse_codegen::generate::{generate_plan, Step};
+use fuse::stages::fuse_codegen::nvrtc::{self, Arch, CompileOptions, NvrtcError};
+use fuse::stages::fuse_codegen::profile;
+use fuse::stages::fuse_core::{explore, Library, Limits, Plan, Program, Sizes, TimingTable};
 
 use crate::{bad_input, Failure};
-
-/// The plan of rank `rank` (1 = best predicted) of `program` at `sizes`.
-pub fn plan(
-    program: &Program,
-    sizes: &Sizes,
-    library: &Library,
-    timings: Option<&Path>,
-    rank: usize,
-) -> Result<Plan, Failure> {
-    let table = table(library, timings)?;
-    ranked_plan(program, sizes, library, &table, rank)
-}
-
-/// The timing table of `--timings`, else the one for the GPU here.
-fn table(library: &Library, timings: Option<&Path>) -> Result<TimingTable, Failure> {
-    match timings {
-        Some(path) => TimingTable::load(path).map_err(bad_input),
-        None => crate::gpu::default_table(library),
-    }
-}
 
 fn ranked_plan(
     program: &Program,
@@ -47,11 +28,6 @@ fn ranked_plan(
         .plans()
         .nth(rank - 1)
         .ok_or_else(|| bad_input(format!("--plan {rank}: {} has only {count} plan(s)", program.file)))
-}
-
-/// CUDA source and launch steps of `plan`.
-pub fn generate(program: &Program, plan: &Plan) -> Result<Generated, Failure> {
-    generate_plan(program, plan).map_err(bad_input)
 }
 
 /// What `plan.yaml` holds: the plan, and how to launch its kernels.
@@ -75,9 +51,9 @@ pub struct CompileArgs {
 /// Writes source, plan and (where NVRTC is available) PTX and resource report to `args.out`.
 pub fn compile(program: &Program, sizes: &Sizes, library: &Library, args: &CompileArgs) -> Result<(), Failure> {
     let arch: Arch = args.arch.parse().map_err(bad_input)?;
-    let table = table(library, args.timings.as_deref())?;
+    let table = crate::gpu::generator_table(library, args.timings.as_deref())?;
     let plan = ranked_plan(program, sizes, library, &table, args.rank)?;
-    let generated = generate(program, &plan)?;
+    let generated = generate_plan(program, &plan).map_err(bad_input)?;
     let out = &args.out;
     std::fs::create_dir_all(out).map_err(|e| bad_input(format!("-o {}: {e}", out.display())))?;
     let write = |name: String, text: &str| -> Result<PathBuf, Failure> {

@@ -1,7 +1,7 @@
 //! `fuse devices`: what the CUDA backend finds on this machine.
 
-use fuse_codegen::nvrtc;
-use fuse_cuda::{cache, device_count, probe, timings, DeviceInfo};
+use fuse::stages::fuse_codegen::nvrtc;
+use fuse::stages::fuse_cuda::{cache, device_count, probe, timings, DeviceInfo};
 
 use crate::gpu::failure;
 use crate::Failure;
@@ -10,7 +10,7 @@ use crate::Failure;
 pub fn run() -> Result<(), Failure> {
     let count = device_count().map_err(failure)?;
     if count == 0 {
-        return Err(failure(fuse_cuda::CudaError::NoDevice {
+        return Err(failure(fuse::stages::fuse_cuda::CudaError::NoDevice {
             ordinal: 0,
             reason: "the driver sees no device".to_string(),
         }));

@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use clap::Args;
 use serde_json::{json, Value};
 
-use fuse_core::explore::{explore, Exploration, Kernel, Limits, Plan, TimingTable, Verdict};
-use fuse_core::{Library, Program};
+use fuse::stages::fuse_core::explore::{explore, Exploration, Kernel, Limits, Plan, TimingTable, Verdict};
+use fuse::stages::fuse_core::{Library, Program};
 
 use crate::{bad_input, load, parse_size, Failure};
 
@@ -50,10 +50,7 @@ pub struct ExplainArgs {
 /// The program and timing table an exploration needs.
 fn prepare(inputs: &Inputs, library: &Library) -> Result<(Program, TimingTable), Failure> {
     let program = load(&inputs.script, library)?;
-    let table = match &inputs.timings {
-        Some(path) => TimingTable::load(path).map_err(bad_input)?,
-        None => crate::gpu::default_table(library)?,
-    };
+    let table = crate::gpu::generator_table(library, inputs.timings.as_deref())?;
     Ok((program, table))
 }
 

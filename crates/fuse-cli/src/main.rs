@@ -12,11 +12,13 @@ mod tune;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
-use fuse_core::data::fill_random_inputs;
-use fuse_core::{script, DataGraph, Library, Program};
+use fuse::stages::fuse_core::data::{check_inputs_given, fill_random_inputs};
+use fuse::stages::fuse_core::{script, DataGraph};
+use fuse::{CompileOptions, Inputs, Library, Program};
 
 /// Exit status for bad input (scripts, library, sizes, files named on the command line).
 const EXIT_BAD_INPUT: u8 = 2;
@@ -225,12 +227,13 @@ enum Backend {
     Cuda,
 }
 
-impl Backend {
-    /// The GPU when one is usable here, else the fused CPU backend; and why.
-    fn best_available() -> (Backend, String) {
-        match gpu::usable() {
-            Ok(gpu) => (Backend::Cuda, gpu.describe()),
-            Err(why) => (Backend::Cpu, why),
+impl From<Backend> for fuse::Backend {
+    fn from(b: Backend) -> Self {
+        match b {
+            Backend::Cpu => fuse::Backend::Cpu,
+            Backend::Reference => fuse::Backend::Reference,
+            Backend::Emulate => fuse::Backend::Emulate,
+            Backend::Cuda => fuse::Backend::Cuda { device: 0 },
         }
     }
 }
@@ -279,11 +282,13 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: Cli) -> Result<(), Failure> {
-    let library = match &cli.library {
-        Some(dir) => Library::load(dir),
-        None => Library::builtin(),
-    }
-    .map_err(bad_input)?;
+    let library = Arc::new(
+        match &cli.library {
+            Some(dir) => Library::load(dir),
+            None => Library::builtin(),
+        }
+        .map_err(bad_input)?,
+    );
     match cli.command {
         Command::Check { scripts } => check(&scripts, &library),
         Command::Graph { script } => {
@@ -366,7 +371,7 @@ fn check(scripts: &[PathBuf], library: &Library) -> Result<(), Failure> {
 }
 
 struct RunOptions<'a> {
-    library: &'a Library,
+    library: &'a Arc<Library>,
     backend: Option<Backend>,
     sizes: Vec<(String, usize)>,
     plan_sizes: Vec<(String, usize)>,
@@ -381,42 +386,33 @@ fn run_script(program: &Program, options: &RunOptions) -> Result<(), Failure> {
         Some(dir) => npy::read_inputs(program, dir).map_err(bad_input)?,
         None => Default::default(),
     };
-    fuse_core::data::check_inputs_given(program, &sizes, &inputs).map_err(bad_input)?;
+    check_inputs_given(program, &sizes, &inputs).map_err(bad_input)?;
     fill_random_inputs(program, &sizes, options.seed, &mut inputs);
     let backend = match options.backend {
         Some(b) if !options.plan_sizes.is_empty() && !matches!(b, Backend::Cuda) => {
             return Err(bad_input("--plan-size applies to --backend cuda only"))
         }
-        Some(b) => b,
+        Some(b) => fuse::Backend::from(b),
         None => {
-            let (b, why) = Backend::best_available();
-            eprintln!(
-                "backend: {} ({why})",
-                b.to_possible_value()
-                    .map(|v| v.get_name().to_string())
-                    .unwrap_or_default()
-            );
-            if !options.plan_sizes.is_empty() && !matches!(b, Backend::Cuda) {
+            let (b, why) = fuse::Backend::detect_why();
+            eprintln!("backend: {} ({why})", b.name());
+            if !options.plan_sizes.is_empty() && !matches!(b, fuse::Backend::Cuda { .. }) {
                 eprintln!("note: --plan-size applies to --backend cuda only: ignored");
             }
             b
         }
     };
-    let results = match backend {
-        Backend::Cpu => bench::run_cpu(program, &sizes, options.library, &inputs)?,
-        Backend::Reference => fuse_core::reference::evaluate(program, &sizes, &inputs).map_err(bad_input)?,
-        Backend::Emulate => {
-            let plan = compile::plan(program, &sizes, options.library, None, 1)?;
-            let generated = compile::generate(program, &plan)?;
-            let emulated = fuse_emulate::EmulatedPlan::compile(generated).map_err(internal)?;
-            emulated.run(program, &sizes, &inputs).map_err(internal)?
-        }
-        Backend::Cuda => {
-            let overrides: Vec<(String, usize)> = (options.sizes.iter().chain(&options.plan_sizes)).cloned().collect();
-            let plan_sizes = program.bind_sizes(&overrides).map_err(bad_input)?;
-            gpu::run(program, &sizes, &plan_sizes, options.library, &inputs)?
-        }
-    };
+    let compile = CompileOptions::new()
+        .library(Arc::clone(options.library))
+        .plan_sizes(options.plan_sizes.clone());
+    let compiled = backend.compile_with(program, &sizes, &compile).map_err(gpu::failure)?;
+    for note in compiled.notes() {
+        eprintln!("{note}");
+    }
+    let results = compiled
+        .run(&Inputs::from(inputs))
+        .map_err(gpu::failure)?
+        .into_bindings();
     match &options.outputs {
         Some(dir) => {
             let written = npy::write_outputs(&results, program.precision, dir, &read).map_err(bad_input)?;

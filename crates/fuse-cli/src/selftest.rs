@@ -5,12 +5,12 @@ use std::path::{Path, PathBuf};
 
 use clap::{Args, ValueEnum};
 
-use fuse_codegen::generate::{generate, Generated, KernelGroup, Serial, Walk};
-use fuse_core::data::fill_random_inputs;
-use fuse_core::{explore, script, Bindings, Library, Limits, Precision, Program, Sizes, TimingTable};
-use fuse_cuda::check::compare;
-use fuse_cuda::{CudaPlan, Device};
-use fuse_emulate::EmulatedPlan;
+use fuse::stages::fuse_codegen::generate::{generate, Generated, KernelGroup, Serial, Walk};
+use fuse::stages::fuse_core::data::fill_random_inputs;
+use fuse::stages::fuse_core::{explore, script, Bindings, Library, Limits, Precision, Program, Sizes, TimingTable};
+use fuse::stages::fuse_cuda::check::compare;
+use fuse::stages::fuse_cuda::{CudaPlan, Device};
+use fuse::stages::fuse_emulate::EmulatedPlan;
 
 use crate::gpu;
 use crate::{bad_input, Failure};
@@ -104,7 +104,7 @@ pub fn run(args: &SelftestArgs, library: &Library) -> Result<(), Failure> {
         }
         Target::Emulate => Runner {
             device: None,
-            table: gpu::default_table(library)?,
+            table: gpu::generator_table(library, None)?,
         },
     };
     let (mut ok, mut failed) = (0, 0);
@@ -206,7 +206,7 @@ fn check(runner: &Runner, program: &Program, kernels: &[KernelGroup]) -> Result<
         let sizes = sizes_mn(program, m, n);
         let mut inputs = Bindings::new();
         fill_random_inputs(program, &sizes, seed as u64, &mut inputs);
-        let want = fuse_core::reference::evaluate(program, &sizes, &inputs).map_err(|e| e.to_string())?;
+        let want = fuse::stages::fuse_core::reference::evaluate(program, &sizes, &inputs).map_err(|e| e.to_string())?;
         let got = loaded
             .run(program, &sizes, &inputs)
             .map_err(|e| format!("at {sizes}: {e}"))?;
@@ -214,7 +214,7 @@ fn check(runner: &Runner, program: &Program, kernels: &[KernelGroup]) -> Result<
             return Err(format!("at {sizes}: {m}"));
         }
         for (name, w) in &want {
-            let error = fuse_core::data::relative_error(&got[name].to_f64(), &w.to_f64());
+            let error = fuse::stages::fuse_core::data::relative_error(&got[name].to_f64(), &w.to_f64());
             worst = worst.max(error);
         }
     }

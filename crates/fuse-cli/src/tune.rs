@@ -5,10 +5,10 @@ use std::path::PathBuf;
 use clap::Args;
 use serde_json::json;
 
-use fuse_core::explore::library_checksum;
-use fuse_core::{Library, Program};
-use fuse_cuda::timer::TimingOptions;
-use fuse_cuda::tune::{tune, Entry, TuneCache, TuneOptions, Tuned};
+use fuse::stages::fuse_core::explore::library_checksum;
+use fuse::stages::fuse_core::{Library, Program};
+use fuse::stages::fuse_cuda::timer::TimingOptions;
+use fuse::stages::fuse_cuda::tune::{tune, Entry, TuneCache, TuneOptions, Tuned};
 
 use crate::calibrate::progress_bar;
 use crate::gpu::{self, failure};
@@ -79,9 +79,9 @@ pub fn run(args: &TuneArgs, library: &Library) -> Result<(), Failure> {
 fn remember(
     tuned: &Tuned,
     program: &Program,
-    sizes: &fuse_core::Sizes,
+    sizes: &fuse::stages::fuse_core::Sizes,
     library: &Library,
-    device: &fuse_cuda::Device,
+    device: &fuse::stages::fuse_cuda::Device,
 ) -> Result<PathBuf, Failure> {
     let cache = TuneCache::for_gpu(device.info());
     let best = tuned.best();

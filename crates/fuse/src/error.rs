@@ -121,6 +121,51 @@ pub enum Error {
         /// The names there are.
         known: String,
     },
+    /// A timing table could not be read, or does not fit the library.
+    #[error(transparent)]
+    Timings(#[from] fuse_core::explore::TimingError),
+    /// The program could not be planned (e.g. no launchable implementation of a call).
+    #[error(transparent)]
+    Explore(#[from] fuse_core::explore::ExploreError),
+    /// The plan could not be turned into CUDA (a library formula the generator cannot emit).
+    #[error(transparent)]
+    Generate(#[from] fuse_codegen::generate::GenerateError),
+    /// The emulation backend could not compile or run the generated CUDA.
+    #[error(transparent)]
+    Emulation(#[from] fuse_emulate::EmulationError),
+    /// A plan rank that is not there.
+    #[error("plan {rank}: {program} has {count} plan(s), ranked from 1 (the best predicted)")]
+    NoSuchPlan {
+        /// The rank asked for.
+        rank: usize,
+        /// The program's file.
+        program: String,
+        /// How many plans it has.
+        count: String,
+    },
+}
+
+impl Error {
+    /// Whether the error is in what the user gave (a script, a library, sizes, a timing table,
+    /// inputs, a plan rank) rather than in fuse or the machine.
+    pub fn is_bad_input(&self) -> bool {
+        use fuse_cuda::CudaError as C;
+        match self {
+            Error::Cuda(e) => matches!(**e, C::StaleTimings { .. } | C::Timing(_) | C::Bind(_) | C::Explore(_)),
+            Error::Failed(e) => e.is_bad_input(),
+            Error::Emulation(e) => matches!(e, fuse_emulate::EmulationError::Bind(_)),
+            _ => true,
+        }
+    }
+
+    /// Whether the CUDA backend was asked for and no usable GPU or driver is here.
+    pub fn is_unavailable(&self) -> bool {
+        match self {
+            Error::Cuda(e) => e.is_unavailable(),
+            Error::Failed(e) => e.is_unavailable(),
+            _ => false,
+        }
+    }
 }
 
 impl From<fuse_cuda::CudaError> for Error {

@@ -4,16 +4,31 @@
 mod backend;
 mod element;
 mod error;
+mod io;
 mod script;
+pub mod select;
 mod session;
 
-pub use backend::{Backend, Compiled};
+pub use backend::{Backend, CompileOptions, Compiled};
 pub use element::{array, Element};
 pub use error::{Error, Result};
-pub use script::{Inputs, Outputs, Script};
+pub use io::{Inputs, Outputs};
+pub use script::Script;
 pub use session::{Handle, Matrix, Scalar, ScalarArg, Session, Stats, Vector};
 
-pub use fuse_core::{Bindings, HostArray, HostData, Library, Precision, Program, Sizes};
+pub use fuse_core::{Bindings, HostArray, HostData, Library, Plan, Precision, Program, Sizes};
+
+/// The crates below this one, for what is itself about a lower stage or a backend's own tools:
+/// the language, graph and explorer (`fuse_core`), the generator and NVRTC (`fuse_codegen`),
+/// and the backends' measurement tools — calibration, the cuBLAS baseline, the tune cache
+/// (`fuse_cpu`, `fuse_cuda`, `fuse_emulate`). Running a script goes through [`Backend`].
+pub mod stages {
+    pub use fuse_codegen;
+    pub use fuse_core;
+    pub use fuse_cpu;
+    pub use fuse_cuda;
+    pub use fuse_emulate;
+}
 
 #[cfg(test)]
 mod tests {

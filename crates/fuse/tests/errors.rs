@@ -175,6 +175,6 @@ fn script_and_size_errors_carry_the_front_end_message() {
     let err = "gpu".parse::<Backend>().unwrap_err();
     assert_eq!(
         err.to_string(),
-        "unknown backend `gpu` (known: `reference`, `cpu` and `cuda[:N]`)"
+        "unknown backend `gpu` (known: `reference`, `cpu`, `emulate` and `cuda[:N]`)"
     );
 }

@@ -24,7 +24,7 @@ pub(crate) mod sealed {
     /// Handles are the three types of this module; the token stays private.
     pub trait Sealed {
         /// The handle's token.
-        fn token(&self) -> &std::sync::Arc<super::Token>;
+        fn token(&self) -> &std::sync::Arc<crate::session::handle::Token>;
     }
 }
 

@@ -26,14 +26,16 @@ mod state;
 use std::cell::RefCell;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use fuse_core::{Diagnostic, Form, HostArray, Library, Location};
 
 use crate::backend::Backend;
 use crate::element::{checked_array, Element};
 use crate::error::{Error, Result};
+use crate::select::builtin_library;
 use canonical::PendingArg;
+pub use state::Stats;
 use state::{not_computed, Data, State};
 
 use handle::{sealed::Sealed, Token};
@@ -41,29 +43,6 @@ pub use handle::{Handle, Matrix, Scalar, ScalarArg, Vector};
 
 /// Session ids, unique in the process, so a handle used with another session is caught.
 static NEXT_SESSION: AtomicU64 = AtomicU64::new(1);
-
-/// The built-in function library, loaded once per process.
-pub(crate) fn builtin_library() -> Result<Arc<Library>> {
-    static BUILTIN: OnceLock<Arc<Library>> = OnceLock::new();
-    if let Some(library) = BUILTIN.get() {
-        return Ok(Arc::clone(library));
-    }
-    let library = Arc::new(Library::builtin()?);
-    Ok(Arc::clone(BUILTIN.get_or_init(|| library)))
-}
-
-/// What a session has done so far.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Stats {
-    /// Flushes that ran something.
-    pub flushes: u64,
-    /// Programs compiled (explored, generated and built where the backend does that).
-    pub compilations: u64,
-    /// Flushes whose program was found compiled in the cache.
-    pub cache_hits: u64,
-    /// Recorded calls run.
-    pub calls: u64,
-}
 
 /// A lazy BLAS session in precision `T` (`f32` or `f64`) on a [`Backend`].
 ///

@@ -8,10 +8,22 @@ use fuse_core::{Bindings, HostArray, Library, Precision};
 
 use super::canonical::{self, Canonical, PendingArg, PendingCall};
 use super::handle::Token;
-use super::Stats;
 use crate::backend::{Backend, Compiled};
 use crate::error::{Error, Result};
-use crate::script::{Inputs, Outputs};
+use crate::io::{Inputs, Outputs};
+
+/// What a session has done so far.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Flushes that ran something.
+    pub flushes: u64,
+    /// Programs compiled (explored, generated and built where the backend does that).
+    pub compilations: u64,
+    /// Flushes whose program was found compiled in the cache.
+    pub cache_hits: u64,
+    /// Recorded calls run.
+    pub calls: u64,
+}
 
 /// Compiled programs kept per session; a solver loop needs a handful.
 const CACHE_CAPACITY: usize = 64;

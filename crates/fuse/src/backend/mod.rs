@@ -3,21 +3,26 @@
 //! that runs any number of times.
 //!
 //! A backend is an enum variant of [`Backend`] (with its name in `NAMES` and `from_str`) plus a
-//! private type implementing [`Executable`], built in [`Backend::compile`] — e.g. a fused CPU
-//! backend explores the program into a `Plan` there and its executable runs the plan.
+//! private type implementing [`Executable`] (in `executables.rs`), built in
+//! [`Backend::compile_with`] — e.g. a fused CPU backend explores the program into a `Plan`
+//! there (see [`select`](crate::select)) and its executable runs the plan.
 //! [`Compiled::run`] checks the inputs before handing them over, so an executable sees only
 //! inputs that fit its program, and must return every output by name in the program's
 //! precision.
 
+mod executables;
+
 use std::fmt;
+use std::path::PathBuf;
 use std::str::FromStr;
 use std::sync::Arc;
 
 use fuse_core::data::check_inputs;
-use fuse_core::{Bindings, Program, Sizes};
+use fuse_core::{Bindings, Library, Plan, Program, Sizes};
 
 use crate::error::{list, Error, Result};
-use crate::script::{Inputs, Outputs};
+use crate::io::{Inputs, Outputs};
+use executables::Executable;
 
 /// Where programs run.
 ///
@@ -45,6 +50,10 @@ pub enum Backend {
     /// in the program's precision.
     #[default]
     Cpu,
+    /// The generated CUDA of the best plan for the GPU here (else for the analytic H100
+    /// estimate), run on host threads by `fuse-emulate`: slow, for testing kernels without a
+    /// GPU. Needs a host C++ compiler.
+    Emulate,
     /// An NVIDIA GPU through `fuse-cuda` (driver, NVRTC and cuBLAS loaded at run time): the
     /// plan `fuse tune` remembered for the program, sizes and GPU, else the best predicted by
     /// the GPU's timing table, compiled (or taken from the on-disk module cache) and run on
@@ -56,14 +65,20 @@ pub enum Backend {
 }
 
 /// Names accepted by [`Backend::from_str`], in the order of [`Backend`]'s variants.
-const NAMES: [&str; 3] = ["reference", "cpu", "cuda[:N]"];
+const NAMES: [&str; 4] = ["reference", "cpu", "emulate", "cuda[:N]"];
 
 impl Backend {
     /// GPU 0 when one is usable here, else the fused CPU backend.
     pub fn detect() -> Backend {
-        match fuse_cuda::DeviceInfo::query(0) {
-            Ok(_) => Backend::Cuda { device: 0 },
-            Err(_) => Backend::Cpu,
+        Backend::detect_why().0
+    }
+
+    /// [`Backend::detect`], and why, in a few words: the GPU's description, or why no GPU
+    /// (driver, device or NVRTC missing) is usable.
+    pub fn detect_why() -> (Backend, String) {
+        match crate::select::usable_gpu() {
+            Ok(gpu) => (Backend::Cuda { device: 0 }, gpu.describe()),
+            Err(why) => (Backend::Cpu, why),
         }
     }
 
@@ -72,6 +87,7 @@ impl Backend {
         match self {
             Backend::Reference => NAMES[0],
             Backend::Cpu => NAMES[1],
+            Backend::Emulate => NAMES[2],
             Backend::Cuda { .. } => "cuda",
         }
     }
@@ -92,23 +108,80 @@ impl Backend {
     /// # Ok::<(), fuse::Error>(())
     /// ```
     pub fn compile(&self, program: &Program, sizes: &Sizes) -> Result<Compiled> {
+        self.compile_with(program, sizes, &CompileOptions::default())
+    }
+
+    /// [`Backend::compile`] with `options`: another library, timing table or plan.
+    pub fn compile_with(&self, program: &Program, sizes: &Sizes, options: &CompileOptions) -> Result<Compiled> {
         let overrides: Vec<(String, usize)> = sizes.iter().map(|(k, v)| (k.to_string(), v)).collect();
         let sizes = program.bind_sizes(&overrides)?;
         let program = Arc::new(program.clone());
-        let executable: Box<dyn Executable> = match self {
-            Backend::Reference => Box::new(reference::Interpreter {
-                program: Arc::clone(&program),
-                sizes: sizes.clone(),
-            }),
-            Backend::Cpu => Box::new(cpu::Fused::new(&program, &sizes)?),
-            Backend::Cuda { device } => Box::new(cuda::Gpu::new(&program, &sizes, *device)?),
+        let library = match &options.library {
+            Some(library) => Arc::clone(library),
+            None => crate::select::builtin_library()?,
         };
+        let chosen = executables::build(self, &program, &sizes, &library, options)?;
         Ok(Compiled {
             backend: self.clone(),
             program,
             sizes,
-            executable,
+            plan: chosen.plan,
+            notes: chosen.notes,
+            executable: chosen.executable,
         })
+    }
+}
+
+/// What [`Backend::compile_with`] may be told besides the program and sizes.
+///
+/// ```
+/// use fuse::{Backend, CompileOptions, Library, Script};
+///
+/// let script = Script::from_str("t.yaml", "sizes: {n: 8}\ninputs: {x: [n]}\noutputs: [y]\ncalls:\n  - y = sscal(2.0, x)")?;
+/// let options = CompileOptions::new().library(Library::builtin()?);
+/// let compiled = Backend::Cpu.compile_with(script.program(), &script.program().sizes, &options)?;
+/// assert_eq!(compiled.plan().map(|p| p.kernels.len()), Some(1));
+/// # Ok::<(), fuse::Error>(())
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct CompileOptions {
+    library: Option<Arc<Library>>,
+    timings: Option<PathBuf>,
+    plan_sizes: Vec<(String, usize)>,
+    plan: Option<Plan>,
+}
+
+impl CompileOptions {
+    /// The defaults: the built-in library, the backend's own timing table, the best plan at
+    /// the compiled sizes (or the plan `fuse tune` remembered, on a GPU).
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Resolve functions against `library` (it must be the one the program was checked with).
+    pub fn library(mut self, library: impl Into<Arc<Library>>) -> Self {
+        self.library = Some(library.into());
+        self
+    }
+
+    /// Rank plans with the timing table in `file` (and, on a GPU, ignore remembered tuning).
+    pub fn timings(mut self, file: impl Into<PathBuf>) -> Self {
+        self.timings = Some(file.into());
+        self
+    }
+
+    /// Choose the plan as if these sizes were in force (they override the compiled sizes
+    /// symbol by symbol), e.g. run the plan chosen for 8192² at a small size. The emulation
+    /// and CUDA backends only.
+    pub fn plan_sizes(mut self, sizes: Vec<(String, usize)>) -> Self {
+        self.plan_sizes = sizes;
+        self
+    }
+
+    /// Run `plan` rather than choosing one (fused CPU, emulation and CUDA backends).
+    pub fn plan(mut self, plan: Plan) -> Self {
+        self.plan = Some(plan);
+        self
     }
 }
 
@@ -124,11 +197,12 @@ impl fmt::Display for Backend {
 impl FromStr for Backend {
     type Err = Error;
 
-    /// Parses a backend name (`reference`, `cpu`, `cuda`, `cuda:N`).
+    /// Parses a backend name (`reference`, `cpu`, `emulate`, `cuda`, `cuda:N`).
     fn from_str(name: &str) -> Result<Self> {
         match name {
             "reference" => Ok(Backend::Reference),
             "cpu" => Ok(Backend::Cpu),
+            "emulate" => Ok(Backend::Emulate),
             _ => cuda_device(name)
                 .map(|device| Backend::Cuda { device })
                 .ok_or_else(|| Error::UnknownBackend {
@@ -145,13 +219,6 @@ fn cuda_device(name: &str) -> Option<usize> {
         "cuda" => Some(0),
         _ => name.strip_prefix("cuda:")?.parse().ok(),
     }
-}
-
-/// What a backend compiles a program into: runs it on inputs already checked against the
-/// program, returning every output by script name, in the program's precision.
-pub(crate) trait Executable: Send + Sync {
-    /// Runs once.
-    fn run(&self, inputs: &Bindings) -> Result<Bindings>;
 }
 
 /// A program compiled by a backend for fixed sizes; run it any number of times.
@@ -182,6 +249,8 @@ pub struct Compiled {
     backend: Backend,
     program: Arc<Program>,
     sizes: Sizes,
+    plan: Option<Plan>,
+    notes: Vec<String>,
     executable: Box<dyn Executable>,
 }
 
@@ -207,6 +276,19 @@ impl Compiled {
     /// The sizes it was compiled for.
     pub fn sizes(&self) -> &Sizes {
         &self.sizes
+    }
+
+    /// The plan it runs: which calls share a kernel and how (none for the reference
+    /// interpreter, which runs call by call).
+    pub fn plan(&self) -> Option<&Plan> {
+        self.plan.as_ref()
+    }
+
+    /// What compiling chose that a user may want to know, a line each: an estimated timing
+    /// table, a tuned plan taken, a module taken from the cache (`note: …`, `plan: …`,
+    /// `module: …`).
+    pub fn notes(&self) -> &[String] {
+        &self.notes
     }
 
     /// Each input's name and extents at the compiled sizes, in declaration order.
@@ -243,105 +325,5 @@ impl fmt::Debug for Compiled {
             .field("program", &self.program.name)
             .field("sizes", &self.sizes)
             .finish_non_exhaustive()
-    }
-}
-
-/// The reference backend: `fuse_core::reference::evaluate`, outputs rounded to the program's
-/// precision so that every backend returns the same types.
-mod reference {
-    use super::*;
-
-    pub(super) struct Interpreter {
-        pub(super) program: Arc<Program>,
-        pub(super) sizes: Sizes,
-    }
-
-    impl Executable for Interpreter {
-        fn run(&self, inputs: &Bindings) -> Result<Bindings> {
-            let outputs = fuse_core::reference::evaluate(&self.program, &self.sizes, inputs)?;
-            let precision = self.program.precision;
-            Ok(outputs
-                .into_iter()
-                .map(|(name, a)| (name, a.to_precision(precision)))
-                .collect())
-        }
-    }
-}
-
-/// The fused CPU backend: explores the program for this CPU once, at compile time, and runs the
-/// best plan with `fuse_cpu::fused`.
-mod cpu {
-    use fuse_core::explore::{explore, Limits};
-    use fuse_cpu::fused::{timings, CpuError, FusedPlan};
-
-    use super::*;
-
-    pub(super) struct Fused {
-        plan: FusedPlan,
-    }
-
-    impl Fused {
-        /// The best plan of `program` at `sizes` by the CPU timing table. Functions resolve
-        /// against the built-in library's checksum, which is what the shipped tables record.
-        pub(super) fn new(program: &Program, sizes: &Sizes) -> Result<Self> {
-            let library = crate::session::builtin_library()?;
-            let selected = timings::select(&library, None)?;
-            let exploration =
-                explore(program, sizes, &selected.table, &library, Limits::default()).map_err(CpuError::from)?;
-            Ok(Fused {
-                plan: FusedPlan::new(program, sizes, &exploration.best())?,
-            })
-        }
-    }
-
-    impl Executable for Fused {
-        fn run(&self, inputs: &Bindings) -> Result<Bindings> {
-            Ok(self.plan.run(inputs)?)
-        }
-    }
-}
-
-/// The CUDA backend: explores the program for the GPU once, at compile time (or takes the plan
-/// `fuse tune` remembered), and runs it with `fuse_cuda::CudaPlan`.
-mod cuda {
-    use fuse_codegen::generate::generate_plan;
-    use fuse_core::explore::{explore, Limits};
-    use fuse_cuda::tune::TuneCache;
-    use fuse_cuda::{timings, CudaError, CudaPlan, Device};
-
-    use super::*;
-
-    pub(super) struct Gpu {
-        plan: CudaPlan,
-        program: Arc<Program>,
-        sizes: Sizes,
-    }
-
-    impl Gpu {
-        pub(super) fn new(program: &Arc<Program>, sizes: &Sizes, device: usize) -> Result<Self> {
-            let library = crate::session::builtin_library()?;
-            let device = Device::open(device)?;
-            let plan = match TuneCache::for_gpu(device.info()).get(program, sizes, &library) {
-                Some(entry) => entry.plan,
-                None => {
-                    let table = timings::select(device.info(), &library, None)?.table;
-                    explore(program, sizes, &table, &library, Limits::default())
-                        .map_err(CudaError::from)?
-                        .best()
-                }
-            };
-            let generated = generate_plan(program, &plan).map_err(CudaError::from)?;
-            Ok(Gpu {
-                plan: CudaPlan::compile(generated, &device)?,
-                program: Arc::clone(program),
-                sizes: sizes.clone(),
-            })
-        }
-    }
-
-    impl Executable for Gpu {
-        fn run(&self, inputs: &Bindings) -> Result<Bindings> {
-            Ok(self.plan.run(&self.program, &self.sizes, inputs)?)
-        }
     }
 }
