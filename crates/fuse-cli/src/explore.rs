@@ -49,25 +49,21 @@ pub struct ExplainArgs {
 
 /// The program and timing table an exploration needs.
 fn prepare(inputs: &Inputs, library: &Library) -> Result<(Program, TimingTable), Failure> {
-    let program = load(&inputs.script, library)?;
+    let mut program = load(&inputs.script, library)?;
+    // The sizes in force, so that the header says what was explored.
+    program.sizes = program.bind_sizes(&inputs.sizes).map_err(bad_input)?;
     let table = crate::gpu::generator_table(library, inputs.timings.as_deref())?;
     Ok((program, table))
 }
 
-fn explored<'p>(
-    program: &'p Program,
-    table: &TimingTable,
-    inputs: &Inputs,
-    library: &Library,
-) -> Result<Exploration<'p>, Failure> {
-    let sizes = program.bind_sizes(&inputs.sizes).map_err(bad_input)?;
-    explore(program, &sizes, table, library, Limits::default()).map_err(bad_input)
+fn explored<'p>(program: &'p Program, table: &TimingTable, library: &Library) -> Result<Exploration<'p>, Failure> {
+    explore(program, &program.sizes, table, library, Limits::default()).map_err(bad_input)
 }
 
 /// `fuse explore`: the best plans (or all), with the total number of plans.
 pub fn run_explore(args: &ExploreArgs, library: &Library) -> Result<(), Failure> {
     let (program, table) = prepare(&args.inputs, library)?;
-    let ex = explored(&program, &table, &args.inputs, library)?;
+    let ex = explored(&program, &table, library)?;
     let count = ex.count();
     let wanted = if args.all { ex.limits.max_plans } else { args.top };
     if !args.json {
@@ -152,7 +148,7 @@ fn kernel_json(program: &Program, k: &Kernel) -> Value {
 /// `fuse explain`: for every pair of calls that share data, fused in the best plan or why not.
 pub fn run_explain(args: &ExplainArgs, library: &Library) -> Result<(), Failure> {
     let (program, table) = prepare(&args.inputs, library)?;
-    let ex = explored(&program, &table, &args.inputs, library)?;
+    let ex = explored(&program, &table, library)?;
     let best = ex.best();
     println!("{program}");
     let kernels = best.kernels.len();

@@ -128,6 +128,19 @@ fn sizes_can_be_overridden() {
     ]);
     let large = json(&["explore", "scripts/bicgk.yaml", "--top", "1", "--json"]);
     assert!(small["plans"][0]["predicted_us"].as_f64() < large["plans"][0]["predicted_us"].as_f64());
+    // The header states the sizes explored, not the script's defaults.
+    for command in ["explore", "explain"] {
+        let text = stdout(&fuse(&[
+            command,
+            "scripts/atax.yaml",
+            "--size",
+            "m=2048",
+            "--size",
+            "n=1000",
+        ]));
+        let header = text.lines().next().unwrap();
+        assert!(header.contains("m=2048 n=1000"), "{command}: {header}");
+    }
 }
 
 #[test]
