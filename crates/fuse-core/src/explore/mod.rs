@@ -35,6 +35,7 @@
 
 mod callset;
 mod context;
+pub mod environment;
 pub mod explain;
 pub mod fusion;
 pub mod implementation;
@@ -58,7 +59,8 @@ pub use implementation::{
 };
 pub use mapping::{Axis, CallMapping, Role, Space};
 pub use plan::{Kernel, Plan, PlanCount, Plans};
-pub use predict::{Environment, KernelTime, Predictor, Work};
+pub use environment::Environment;
+pub use predict::{KernelTime, Predictor, Work};
 pub use rules::{Rule, Violation};
 pub use timing::{library_checksum, TimingError, TimingTable};
 

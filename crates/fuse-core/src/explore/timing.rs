@@ -41,7 +41,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::explore::predict::Environment;
+use crate::explore::environment::Environment;
 use crate::library::Library;
 use crate::shape::Precision;
 
