@@ -202,7 +202,7 @@ pub fn calibrate(
     let mut table = TimingTable {
         format: FORMAT,
         source: Source::Measured,
-        device: device.info().timing_device(),
+        device: device.info().timing_hardware(),
         library_checksum: Some(library_checksum(library)),
         model: model(bandwidth, peak, launch_us)?,
         routines: Vec::new(),

@@ -52,6 +52,7 @@ use serde::{Deserialize, Serialize};
 
 pub use callset::CallSet;
 pub use context::Context;
+pub use environment::Environment;
 pub use explain::{PairExplanation, Verdict, Why};
 pub use fusion::Fusion;
 pub use implementation::{
@@ -59,7 +60,6 @@ pub use implementation::{
 };
 pub use mapping::{Axis, CallMapping, Role, Space};
 pub use plan::{Kernel, Plan, PlanCount, Plans};
-pub use environment::Environment;
 pub use predict::{KernelTime, Predictor, Work};
 pub use rules::{Rule, Violation};
 pub use timing::{library_checksum, TimingError, TimingTable};
