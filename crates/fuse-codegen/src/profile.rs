@@ -9,7 +9,7 @@
 
 use std::fmt::Write;
 
-use fuse_core::explore::timing::Device;
+use fuse_core::explore::timing::Hardware;
 use fuse_core::Sizes;
 use serde::Serialize;
 
@@ -55,7 +55,7 @@ pub fn profile(
     ptx: &str,
     resources: &[KernelResources],
     sizes: &Sizes,
-    device: &Device,
+    device: &Hardware,
 ) -> Vec<KernelProfile> {
     generated
         .steps
@@ -105,7 +105,7 @@ pub fn profile(
 }
 
 /// Blocks of `threads` threads with `res`'s registers and shared memory resident on one SM.
-fn blocks_per_sm(device: &Device, threads: u32, res: &KernelResources) -> u64 {
+fn blocks_per_sm(device: &Hardware, threads: u32, res: &KernelResources) -> u64 {
     let threads = threads.max(1) as u64;
     // Registers are allocated per warp in units of 256.
     let warp_registers = (res.registers.max(1) as u64 * 32).div_ceil(256) * 256;

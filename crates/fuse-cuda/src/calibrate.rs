@@ -200,7 +200,7 @@ pub fn calibrate(
     let mut table = TimingTable {
         format: FORMAT,
         source: Source::Measured,
-        device: device.info().timing_device(),
+        device: device.info().timing_hardware(),
         library_checksum: Some(library_checksum(library)),
         model: model(bandwidth, peak, launch_us)?,
         routines: Vec::new(),
@@ -442,7 +442,7 @@ const PROBE_TIMING: TimingOptions = TimingOptions {
 };
 
 /// The cost of one kernel launch in a stream of launches, µs.
-pub fn launch_overhead_us(device: &Device, runtime: &crate::plan::CudaModuleSet) -> Result<f64, CudaError> {
+pub fn launch_overhead_us(device: &Device, runtime: &crate::module::CudaModuleSet) -> Result<f64, CudaError> {
     let function = runtime.function(kernels::EMPTY)?;
     let stream = device.stream();
     let config = LaunchConfig {
@@ -464,7 +464,7 @@ pub fn launch_overhead_us(device: &Device, runtime: &crate::plan::CudaModuleSet)
 /// The multiply-add peak in `precision`, GFLOP/s.
 pub fn peak_gflops(
     device: &Device,
-    runtime: &crate::plan::CudaModuleSet,
+    runtime: &crate::module::CudaModuleSet,
     precision: Precision,
 ) -> Result<f64, CudaError> {
     let name = match precision {

@@ -122,8 +122,8 @@ impl DeviceInfo {
     }
 
     /// The device as a timing table records it.
-    pub fn timing_device(&self) -> fuse_core::explore::timing::Device {
-        fuse_core::explore::timing::Device {
+    pub fn timing_hardware(&self) -> fuse_core::explore::timing::Hardware {
+        fuse_core::explore::timing::Hardware {
             name: self.name.clone(),
             compute_capability: self.compute_capability_text(),
             sms: self.sms,
@@ -232,8 +232,8 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn the_timing_device_carries_the_limits() {
-        let d = info("NVIDIA H100 80GB HBM3").timing_device();
+    fn the_timing_hardware_carries_the_limits() {
+        let d = info("NVIDIA H100 80GB HBM3").timing_hardware();
         assert_eq!(d.compute_capability, "9.0");
         assert_eq!(d.sms, 132);
         assert!(info("x").describe().contains("sm_90, 132 SMs"));

@@ -15,7 +15,7 @@ pub enum CudaError {
         "no NVIDIA GPU driver here: libcuda.so.1 does not load ({}). Run on a machine with an NVIDIA GPU \
          and driver, set {env} to libcuda.so.1, or use --backend cpu",
         summary(.0),
-        env = crate::probe::DRIVER_ENV
+        env = crate::env_vars::DRIVER_ENV
     )]
     NoDriver(ProbeError),
     /// The driver is older than the CUDA release fuse is built against.
@@ -41,7 +41,7 @@ pub enum CudaError {
         "cuBLAS not found: libcublas.so.13 does not load ({}). Install it (pip install 'nvidia-cublas==13.*' or the CUDA toolkit) \
          and set {env} to libcublas.so.13 or its folder",
         summary(.0),
-        env = crate::probe::CUBLAS_ENV
+        env = crate::env_vars::CUBLAS_ENV
     )]
     NoCublas(ProbeError),
     /// A CUDA driver call failed.

@@ -5,7 +5,7 @@
 use crate::cache::ModuleCache;
 use crate::device::Device;
 use crate::error::CudaError;
-use crate::plan::CudaModuleSet;
+use crate::module::CudaModuleSet;
 
 /// Reads a buffer end to end so that the L2 cache holds only clean lines of it afterwards
 /// (a memset would leave dirty lines that the next timed kernel pays to write back).

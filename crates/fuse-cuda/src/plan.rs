@@ -8,11 +8,9 @@
 //! the upload from the launches.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use cudarc::driver::sys::CUfunction_attribute_enum as FuncAttr;
-use cudarc::driver::{CudaFunction, CudaModule, CudaSlice, DevicePtr, LaunchConfig, PushKernelArg};
-use cudarc::nvrtc::Ptx;
+use cudarc::driver::{CudaSlice, DevicePtr, LaunchConfig, PushKernelArg};
 use fuse_codegen::generate::{Generated, Launch, LaunchArg, Step};
 use fuse_core::data::check_inputs;
 use fuse_core::{Bindings, HostArray, HostData, Precision, Program, Sizes, ValueId};
@@ -20,57 +18,13 @@ use fuse_core::{Bindings, HostArray, HostData, Precision, Program, Sizes, ValueI
 use crate::cache::ModuleCache;
 use crate::device::Device;
 use crate::error::{driver, CudaError};
+use crate::module::CudaModuleSet;
 use crate::timer::{Timer, Timing, TimingOptions};
 
 /// The largest grid the hardware takes in y and z.
 const MAX_GRID_YZ: u32 = 65_535;
 /// The bit pattern written into buffers before a run: a NaN in f32 and (twice) in f64.
 const POISON: u32 = 0xFFFF_FFFF;
-
-/// A loaded CUDA module, the module's kernels, and the steps that run it.
-#[derive(Debug)]
-pub struct CudaModuleSet {
-    module: Arc<CudaModule>,
-    functions: BTreeMap<String, CudaFunction>,
-    /// Whether the cubin came from the on-disk cache (nothing was compiled).
-    pub from_cache: bool,
-    /// Why the cache could not be written, if it could not.
-    pub cache_warning: Option<String>,
-}
-
-impl CudaModuleSet {
-    /// Compiles (or finds in `cache`) `source` for `device` and loads the named kernels.
-    pub fn load(source: &str, kernels: &[&str], device: &Device, cache: &ModuleCache) -> Result<Self, CudaError> {
-        let compiled = cache.get_or_compile(source, device.arch()?)?;
-        let module = device
-            .context()
-            .load_module(Ptx::from_binary(compiled.cubin))
-            .map_err(driver("cuModuleLoadData"))?;
-        let mut functions = BTreeMap::new();
-        for &name in kernels {
-            let function = module.load_function(name).map_err(driver("cuModuleGetFunction"))?;
-            functions.insert(name.to_string(), function);
-        }
-        Ok(CudaModuleSet {
-            module,
-            functions,
-            from_cache: compiled.from_cache,
-            cache_warning: compiled.warning,
-        })
-    }
-
-    /// The kernel `name`, loaded by [`CudaModuleSet::load`].
-    pub fn function(&self, name: &str) -> Result<&CudaFunction, CudaError> {
-        self.functions
-            .get(name)
-            .ok_or_else(|| CudaError::Unsupported(format!("kernel `{name}` is not in the module")))
-    }
-
-    /// Keeps the module alive as long as the set (functions hold it too; this is explicit).
-    pub fn module(&self) -> &Arc<CudaModule> {
-        &self.module
-    }
-}
 
 /// A generated plan loaded on a GPU, reusable across runs and sizes.
 #[derive(Debug)]
@@ -146,7 +100,7 @@ impl CudaPlan {
     /// way a fusion with that much more shared memory would (calibration's simulated
     /// environments, paper §4.2).
     pub fn set_extra_shared(&mut self, bytes: u32) -> Result<(), CudaError> {
-        for function in self.kernels.functions.values() {
+        for function in self.kernels.functions() {
             let attr = FuncAttr::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
             function
                 .set_attribute(attr, bytes as i32)

@@ -12,12 +12,8 @@ use std::sync::OnceLock;
 use fuse_codegen::dynlib::{self, Pinned, Spec};
 use libloading::Library;
 
+pub use crate::env_vars::{CUBLAS_ENV, DRIVER_ENV};
 use crate::error::CudaError;
-
-/// Env var naming libcuda (the driver's library), or a folder holding it.
-pub const DRIVER_ENV: &str = "FUSE_CUDA_LIB";
-/// Env var naming libcublas, or a folder holding it.
-pub const CUBLAS_ENV: &str = "FUSE_CUBLAS_LIB";
 
 /// The CUDA release cudarc's bindings are generated for (feature `cuda-13000`).
 pub const CUDA_RELEASE: (i32, i32) = (13, 0);

@@ -16,7 +16,7 @@ use crate::cache::ModuleCache;
 use crate::device::Device;
 use crate::error::{driver, CudaError};
 use crate::kernels;
-use crate::plan::CudaModuleSet;
+use crate::module::CudaModuleSet;
 
 /// How to time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

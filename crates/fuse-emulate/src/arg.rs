@@ -1,6 +1,6 @@
 //! Kernel arguments and the device-side copies of buffers.
 
-use crate::EmulateError;
+use crate::error::EmulateError;
 
 /// One kernel argument: a scalar (`f32`, `f64`, `i32`, `u32`, `i64`, `u64`) or a buffer
 /// (`&[T]` / `&mut [T]` of `f32`, `f64`, `i32`, `u32`), built with `From`/`into()`.

@@ -1,6 +1,7 @@
 //! Building an emulated module with the host C++ compiler, cached by content hash.
 
-use crate::{EmulateError, CUDA_EMU_HEADER};
+use crate::error::EmulateError;
+use crate::headers::CUDA_EMU_HEADER;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::io::{ErrorKind, Write};
 use std::path::{Path, PathBuf};

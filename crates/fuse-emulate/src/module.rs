@@ -1,7 +1,8 @@
 //! A compiled emulated module and kernel launches.
 
 use crate::arg::{check_signature, KernelArg, Staged};
-use crate::{compiler, EmulateError};
+use crate::compiler;
+use crate::error::EmulateError;
 use libloading::Library;
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::path::{Path, PathBuf};

@@ -5,7 +5,6 @@
 //! fails with `NVRTC_ERROR_BUILTIN_OPERATION_FAILURE` when the loader path lacks it), so the
 //! builtins beside the chosen library are pinned with it, as companions.
 
-use super::NvrtcError;
 use crate::dynlib::{self, Pinned, ProbeError, Spec};
 use libloading::Library;
 use std::ffi::c_int;
@@ -35,19 +34,12 @@ const SPEC: Spec = Spec {
 /// The library cudarc uses, pinned for the life of the process.
 static LOADED: OnceLock<Pinned> = OnceLock::new();
 
-/// Makes sure libnvrtc is loaded (once per process) and returns the file it came from.
-///
-/// Search order: `FUSE_NVRTC_LIB` (a file or a folder; when set it is the only place looked
-/// at, so a wrong setting is an error rather than silently ignored), then each folder of
-/// `LD_LIBRARY_PATH`, then cudarc's own bare names through the system loader.
-pub fn load() -> Result<&'static str, NvrtcError> {
+/// Loads libnvrtc once per process, looking where `nvrtc::load` says; returns the file it came from.
+pub fn library() -> Result<&'static str, ProbeError> {
     if let Some(loaded) = LOADED.get() {
         return Ok(&loaded.origin);
     }
-    let loaded = dynlib::probe(&SPEC).map_err(|e| match e {
-        ProbeError::NotFound { searched } => NvrtcError::NotFound { searched },
-        ProbeError::Conflict { wanted, loaded } => NvrtcError::Conflict { wanted, loaded },
-    })?;
+    let loaded = dynlib::probe(&SPEC)?;
     Ok(&LOADED.get_or_init(|| loaded).origin)
 }
 

@@ -32,13 +32,15 @@
 mod load;
 mod report;
 
-pub use load::{load, LIB_ENV};
+pub use load::LIB_ENV;
 pub use report::{FunctionFrame, KernelResources};
 
 use cudarc::nvrtc::{result, sys};
 use std::ffi::{c_char, c_int, CString};
 use std::fmt;
 use std::str::FromStr;
+
+use crate::dynlib::ProbeError;
 
 /// What can go wrong when loading NVRTC or compiling with it.
 #[derive(Debug, thiserror::Error)]
@@ -96,6 +98,18 @@ pub enum NvrtcError {
         /// Program log where there is one (e.g. which file NVRTC could not open).
         log: String,
     },
+}
+
+/// Makes sure libnvrtc is loaded (once per process) and returns the file it came from.
+///
+/// Search order: `FUSE_NVRTC_LIB` (a file or a folder; when set it is the only place looked
+/// at, so a wrong setting is an error rather than silently ignored), then each folder of
+/// `LD_LIBRARY_PATH`, then cudarc's own bare names through the system loader.
+pub fn load() -> Result<&'static str, NvrtcError> {
+    load::library().map_err(|e| match e {
+        ProbeError::NotFound { searched } => NvrtcError::NotFound { searched },
+        ProbeError::Conflict { wanted, loaded } => NvrtcError::Conflict { wanted, loaded },
+    })
 }
 
 /// A real GPU architecture (`sm_XY`), so that ptxas runs and reports resources.

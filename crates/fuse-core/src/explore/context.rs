@@ -22,7 +22,7 @@ pub struct Context<'p> {
     /// For each call, the calls sharing an array with it (a dependency or a common input).
     pub array_neighbours: Vec<CallSet>,
     /// Whether the target lets a row sum feed later calls of its own kernel
-    /// ([`Device::row_barrier`](crate::explore::timing::Device::row_barrier)).
+    /// ([`Hardware::row_barrier`](crate::explore::timing::Hardware::row_barrier)).
     pub row_barrier: bool,
 }
 

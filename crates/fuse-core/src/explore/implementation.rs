@@ -12,8 +12,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::explore::callset::CallSet;
 use crate::explore::context::Context;
+use crate::explore::environment::Environment;
 use crate::explore::mapping::{Axis, Role, StripLayout, ELEMENT_SIDE, ROWS_PER_STRIP_BLOCK, STATIC_SHARED_LIMIT};
-use crate::explore::predict::{Environment, FinishWork, KernelTime, Predictor, RoutineRun, Work};
+use crate::explore::predict::{FinishWork, KernelTime, Predictor, RoutineRun, Work};
 use crate::explore::timing::RoutineKey;
 use crate::explore::Limits;
 use crate::program::{Arg, CallId, ValueId};

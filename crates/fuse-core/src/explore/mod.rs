@@ -35,6 +35,7 @@
 
 mod callset;
 mod context;
+pub mod environment;
 pub mod explain;
 pub mod fusion;
 pub mod implementation;
@@ -51,6 +52,7 @@ use serde::{Deserialize, Serialize};
 
 pub use callset::CallSet;
 pub use context::Context;
+pub use environment::Environment;
 pub use explain::{PairExplanation, Verdict, Why};
 pub use fusion::Fusion;
 pub use implementation::{
@@ -58,7 +60,7 @@ pub use implementation::{
 };
 pub use mapping::{Axis, CallMapping, Role, Space};
 pub use plan::{Kernel, Plan, PlanCount, Plans};
-pub use predict::{Environment, KernelTime, Predictor, Work};
+pub use predict::{KernelTime, Predictor, Work};
 pub use rules::{Rule, Violation};
 pub use timing::{library_checksum, TimingError, TimingTable};
 

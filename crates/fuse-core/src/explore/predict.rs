@@ -15,31 +15,13 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::explore::environment::Environment;
 use crate::explore::timing::{RoutineKey, TimingTable};
 
 /// Warps are 32 threads.
 const WARP: f64 = 32.0;
 /// Bytes of a matrix row in flight per thread that `warps_to_saturate_memory` is stated for.
 const REFERENCE_LANE_BYTES: f64 = 16.0;
-
-/// The launch configuration a routine runs in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Environment {
-    /// Threads per block.
-    pub threads: u32,
-    /// Instances per block: sub-vectors (BLAS-1), tiles across the strip (BLAS-2).
-    pub instances: u32,
-    /// Bytes of each matrix row a thread of a strip kernel loads at once (GPU BLAS-2: as many
-    /// numbers as tiles across its strip); `None` where the model's reference applies.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub lane_bytes: Option<u64>,
-    /// Serial iterations per block.
-    pub serial_iterations: u32,
-    /// Shared memory per block, bytes.
-    pub shared_bytes: u64,
-    /// Blocks in the grid.
-    pub blocks: u64,
-}
 
 /// The predicted time of one kernel, µs.
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]

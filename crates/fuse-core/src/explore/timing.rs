@@ -41,7 +41,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::explore::predict::Environment;
+use crate::explore::environment::Environment;
 use crate::library::Library;
 use crate::shape::Precision;
 
@@ -59,8 +59,8 @@ pub struct TimingTable {
     pub format: u32,
     /// Whether the figures were measured or estimated.
     pub source: Source,
-    /// The device and its limits.
-    pub device: Device,
+    /// The hardware measured on and its limits (the `device` of the YAML).
+    pub device: Hardware,
     /// Checksum of the library the routines were measured on; `null` for analytic tables.
     #[serde(default)]
     pub library_checksum: Option<String>,
@@ -84,11 +84,12 @@ pub enum Source {
     Measured,
 }
 
-/// A GPU and the limits that decide whether a kernel can launch and how many blocks stay resident.
+/// The hardware a table was measured on — a GPU, or the CPU backend's threads posing as one —
+/// and the limits that decide whether a kernel can launch and how many blocks stay resident.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Device {
-    /// Device name.
+pub struct Hardware {
+    /// Its name (the GPU's, or the CPU model).
     pub name: String,
     /// Compute capability, `major.minor`.
     pub compute_capability: String,

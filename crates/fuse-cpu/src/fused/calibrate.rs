@@ -13,7 +13,7 @@ use rayon::prelude::*;
 use fuse_core::data::fill_random_inputs;
 use fuse_core::explore::library_checksum;
 use fuse_core::explore::mapping::ELEMENT_SIDE;
-use fuse_core::explore::timing::{Device, Measurement, Model, Peaks, Source, TimingTable, FORMAT};
+use fuse_core::explore::timing::{Hardware, Measurement, Model, Peaks, Source, TimingTable, FORMAT};
 use fuse_core::library::{ElementaryFunction, Form};
 use fuse_core::{script, Bindings, HigherOrderKind, Library, Precision, Shape};
 
@@ -71,7 +71,7 @@ pub fn calibrate(library: &Library, progress: &mut dyn FnMut(Step)) -> Result<Ca
     let table = TimingTable {
         format: FORMAT,
         source: Source::Measured,
-        device: device(),
+        device: hardware(),
         library_checksum: Some(library_checksum(library)),
         model: Model {
             bandwidth_gb_s: bandwidth,
@@ -105,12 +105,12 @@ pub fn to_yaml(table: &TimingTable) -> String {
     )
 }
 
-/// This CPU as a timing-table device: one "SM" per thread; no block limit that matters; a
+/// This CPU as timing-table hardware: one "SM" per thread; no block limit that matters; a
 /// tile may use the second-level cache of a core, and a thread walks whole rows (a row
 /// barrier: row sums finish before later calls of the kernel read them).
-fn device() -> Device {
+fn hardware() -> Hardware {
     let cache = l2_bytes();
-    Device {
+    Hardware {
         name: cpu_model(),
         compute_capability: CPU_COMPUTE_CAPABILITY.to_string(),
         sms: rayon::current_num_threads() as u32,

@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::ffi::c_int;
 
-use cudarc::cublas::sys::{self, cublasHandle_t, cublasOperation_t, cublasStatus_t};
+use cudarc::cublas::sys::{self, cublasHandle_t, cublasOperation_t};
 use cudarc::cublas::CudaBlas;
 use cudarc::driver::{CudaSlice, DevicePtr};
 use fuse_core::data::check_inputs;
@@ -98,13 +98,7 @@ impl CublasPlan {
             plan: self,
             workspace,
         };
-        for op in &self.baseline.ops {
-            match self.baseline.precision {
-                Precision::F32 => calls.op::<f32>(op)?,
-                Precision::F64 => calls.op::<f64>(op)?,
-            }
-        }
-        Ok(())
+        self.baseline.ops.iter().try_for_each(|op| calls.op(op))
     }
 
     /// Copies the outputs back (waits for the queued work).
@@ -178,250 +172,121 @@ struct Calls<'a> {
     workspace: &'a BaselineWorkspace,
 }
 
+/// A device address, passed as whichever element pointer the cuBLAS entry point takes.
+#[derive(Clone, Copy)]
+struct Address(u64);
+
+/// An argument converted to the type of a cuBLAS parameter: addresses to element pointers,
+/// everything else as it is — so an address cannot stand where a dimension belongs.
+trait Arg<T> {
+    fn arg(self) -> T;
+}
+
+impl<T> Arg<T> for T {
+    fn arg(self) -> T {
+        self
+    }
+}
+
+impl<T> Arg<*const T> for Address {
+    fn arg(self) -> *const T {
+        self.0 as *const T
+    }
+}
+
+impl<T> Arg<*mut T> for Address {
+    fn arg(self) -> *mut T {
+        self.0 as *mut T
+    }
+}
+
+/// Calls the cuBLAS routine `name` in `precision`: `s`/`d` are its f32 and f64 entry points,
+/// the arguments follow cuBLAS's order; gives the name and the status.
+macro_rules! routine {
+    ($precision:expr, $name:literal, $s:ident / $d:ident ($($arg:expr),*)) => {
+        (
+            $name,
+            match $precision {
+                Precision::F32 => sys::$s($(Arg::arg($arg)),*),
+                Precision::F64 => sys::$d($(Arg::arg($arg)),*),
+            },
+        )
+    };
+}
+
+/// Unit stride: every array is contiguous.
+const INC: c_int = 1;
+const N: cublasOperation_t = cublasOperation_t::CUBLAS_OP_N;
+
 impl Calls<'_> {
     /// The device address of value `v`'s buffer.
-    fn buffer(&self, v: ValueId) -> Result<u64, CudaError> {
+    fn buffer(&self, v: ValueId) -> Result<Address, CudaError> {
         let slice = self.workspace.buffers.get(&v).ok_or_else(|| missing(v))?;
-        Ok(slice.device_ptr(self.plan.device.stream()).0)
+        Ok(Address(slice.device_ptr(self.plan.device.stream()).0))
     }
 
     /// The device address of a scalar: its slot among the constants, or a reduction's buffer.
-    fn scalar<T>(&self, s: &ScalarArg) -> Result<*const T, CudaError> {
-        let address = match s {
-            ScalarArg::Device(v) => self.buffer(*v)?,
+    fn scalar(&self, s: &ScalarArg) -> Result<Address, CudaError> {
+        match s {
+            ScalarArg::Device(v) => self.buffer(*v),
             host => {
                 let slot = self.plan.constants.iter().position(|c| c == host).unwrap_or(0);
                 let base = self.workspace.constants.device_ptr(self.plan.device.stream()).0;
-                base + (slot * std::mem::size_of::<T>()) as u64
+                Ok(Address(base + (slot * self.element_bytes()) as u64))
             }
-        };
-        Ok(address as *const T)
+        }
     }
 
-    fn op<T: Element>(&self, op: &BlasOp) -> Result<(), CudaError> {
-        let h = self.handle;
+    fn element_bytes(&self) -> usize {
+        self.plan.baseline.precision.bytes() as usize
+    }
+
+    /// Queues `len` elements from `src` to `dst`.
+    fn copy(&self, len: usize, src: ValueId, dst: ValueId) -> Result<(), CudaError> {
+        let stream = self.plan.device.stream().cu_stream();
+        let (dst, src) = (self.buffer(dst)?.0, self.buffer(src)?.0);
+        // SAFETY: both are device buffers of this workspace holding at least `len` elements.
+        unsafe { cudarc::driver::result::memcpy_dtod_async(dst, src, len * self.element_bytes(), stream) }
+            .map_err(driver("cuMemcpyDtoDAsync"))
+    }
+
+    /// Queues `op`. The match is the table of call shapes: a cuBLAS routine a row, with its name,
+    /// its f32/f64 entry points and its arguments in cuBLAS's order. Laid out by hand, a row per
+    /// routine, where rustfmt would spread each over a screen.
+    #[rustfmt::skip]
+    fn op(&self, op: &BlasOp) -> Result<(), CudaError> {
+        let (h, p) = (self.handle, self.plan.baseline.precision);
         let b = |v: ValueId| self.buffer(v);
+        let s = |a: &ScalarArg| self.scalar(a);
         // SAFETY (every call below): the handle is live, pointer mode is device, every pointer is
         // a device buffer of this workspace holding at least the elements the call touches (the
         // translation sized each buffer from the same shapes), and scalars point into device
         // memory of the element type.
-        let status = unsafe {
-            match *op {
-                BlasOp::Copy { len, src, dst } => {
-                    let bytes = len * std::mem::size_of::<T>();
-                    let stream = self.plan.device.stream().cu_stream();
-                    cudarc::driver::result::memcpy_dtod_async(b(dst)?, b(src)?, bytes, stream)
-                        .map_err(driver("cuMemcpyDtoDAsync"))?;
-                    return Ok(());
-                }
-                BlasOp::Scal { n, alpha, x } => T::scal(h, dim(n)?, self.scalar(&alpha)?, b(x)? as *mut T),
-                BlasOp::Axpy { n, alpha, x, y } => {
-                    T::axpy(h, dim(n)?, self.scalar(&alpha)?, b(x)? as *const T, b(y)? as *mut T)
-                }
-                BlasOp::Dot { n, x, y, result } => {
-                    T::dot(h, dim(n)?, b(x)? as *const T, b(y)? as *const T, b(result)? as *mut T)
-                }
-                BlasOp::Asum { n, x, result } => T::asum(h, dim(n)?, b(x)? as *const T, b(result)? as *mut T),
-                BlasOp::Nrm2 { n, x, result } => T::nrm2(h, dim(n)?, b(x)? as *const T, b(result)? as *mut T),
-                BlasOp::Gemv {
-                    trans,
-                    m,
-                    n,
-                    lda,
-                    alpha,
-                    a,
-                    x,
-                    beta,
-                    y,
-                } => T::gemv(
-                    h,
-                    operation(trans),
-                    [dim(m)?, dim(n)?, dim(lda)?],
-                    self.scalar(&alpha)?,
-                    b(a)? as *const T,
-                    b(x)? as *const T,
-                    self.scalar(&beta)?,
-                    b(y)? as *mut T,
-                ),
-                BlasOp::Ger {
-                    m,
-                    n,
-                    lda,
-                    alpha,
-                    x,
-                    y,
-                    a,
-                } => T::ger(
-                    h,
-                    [dim(m)?, dim(n)?, dim(lda)?],
-                    self.scalar(&alpha)?,
-                    b(x)? as *const T,
-                    b(y)? as *const T,
-                    b(a)? as *mut T,
-                ),
-                BlasOp::Geam {
-                    m,
-                    n,
-                    ld,
-                    alpha,
-                    a,
-                    beta,
-                    b: bm,
-                    c,
-                } => T::geam(
-                    h,
-                    [dim(m)?, dim(n)?, dim(ld)?],
-                    self.scalar(&alpha)?,
-                    b(a)? as *const T,
-                    self.scalar(&beta)?,
-                    b(bm)? as *const T,
-                    b(c)? as *mut T,
-                ),
-            }
-        };
-        status.result().map_err(cublas(op_name(op)))
+        let (name, status) = unsafe { match *op {
+            BlasOp::Copy { len, src, dst } => return self.copy(len, src, dst),
+            BlasOp::Scal { n, alpha, x } =>
+                routine!(p, "scal", cublasSscal_v2 / cublasDscal_v2(h, dim(n)?, s(&alpha)?, b(x)?, INC)),
+            BlasOp::Axpy { n, alpha, x, y } =>
+                routine!(p, "axpy", cublasSaxpy_v2 / cublasDaxpy_v2(h, dim(n)?, s(&alpha)?, b(x)?, INC, b(y)?, INC)),
+            BlasOp::Dot { n, x, y, result } =>
+                routine!(p, "dot", cublasSdot_v2 / cublasDdot_v2(h, dim(n)?, b(x)?, INC, b(y)?, INC, b(result)?)),
+            BlasOp::Asum { n, x, result } =>
+                routine!(p, "asum", cublasSasum_v2 / cublasDasum_v2(h, dim(n)?, b(x)?, INC, b(result)?)),
+            BlasOp::Nrm2 { n, x, result } =>
+                routine!(p, "nrm2", cublasSnrm2_v2 / cublasDnrm2_v2(h, dim(n)?, b(x)?, INC, b(result)?)),
+            BlasOp::Gemv { trans, m, n, lda, alpha, a, x, beta, y } =>
+                routine!(p, "gemv", cublasSgemv_v2 / cublasDgemv_v2(h, operation(trans), dim(m)?, dim(n)?,
+                    s(&alpha)?, b(a)?, dim(lda)?, b(x)?, INC, s(&beta)?, b(y)?, INC)),
+            BlasOp::Ger { m, n, lda, alpha, x, y, a } =>
+                routine!(p, "ger", cublasSger_v2 / cublasDger_v2(h, dim(m)?, dim(n)?,
+                    s(&alpha)?, b(x)?, INC, b(y)?, INC, b(a)?, dim(lda)?)),
+            BlasOp::Geam { m, n, ld, alpha, a, beta, b: bm, c } =>
+                routine!(p, "geam", cublasSgeam / cublasDgeam(h, N, N, dim(m)?, dim(n)?,
+                    s(&alpha)?, b(a)?, dim(ld)?, s(&beta)?, b(bm)?, dim(ld)?, b(c)?, dim(ld)?)),
+        }};
+        status.result().map_err(cublas(name))
     }
 }
-
-fn op_name(op: &BlasOp) -> &'static str {
-    match op {
-        BlasOp::Copy { .. } => "copy",
-        BlasOp::Scal { .. } => "scal",
-        BlasOp::Axpy { .. } => "axpy",
-        BlasOp::Dot { .. } => "dot",
-        BlasOp::Asum { .. } => "asum",
-        BlasOp::Nrm2 { .. } => "nrm2",
-        BlasOp::Gemv { .. } => "gemv",
-        BlasOp::Ger { .. } => "ger",
-        BlasOp::Geam { .. } => "geam",
-    }
-}
-
-/// The s/d routines of one element type (unit strides, as the arrays are contiguous).
-#[allow(clippy::too_many_arguments)]
-trait Element: Sized {
-    unsafe fn scal(h: cublasHandle_t, n: c_int, a: *const Self, x: *mut Self) -> cublasStatus_t;
-    unsafe fn axpy(h: cublasHandle_t, n: c_int, a: *const Self, x: *const Self, y: *mut Self) -> cublasStatus_t;
-    unsafe fn dot(h: cublasHandle_t, n: c_int, x: *const Self, y: *const Self, r: *mut Self) -> cublasStatus_t;
-    unsafe fn asum(h: cublasHandle_t, n: c_int, x: *const Self, r: *mut Self) -> cublasStatus_t;
-    unsafe fn nrm2(h: cublasHandle_t, n: c_int, x: *const Self, r: *mut Self) -> cublasStatus_t;
-    /// `[m, n, lda]`.
-    unsafe fn gemv(
-        h: cublasHandle_t,
-        t: cublasOperation_t,
-        d: [c_int; 3],
-        a: *const Self,
-        m: *const Self,
-        x: *const Self,
-        b: *const Self,
-        y: *mut Self,
-    ) -> cublasStatus_t;
-    /// `[m, n, lda]`.
-    unsafe fn ger(
-        h: cublasHandle_t,
-        d: [c_int; 3],
-        a: *const Self,
-        x: *const Self,
-        y: *const Self,
-        m: *mut Self,
-    ) -> cublasStatus_t;
-    /// `[m, n, ld]`.
-    unsafe fn geam(
-        h: cublasHandle_t,
-        d: [c_int; 3],
-        a: *const Self,
-        ma: *const Self,
-        b: *const Self,
-        mb: *const Self,
-        c: *mut Self,
-    ) -> cublasStatus_t;
-}
-
-const N: cublasOperation_t = cublasOperation_t::CUBLAS_OP_N;
-
-macro_rules! element {
-    ($t:ty, $scal:ident, $axpy:ident, $dot:ident, $asum:ident, $nrm2:ident, $gemv:ident, $ger:ident, $geam:ident) => {
-        impl Element for $t {
-            unsafe fn scal(h: cublasHandle_t, n: c_int, a: *const Self, x: *mut Self) -> cublasStatus_t {
-                unsafe { sys::$scal(h, n, a, x, 1) }
-            }
-            unsafe fn axpy(
-                h: cublasHandle_t,
-                n: c_int,
-                a: *const Self,
-                x: *const Self,
-                y: *mut Self,
-            ) -> cublasStatus_t {
-                unsafe { sys::$axpy(h, n, a, x, 1, y, 1) }
-            }
-            unsafe fn dot(h: cublasHandle_t, n: c_int, x: *const Self, y: *const Self, r: *mut Self) -> cublasStatus_t {
-                unsafe { sys::$dot(h, n, x, 1, y, 1, r) }
-            }
-            unsafe fn asum(h: cublasHandle_t, n: c_int, x: *const Self, r: *mut Self) -> cublasStatus_t {
-                unsafe { sys::$asum(h, n, x, 1, r) }
-            }
-            unsafe fn nrm2(h: cublasHandle_t, n: c_int, x: *const Self, r: *mut Self) -> cublasStatus_t {
-                unsafe { sys::$nrm2(h, n, x, 1, r) }
-            }
-            unsafe fn gemv(
-                h: cublasHandle_t,
-                t: cublasOperation_t,
-                d: [c_int; 3],
-                a: *const Self,
-                m: *const Self,
-                x: *const Self,
-                b: *const Self,
-                y: *mut Self,
-            ) -> cublasStatus_t {
-                unsafe { sys::$gemv(h, t, d[0], d[1], a, m, d[2], x, 1, b, y, 1) }
-            }
-            unsafe fn ger(
-                h: cublasHandle_t,
-                d: [c_int; 3],
-                a: *const Self,
-                x: *const Self,
-                y: *const Self,
-                m: *mut Self,
-            ) -> cublasStatus_t {
-                unsafe { sys::$ger(h, d[0], d[1], a, x, 1, y, 1, m, d[2]) }
-            }
-            unsafe fn geam(
-                h: cublasHandle_t,
-                d: [c_int; 3],
-                a: *const Self,
-                ma: *const Self,
-                b: *const Self,
-                mb: *const Self,
-                c: *mut Self,
-            ) -> cublasStatus_t {
-                unsafe { sys::$geam(h, N, N, d[0], d[1], a, ma, d[2], b, mb, d[2], c, d[2]) }
-            }
-        }
-    };
-}
-
-element!(
-    f32,
-    cublasSscal_v2,
-    cublasSaxpy_v2,
-    cublasSdot_v2,
-    cublasSasum_v2,
-    cublasSnrm2_v2,
-    cublasSgemv_v2,
-    cublasSger_v2,
-    cublasSgeam
-);
-element!(
-    f64,
-    cublasDscal_v2,
-    cublasDaxpy_v2,
-    cublasDdot_v2,
-    cublasDasum_v2,
-    cublasDnrm2_v2,
-    cublasDgemv_v2,
-    cublasDger_v2,
-    cublasDgeam
-);
 
 #[cfg(test)]
 mod tests {
