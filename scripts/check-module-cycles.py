@@ -50,8 +50,11 @@ def crate_edges(src):
     edges = {m: set() for m in files}
     for m, t in texts.items():
         here = m if is_dir[m] else m[:-1]          # the module whose children this file sees
-        for kind, rest in re.findall(r'\b(crate|super|self)((?:::\w+)+)', t):
-            parts = rest.strip(':').split('::')
+        paths = [(k, r.strip(':').split('::')) for k, r in re.findall(r'\b(crate|super|self)((?:::\w+)+)', t)]
+        for kind, rest, names in re.findall(r'\b(crate|super|self)((?:::\w+)*)::\{([^}]*)\}', t):
+            prefix = [p for p in rest.split('::') if p]
+            paths += [(kind, prefix + [n]) for n in re.findall(r'\b([A-Za-z_]\w*)\b', names) if n != 'self']
+        for kind, parts in paths:
             base = {'crate': (), 'self': here, 'super': here[:-1] if is_dir[m] else here}[kind]
             if kind == 'super' and not is_dir[m]:
                 base = m[:-1]
@@ -59,7 +62,8 @@ def crate_edges(src):
         if not is_dir[m] and re.search(r'^use super::\*;', t, re.M):
             edges[m].add(m[:-1])
         if is_dir[m]:
-            for child in re.findall(r'^\s*(?:pub(?:\(crate\))? )?use (\w+)::', t, re.M):
+            # `use child::…` and calls such as `child::f(…)` (not `mod child;`).
+            for child in re.findall(r'(?<![\w:])(\w+)::', t):
                 if here + (child,) in files:
                     edges[m].add(here + (child,))
         edges[m].discard(m)

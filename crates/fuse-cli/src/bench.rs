@@ -16,9 +16,11 @@ use fuse::stages::fuse_cuda::bench::BenchOptions;
 use fuse::stages::fuse_cuda::timer::TimingOptions;
 use fuse::stages::fuse_cuda::Device;
 
+use crate::args::{load, parse_size};
 use crate::calibrate::progress_bar;
-use crate::gpu::{self, failure};
-use crate::{bad_input, internal, load, parse_size, Failure};
+use crate::failure::failure;
+use crate::failure::{bad_input, internal, Failure};
+use crate::gpu;
 
 /// Bytes of each buffer of the GPU's copy-bandwidth measurement.
 const GPU_COPY_BYTES: usize = 512 << 20;
@@ -88,7 +90,7 @@ impl Target {
         });
         Ok(match backend {
             BenchBackend::Cpu => {
-                let selected = fuse::select::cpu_table(library, args.timings.as_deref()).map_err(gpu::failure)?;
+                let selected = fuse::select::cpu_table(library, args.timings.as_deref()).map_err(failure)?;
                 if let Some(note) = selected.note {
                     eprintln!("{note}");
                 }
@@ -271,7 +273,7 @@ impl Bench<'_> {
     /// The best plan for the CPU against the same calls one kernel each.
     fn cpu(&self, sizes: Sizes, table: &TimingTable) -> Result<Measured, Failure> {
         let program = self.program;
-        let fused_plan = fuse::select::best_plan(program, &sizes, table, self.library).map_err(gpu::failure)?;
+        let fused_plan = fuse::select::best_plan(program, &sizes, table, self.library).map_err(failure)?;
         let baseline_plan = unfused_plan(program, &sizes);
         self.step("checking");
         for plan in [&fused_plan, &baseline_plan] {

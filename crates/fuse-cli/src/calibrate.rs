@@ -10,8 +10,9 @@ use fuse::stages::fuse_cpu::fused::calibrate::{calibrate, to_yaml};
 use fuse::stages::fuse_cpu::fused::timings;
 use fuse::stages::fuse_cuda::calibrate::{self as gpu_calibrate, CalibrateOptions};
 
-use crate::gpu::{self, failure};
-use crate::{bad_input, internal, Failure};
+use crate::failure::failure;
+use crate::failure::{bad_input, internal, Failure};
+use crate::gpu;
 
 /// Options of `fuse calibrate`.
 #[derive(Args)]

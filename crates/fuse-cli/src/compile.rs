@@ -10,7 +10,7 @@ use fuse::stages::fuse_codegen::nvrtc::{self, Arch, CompileOptions, NvrtcError};
 use fuse::stages::fuse_codegen::profile;
 use fuse::stages::fuse_core::{explore, Library, Limits, Plan, Program, Sizes, TimingTable};
 
-use crate::{bad_input, Failure};
+use crate::failure::{bad_input, Failure};
 
 fn ranked_plan(
     program: &Program,

@@ -3,8 +3,8 @@
 use fuse::stages::fuse_codegen::nvrtc;
 use fuse::stages::fuse_cuda::{cache, device_count, probe, timings, DeviceInfo};
 
-use crate::gpu::failure;
-use crate::Failure;
+use crate::failure::failure;
+use crate::failure::Failure;
 
 /// Prints every GPU, the CUDA libraries and the cache folders; fails (status 3) without a GPU.
 pub fn run() -> Result<(), Failure> {

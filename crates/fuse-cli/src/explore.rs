@@ -8,7 +8,8 @@ use serde_json::{json, Value};
 use fuse::stages::fuse_core::explore::{explore, Exploration, Kernel, Limits, Plan, TimingTable, Verdict};
 use fuse::stages::fuse_core::{Library, Program};
 
-use crate::{bad_input, load, parse_size, Failure};
+use crate::args::{load, parse_size};
+use crate::failure::{bad_input, Failure};
 
 /// Where the explorer's inputs come from, shared by both commands.
 #[derive(Args)]

@@ -1,6 +1,5 @@
-//! fuse's errors on the terminal — exit status 3 when there is no usable GPU, 2 for bad input
-//! such as a stale timing table, 1 otherwise — and the GPU choices of `fuse::select` with their
-//! notes printed to standard error.
+//! The GPU choices of `fuse::select` from the command line, their notes printed to standard
+//! error.
 
 use std::path::Path;
 
@@ -8,21 +7,7 @@ use fuse::stages::fuse_core::TimingTable;
 use fuse::stages::fuse_cuda::{Device, DeviceInfo};
 use fuse::{select, Library, Plan, Program, Sizes};
 
-use crate::{Failure, EXIT_BAD_INPUT, EXIT_NO_DEVICE};
-
-/// An error of fuse (or of a backend below it) for the terminal.
-pub fn failure(err: impl Into<fuse::Error>) -> Failure {
-    let err = err.into();
-    let code = match &err {
-        e if e.is_unavailable() => EXIT_NO_DEVICE,
-        e if e.is_bad_input() => EXIT_BAD_INPUT,
-        _ => 1,
-    };
-    Failure {
-        code,
-        message: err.to_string(),
-    }
-}
+use crate::failure::{failure, Failure};
 
 /// Opens GPU `ordinal`.
 pub fn open(ordinal: usize) -> Result<Device, Failure> {
@@ -62,27 +47,4 @@ pub fn plan(
     let (plan, notes) = select::gpu_plan(device, program, sizes, library, timings).map_err(failure)?;
     say(notes);
     Ok(plan)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use fuse::stages::fuse_codegen::dynlib::ProbeError;
-    use fuse::stages::fuse_cuda::CudaError;
-
-    #[test]
-    fn no_gpu_is_its_own_exit_status_and_stale_tables_are_bad_input() {
-        let err = CudaError::NoDriver(ProbeError::NotFound {
-            searched: vec!["x".into()],
-        });
-        let f = failure(err);
-        assert_eq!(f.code, EXIT_NO_DEVICE);
-        assert!(!f.message.contains('\n'), "{}", f.message);
-        let stale = CudaError::StaleTimings {
-            file: "t.yaml".into(),
-            table: "a".into(),
-            library: "b".into(),
-        };
-        assert_eq!(failure(stale).code, EXIT_BAD_INPUT);
-    }
 }

@@ -1,16 +1,18 @@
 //! `fuse`: fuse sequences of BLAS calls into few GPU kernels. See `fuse --help`.
 
+mod args;
 mod bench;
 mod calibrate;
 mod compile;
 mod devices;
 mod explore;
+mod failure;
 mod gpu;
 mod npy;
 mod selftest;
 mod tune;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -20,10 +22,8 @@ use fuse::stages::fuse_core::data::{check_inputs_given, fill_random_inputs};
 use fuse::stages::fuse_core::{script, DataGraph};
 use fuse::{CompileOptions, Inputs, Library, Program};
 
-/// Exit status for bad input (scripts, library, sizes, files named on the command line).
-const EXIT_BAD_INPUT: u8 = 2;
-/// Exit status when the CUDA backend was asked for and no usable GPU (or driver) is here.
-const EXIT_NO_DEVICE: u8 = 3;
+use args::{load, parse_size};
+use failure::{bad_input, failure, Failure};
 
 #[derive(Parser)]
 #[command(
@@ -238,38 +238,6 @@ impl From<Backend> for fuse::Backend {
     }
 }
 
-fn parse_size(s: &str) -> Result<(String, usize), String> {
-    let (name, value) = s
-        .split_once('=')
-        .ok_or_else(|| format!("`{s}`: expected NAME=VALUE, e.g. m=1000"))?;
-    let value = value
-        .trim()
-        .parse::<usize>()
-        .map_err(|_| format!("`{s}`: `{value}` is not a positive integer"))?;
-    Ok((name.trim().to_string(), value))
-}
-
-/// An error for the terminal, with its exit status.
-struct Failure {
-    code: u8,
-    message: String,
-}
-
-fn bad_input(message: impl ToString) -> Failure {
-    Failure {
-        code: EXIT_BAD_INPUT,
-        message: message.to_string(),
-    }
-}
-
-/// A failure that is fuse's fault, not the input's.
-fn internal(message: impl ToString) -> Failure {
-    Failure {
-        code: 1,
-        message: message.to_string(),
-    }
-}
-
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(cli) {
@@ -349,10 +317,6 @@ fn run(cli: Cli) -> Result<(), Failure> {
     }
 }
 
-fn load(path: &Path, library: &Library) -> Result<Program, Failure> {
-    script::load(path, library).map_err(bad_input)
-}
-
 fn check(scripts: &[PathBuf], library: &Library) -> Result<(), Failure> {
     let mut failed = 0;
     for path in scripts {
@@ -405,14 +369,11 @@ fn run_script(program: &Program, options: &RunOptions) -> Result<(), Failure> {
     let compile = CompileOptions::new()
         .library(Arc::clone(options.library))
         .plan_sizes(options.plan_sizes.clone());
-    let compiled = backend.compile_with(program, &sizes, &compile).map_err(gpu::failure)?;
+    let compiled = backend.compile_with(program, &sizes, &compile).map_err(failure)?;
     for note in compiled.notes() {
         eprintln!("{note}");
     }
-    let results = compiled
-        .run(&Inputs::from(inputs))
-        .map_err(gpu::failure)?
-        .into_bindings();
+    let results = compiled.run(&Inputs::from(inputs)).map_err(failure)?.into_bindings();
     match &options.outputs {
         Some(dir) => {
             let written = npy::write_outputs(&results, program.precision, dir, &read).map_err(bad_input)?;

@@ -12,8 +12,8 @@ use fuse::stages::fuse_cuda::check::compare;
 use fuse::stages::fuse_cuda::{CudaPlan, Device};
 use fuse::stages::fuse_emulate::EmulatedPlan;
 
+use crate::failure::{bad_input, Failure};
 use crate::gpu;
-use crate::{bad_input, Failure};
 
 /// The (m, n) sizes every plan runs at: odd, a single row, a single column, past a tile.
 const SIZES: [(usize, usize); 4] = [(67, 45), (1, 300), (300, 1), (257, 513)];

@@ -10,9 +10,11 @@ use fuse::stages::fuse_core::{Library, Program};
 use fuse::stages::fuse_cuda::timer::TimingOptions;
 use fuse::stages::fuse_cuda::tune::{tune, Entry, TuneCache, TuneOptions, Tuned};
 
+use crate::args::{load, parse_size};
 use crate::calibrate::progress_bar;
-use crate::gpu::{self, failure};
-use crate::{bad_input, load, parse_size, Failure};
+use crate::failure::failure;
+use crate::failure::{bad_input, Failure};
+use crate::gpu;
 
 /// Options of `fuse tune`.
 #[derive(Args)]

@@ -9,7 +9,7 @@ use fuse_cpu::fused::FusedPlan;
 use fuse_cuda::{CudaPlan, Device};
 use fuse_emulate::EmulatedPlan;
 
-use super::{Backend, CompileOptions};
+use super::options::CompileOptions;
 use crate::error::Result;
 use crate::select;
 
@@ -20,76 +20,104 @@ pub(crate) trait Executable: Send + Sync {
     fn run(&self, inputs: &Bindings) -> Result<Bindings>;
 }
 
-/// An executable with the plan it runs and the notes on how that was chosen.
+/// An executable with the plan it runs and the notes on how that was chosen (see
+/// `Compiled::notes`).
 pub(super) struct Chosen {
     pub(super) executable: Box<dyn Executable>,
     pub(super) plan: Option<Plan>,
     pub(super) notes: Vec<String>,
 }
 
-/// Builds `backend`'s executable of `program` at `sizes`.
-pub(super) fn build(
-    backend: &Backend,
+/// The reference interpreter: no plan, nothing to choose.
+pub(super) fn reference(program: &Arc<Program>, sizes: &Sizes) -> Chosen {
+    Chosen {
+        executable: Box::new(Interpreter::new(program, sizes)),
+        plan: None,
+        notes: Vec::new(),
+    }
+}
+
+/// The fused CPU backend: the given plan, else the best by the CPU's timing table.
+pub(super) fn cpu(
     program: &Arc<Program>,
     sizes: &Sizes,
     library: &Library,
     options: &CompileOptions,
 ) -> Result<Chosen> {
-    let timings = options.timings.as_deref();
-    let mut notes = Vec::new();
-    let plan_sizes = program.bind_sizes(&overrides(sizes, &options.plan_sizes))?;
-    let (executable, plan): (Box<dyn Executable>, Option<Plan>) = match backend {
-        Backend::Reference => (Box::new(Interpreter::new(program, sizes)), None),
-        Backend::Cpu => {
-            let plan = match &options.plan {
-                Some(plan) => plan.clone(),
-                None => {
-                    let table = select::cpu_table(library, timings)?;
-                    notes.extend(table.note);
-                    select::best_plan(program, &plan_sizes, &table.table, library)?
-                }
-            };
-            (Box::new(FusedPlan::new(program, sizes, &plan)?), Some(plan))
-        }
-        Backend::Emulate => {
-            let plan = match &options.plan {
-                Some(plan) => plan.clone(),
-                None => {
-                    let table = select::generator_table(library, timings)?;
-                    notes.extend(table.note);
-                    select::best_plan(program, &plan_sizes, &table.table, library)?
-                }
-            };
-            let emulated = EmulatedPlan::compile(generate_plan(program, &plan)?)?;
-            (Box::new(Generated::new(emulated, program, sizes)), Some(plan))
-        }
-        Backend::Cuda { device } => {
-            let device = Device::open(*device)?;
-            let plan = match &options.plan {
-                Some(plan) => plan.clone(),
-                None => {
-                    let (plan, chosen) = select::gpu_plan(&device, program, &plan_sizes, library, timings)?;
-                    notes.extend(chosen);
-                    plan
-                }
-            };
-            let cuda = CudaPlan::compile(generate_plan(program, &plan)?, &device)?;
-            notes.push(module_note(&cuda));
-            (Box::new(Generated::new(cuda, program, sizes)), Some(plan))
-        }
-    };
+    let (plan, notes) = plan_or(options, || {
+        let table = select::cpu_table(library, options.timings.as_deref())?;
+        let plan = select::best_plan(program, &plan_sizes(program, sizes, options)?, &table.table, library)?;
+        Ok((plan, table.note.into_iter().collect()))
+    })?;
+    let executable = Box::new(FusedPlan::new(program, sizes, &plan)?);
     Ok(Chosen {
         executable,
-        plan,
+        plan: Some(plan),
         notes,
     })
 }
 
-/// The compiled sizes with `plan_sizes` put over them, symbol by symbol.
-fn overrides(sizes: &Sizes, plan_sizes: &[(String, usize)]) -> Vec<(String, usize)> {
+/// The emulation backend: the given plan, else the best by the table of the GPU here (the
+/// analytic estimate without one), generated and run on host threads.
+pub(super) fn emulate(
+    program: &Arc<Program>,
+    sizes: &Sizes,
+    library: &Library,
+    options: &CompileOptions,
+) -> Result<Chosen> {
+    let (plan, notes) = plan_or(options, || {
+        let table = select::generator_table(library, options.timings.as_deref())?;
+        let plan = select::best_plan(program, &plan_sizes(program, sizes, options)?, &table.table, library)?;
+        Ok((plan, table.note.into_iter().collect()))
+    })?;
+    let emulated = EmulatedPlan::compile(generate_plan(program, &plan)?)?;
+    Ok(Chosen {
+        executable: Box::new(Generated::new(emulated, program, sizes)),
+        plan: Some(plan),
+        notes,
+    })
+}
+
+/// The CUDA backend on GPU `device`: the given plan, else the tuned or best predicted one
+/// (see [`select::gpu_plan`]), compiled or taken from the module cache.
+pub(super) fn cuda(
+    device: usize,
+    program: &Arc<Program>,
+    sizes: &Sizes,
+    library: &Library,
+    options: &CompileOptions,
+) -> Result<Chosen> {
+    let device = Device::open(device)?;
+    let (plan, mut notes) = plan_or(options, || {
+        let at = plan_sizes(program, sizes, options)?;
+        select::gpu_plan(&device, program, &at, library, options.timings.as_deref())
+    })?;
+    let cuda = CudaPlan::compile(generate_plan(program, &plan)?, &device)?;
+    notes.push(module_note(&cuda));
+    Ok(Chosen {
+        executable: Box::new(Generated::new(cuda, program, sizes)),
+        plan: Some(plan),
+        notes,
+    })
+}
+
+/// The options' plan, else the one `choose` picks, with the notes on the choice.
+fn plan_or(
+    options: &CompileOptions,
+    choose: impl FnOnce() -> Result<(Plan, Vec<String>)>,
+) -> Result<(Plan, Vec<String>)> {
+    match &options.plan {
+        Some(plan) => Ok((plan.clone(), Vec::new())),
+        None => choose(),
+    }
+}
+
+/// The sizes a plan is chosen at: the compiled sizes with the options' plan sizes put over
+/// them, symbol by symbol.
+fn plan_sizes(program: &Program, sizes: &Sizes, options: &CompileOptions) -> Result<Sizes> {
     let mut all: Vec<(String, usize)> = sizes.iter().map(|(k, v)| (k.to_string(), v)).collect();
-    all.extend(plan_sizes.iter().cloned());
-    all
+    all.extend(options.plan_sizes.iter().cloned());
+    Ok(program.bind_sizes(&all)?)
 }
 
 /// Whether the CUDA module was compiled or taken from the on-disk cache.

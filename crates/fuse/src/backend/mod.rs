@@ -11,18 +11,19 @@
 //! precision.
 
 mod executables;
+mod options;
 
 use std::fmt;
-use std::path::PathBuf;
 use std::str::FromStr;
 use std::sync::Arc;
 
 use fuse_core::data::check_inputs;
-use fuse_core::{Bindings, Library, Plan, Program, Sizes};
+use fuse_core::{Bindings, Plan, Program, Sizes};
 
 use crate::error::{list, Error, Result};
 use crate::io::{Inputs, Outputs};
 use executables::Executable;
+pub use options::CompileOptions;
 
 /// Where programs run.
 ///
@@ -120,7 +121,12 @@ impl Backend {
             Some(library) => Arc::clone(library),
             None => crate::select::builtin_library()?,
         };
-        let chosen = executables::build(self, &program, &sizes, &library, options)?;
+        let chosen = match self {
+            Backend::Reference => executables::reference(&program, &sizes),
+            Backend::Cpu => executables::cpu(&program, &sizes, &library, options)?,
+            Backend::Emulate => executables::emulate(&program, &sizes, &library, options)?,
+            Backend::Cuda { device } => executables::cuda(*device, &program, &sizes, &library, options)?,
+        };
         Ok(Compiled {
             backend: self.clone(),
             program,
@@ -129,59 +135,6 @@ impl Backend {
             notes: chosen.notes,
             executable: chosen.executable,
         })
-    }
-}
-
-/// What [`Backend::compile_with`] may be told besides the program and sizes.
-///
-/// ```
-/// use fuse::{Backend, CompileOptions, Library, Script};
-///
-/// let script = Script::from_str("t.yaml", "sizes: {n: 8}\ninputs: {x: [n]}\noutputs: [y]\ncalls:\n  - y = sscal(2.0, x)")?;
-/// let options = CompileOptions::new().library(Library::builtin()?);
-/// let compiled = Backend::Cpu.compile_with(script.program(), &script.program().sizes, &options)?;
-/// assert_eq!(compiled.plan().map(|p| p.kernels.len()), Some(1));
-/// # Ok::<(), fuse::Error>(())
-/// ```
-#[derive(Debug, Clone, Default)]
-pub struct CompileOptions {
-    library: Option<Arc<Library>>,
-    timings: Option<PathBuf>,
-    plan_sizes: Vec<(String, usize)>,
-    plan: Option<Plan>,
-}
-
-impl CompileOptions {
-    /// The defaults: the built-in library, the backend's own timing table, the best plan at
-    /// the compiled sizes (or the plan `fuse tune` remembered, on a GPU).
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Resolve functions against `library` (it must be the one the program was checked with).
-    pub fn library(mut self, library: impl Into<Arc<Library>>) -> Self {
-        self.library = Some(library.into());
-        self
-    }
-
-    /// Rank plans with the timing table in `file` (and, on a GPU, ignore remembered tuning).
-    pub fn timings(mut self, file: impl Into<PathBuf>) -> Self {
-        self.timings = Some(file.into());
-        self
-    }
-
-    /// Choose the plan as if these sizes were in force (they override the compiled sizes
-    /// symbol by symbol), e.g. run the plan chosen for 8192² at a small size. The emulation
-    /// and CUDA backends only.
-    pub fn plan_sizes(mut self, sizes: Vec<(String, usize)>) -> Self {
-        self.plan_sizes = sizes;
-        self
-    }
-
-    /// Run `plan` rather than choosing one (fused CPU, emulation and CUDA backends).
-    pub fn plan(mut self, plan: Plan) -> Self {
-        self.plan = Some(plan);
-        self
     }
 }
 
