@@ -17,8 +17,8 @@ use fuse_core::explore::Context;
 use fuse_core::formula::Expr;
 use fuse_core::{Arg, CallId, HigherOrderKind, Plan, Program, Shape, Sizes, ValueId};
 
+use super::error::CpuError;
 use super::stage::{Role, Stage};
-use super::CpuError;
 
 /// What a call computes, as the executor runs it.
 #[derive(Debug, Clone, PartialEq)]

@@ -19,7 +19,7 @@ use include_dir::{include_dir, Dir};
 use fuse_core::explore::{library_checksum, TimingTable};
 use fuse_core::Library;
 
-use super::CpuError;
+use super::error::CpuError;
 
 /// Environment variable naming a CPU timing table to use instead of the shipped ones.
 pub const ENV: &str = "FUSE_CPU_TIMINGS";
