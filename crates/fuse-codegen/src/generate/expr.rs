@@ -7,7 +7,7 @@
 use fuse_core::formula::{BinOp, Expr, Func};
 use fuse_core::{Arg, Call, Precision, ValueId};
 
-use super::GenerateError;
+use super::error::GenerateError;
 
 /// How a formula's operands are named in the kernel being generated.
 pub trait Registers {

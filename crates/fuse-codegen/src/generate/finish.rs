@@ -8,8 +8,13 @@ use std::fmt::Write;
 use fuse_core::formula::Expr;
 use fuse_core::{Arg, Call, CallId, Shape, ValueId};
 
+use super::error::GenerateError;
 use super::expr::{emit, is_bare_sum, scalar_register, unsupported, Registers};
-use super::{pointer, size_param, GenerateError, Grid, KernelContext, Launch, LaunchArg, FINISH_BLOCK};
+use super::kernel::{pointer, size_param, KernelContext};
+use super::launch::{Grid, Launch, LaunchArg};
+
+/// Threads per block of BLAS-1 finishing kernels.
+const FINISH_BLOCK: u32 = 256;
 
 struct FinishRegisters;
 

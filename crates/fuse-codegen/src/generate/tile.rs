@@ -26,10 +26,11 @@ use std::fmt::Write;
 use fuse_core::explore::mapping::{StripLayout, ROWS_PER_STRIP_BLOCK, STATIC_SHARED_LIMIT};
 use fuse_core::{Call, Shape, ValueId};
 
+use super::error::GenerateError;
 use super::expr::{emit, the_sum, unsupported, Registers};
-use super::{
-    element_uses, pointer, size_param, GenerateError, Grid, KernelContext, KernelOutput, Launch, StripWork, Walk,
-};
+use super::group::Walk;
+use super::kernel::{element_uses, pointer, size_param, KernelContext, KernelOutput};
+use super::launch::{Grid, Launch, StripWork};
 
 /// How a call's index variables map onto a strip: which one indexes rows.
 struct StripRegisters {

@@ -13,8 +13,10 @@ use std::fmt::Write;
 
 use fuse_core::ValueId;
 
+use super::error::GenerateError;
 use super::expr::{emit, the_sum, unsupported, Registers};
-use super::{pointer, size_param, GenerateError, Grid, KernelContext, KernelOutput, Launch};
+use super::kernel::{pointer, size_param, KernelContext, KernelOutput};
+use super::launch::{Grid, Launch};
 
 struct VectorRegisters;
 

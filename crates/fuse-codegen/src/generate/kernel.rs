@@ -1,0 +1,236 @@
+//! What the generator of one kernel knows and emits, and the naming helpers every kernel
+//! generator shares.
+
+use std::collections::BTreeSet;
+use std::fmt::Write;
+
+use fuse_core::{Arg, CallId, Precision, Program, Shape, ValueId};
+
+use super::error::GenerateError;
+use super::expr;
+use super::group::{KernelGroup, Serial, Walk};
+use super::launch::{Launch, LaunchArg};
+
+/// One generated kernel.
+pub(crate) struct KernelOutput {
+    pub source: String,
+    pub launch: Launch,
+    /// Reductions complete in their block, stored directly with their whole formula applied.
+    pub direct: Vec<ValueId>,
+}
+
+/// What the generator of one kernel needs to know.
+pub(crate) struct KernelContext<'a> {
+    pub program: &'a Program,
+    pub name: String,
+    pub calls: Vec<CallId>,
+    pub level: u8,
+    pub block: u32,
+    pub width: u32,
+    pub whole_rows: bool,
+    pub serial: Serial,
+    pub walk: Walk,
+    pub global: &'a BTreeSet<ValueId>,
+}
+
+impl<'a> KernelContext<'a> {
+    pub(crate) fn new(
+        program: &'a Program,
+        group: &KernelGroup,
+        k: usize,
+        global: &'a BTreeSet<ValueId>,
+    ) -> Result<Self, GenerateError> {
+        let levels: BTreeSet<u8> = group
+            .calls
+            .iter()
+            .map(|&c| program.calls[c].kind.nesting_level())
+            .collect();
+        let level = match levels.len() {
+            1 => levels.into_iter().next().unwrap_or(1),
+            _ => {
+                return Err(GenerateError::InvalidPlan(format!(
+                    "kernel {k} mixes BLAS-1 and BLAS-2 calls"
+                )))
+            }
+        };
+        if group.block == 0 || group.block > 1024 || group.serial_iterations == Serial::Iterations(0) {
+            return Err(GenerateError::InvalidPlan(format!(
+                "kernel {k}: block {} and serial iterations {:?} must be in 1..=1024 and positive",
+                group.block, group.serial_iterations
+            )));
+        }
+        if level == 2 && (group.block % 32 != 0 || !(1..=1024).contains(&group.width)) {
+            return Err(GenerateError::InvalidPlan(format!(
+                "kernel {k}: a BLAS-2 block needs whole warps and 1..=1024 tiles across, not {} threads and {} tiles",
+                group.block, group.width
+            )));
+        }
+        Ok(KernelContext {
+            program,
+            name: format!("fuse_{}_k{k}", program.name),
+            calls: group.calls.clone(),
+            level,
+            block: group.block,
+            width: group.width,
+            whole_rows: group.whole_rows,
+            serial: group.serial_iterations,
+            walk: group.walk,
+            global,
+        })
+    }
+
+    /// The number of serial iterations, as a C expression: the walk covers `extent` (a size
+    /// parameter) in steps of `step` when it is whole.
+    pub fn iterations(&self, extent: &str, step: &str) -> String {
+        match self.serial {
+            Serial::Iterations(n) => n.to_string(),
+            Serial::Whole => format!("(({extent} + {step} - 1) / ({step}))"),
+        }
+    }
+
+    /// Iterations per block for the grid (`None`: the whole extent).
+    pub fn grid_serial(&self) -> Option<u32> {
+        match self.serial {
+            Serial::Iterations(n) => Some(n),
+            Serial::Whole => None,
+        }
+    }
+
+    pub fn precision(&self) -> Precision {
+        self.program.precision
+    }
+
+    /// The C type of elements.
+    pub fn ty(&self) -> &'static str {
+        match self.precision() {
+            Precision::F32 => "float",
+            Precision::F64 => "double",
+        }
+    }
+
+    fn produced_here(&self, v: ValueId) -> bool {
+        self.program.values[v].producer.is_some_and(|p| self.calls.contains(&p))
+    }
+
+    /// Values read here but computed elsewhere, in id order.
+    pub fn loaded(&self) -> Vec<ValueId> {
+        let reads: BTreeSet<ValueId> = self.calls.iter().flat_map(|&c| self.program.calls[c].reads()).collect();
+        reads.into_iter().filter(|&v| !self.produced_here(v)).collect()
+    }
+
+    /// Map results computed here that must reach global memory.
+    pub fn stored(&self) -> Vec<ValueId> {
+        self.calls
+            .iter()
+            .map(|&c| &self.program.calls[c])
+            .filter(|call| !call.kind.is_reduce() && self.global.contains(&call.result))
+            .map(|call| call.result)
+            .collect()
+    }
+
+    /// Reduction results computed here that reach global memory (by atomics or stores).
+    pub fn reduced(&self) -> Vec<ValueId> {
+        self.calls
+            .iter()
+            .map(|&c| &self.program.calls[c])
+            .filter(|call| call.kind.is_reduce() && self.global.contains(&call.result))
+            .map(|call| call.result)
+            .collect()
+    }
+
+    /// Scalar values read here (loaded once at kernel start).
+    pub fn scalars(&self) -> Vec<ValueId> {
+        self.loaded()
+            .into_iter()
+            .filter(|&v| self.program.values[v].shape == Shape::Scalar)
+            .collect()
+    }
+
+    /// The kernel's parameter list and launch arguments: buffers by value id, then `sizes`.
+    pub fn parameters(&self, sizes: &[String]) -> (String, Vec<LaunchArg>) {
+        let written: BTreeSet<ValueId> = self.stored().into_iter().chain(self.reduced()).collect();
+        let all: BTreeSet<ValueId> = self.loaded().into_iter().chain(written.iter().copied()).collect();
+        let mut params = Vec::new();
+        let mut args = Vec::new();
+        for v in all {
+            let qualifier = if written.contains(&v) { "" } else { "const " };
+            params.push(format!(
+                "{qualifier}{}* __restrict__ {}",
+                self.ty(),
+                pointer(self.program, v)
+            ));
+            args.push(LaunchArg::Buffer(v));
+        }
+        for s in sizes {
+            params.push(format!("const long long {}", size_param(s)));
+            args.push(LaunchArg::Size(s.clone()));
+        }
+        (params.join(", "), args)
+    }
+
+    /// The comment naming the calls a kernel fuses.
+    pub fn header_comment(&self) -> String {
+        let mut s = String::new();
+        for &c in &self.calls {
+            let _ = writeln!(s, "//   {}", self.program.calls[c].text);
+        }
+        s
+    }
+
+    /// `const T s3 = *p3_alpha;` for every scalar read here.
+    pub fn scalar_loads(&self, indent: &str) -> String {
+        self.scalars()
+            .into_iter()
+            .map(|v| {
+                format!(
+                    "{indent}const {} {} = *{};\n",
+                    self.ty(),
+                    expr::scalar_register(v),
+                    pointer(self.program, v)
+                )
+            })
+            .collect()
+    }
+}
+
+/// The kernel parameter holding value `v`'s buffer, e.g. `p3_x_1`.
+pub(crate) fn pointer(program: &Program, v: ValueId) -> String {
+    format!("p{v}_{}", sanitize(&program.values[v].name))
+}
+
+/// The kernel parameter holding a size.
+pub(crate) fn size_param(symbol: &str) -> String {
+    format!("size_{}", sanitize(symbol))
+}
+
+/// Script names are identifiers plus `.k` for re-assignments; keep only C identifier characters.
+fn sanitize(name: &str) -> String {
+    name.chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect()
+}
+
+/// The values a call reads as array elements, with the index variables of each use.
+pub(crate) fn element_uses(call: &fuse_core::Call) -> Vec<(ValueId, Vec<usize>)> {
+    let mut out = Vec::new();
+    collect_elements(&call.form.formula.body, call, &mut out);
+    out
+}
+
+fn collect_elements(e: &fuse_core::formula::Expr, call: &fuse_core::Call, out: &mut Vec<(ValueId, Vec<usize>)>) {
+    use fuse_core::formula::Expr;
+    match e {
+        Expr::Element { param, index } => {
+            if let Arg::Value(v) = call.args[*param] {
+                out.push((v, index.clone()));
+            }
+        }
+        Expr::Number(_) | Expr::Scalar(_) => {}
+        Expr::Neg(a) | Expr::Call(_, a) => collect_elements(a, call, out),
+        Expr::Binary(_, a, b) => {
+            collect_elements(a, call, out);
+            collect_elements(b, call, out);
+        }
+        Expr::Sum { body, .. } => collect_elements(body, call, out),
+    }
+}
