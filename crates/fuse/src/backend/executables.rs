@@ -46,8 +46,7 @@ pub(super) fn cpu(
 ) -> Result<Chosen> {
     let (plan, notes) = plan_or(options, || {
         let table = select::cpu_table(library, options.timings.as_deref())?;
-        let plan = select::best_plan(program, &plan_sizes(program, sizes, options)?, &table.table, library)?;
-        Ok((plan, table.note.into_iter().collect()))
+        best_by(table, program, sizes, library, options)
     })?;
     let executable = Box::new(FusedPlan::new(program, sizes, &plan)?);
     Ok(Chosen {
@@ -67,8 +66,7 @@ pub(super) fn emulate(
 ) -> Result<Chosen> {
     let (plan, notes) = plan_or(options, || {
         let table = select::generator_table(library, options.timings.as_deref())?;
-        let plan = select::best_plan(program, &plan_sizes(program, sizes, options)?, &table.table, library)?;
-        Ok((plan, table.note.into_iter().collect()))
+        best_by(table, program, sizes, library, options)
     })?;
     let emulated = EmulatedPlan::compile(generate_plan(program, &plan)?)?;
     Ok(Chosen {
@@ -110,6 +108,18 @@ fn plan_or(
         Some(plan) => Ok((plan.clone(), Vec::new())),
         None => choose(),
     }
+}
+
+/// The best plan by `table` at the options' plan sizes, with the table's note.
+fn best_by(
+    table: select::Table,
+    program: &Program,
+    sizes: &Sizes,
+    library: &Library,
+    options: &CompileOptions,
+) -> Result<(Plan, Vec<String>)> {
+    let plan = select::best_plan(program, &plan_sizes(program, sizes, options)?, &table.table, library)?;
+    Ok((plan, table.note.into_iter().collect()))
 }
 
 /// The sizes a plan is chosen at: the compiled sizes with the options' plan sizes put over
