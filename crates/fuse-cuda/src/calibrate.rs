@@ -343,8 +343,13 @@ fn measure(
         timed += 1;
         let transfer_us = (timing.median_us - imp.time.launch_us - imp.time.finish_us).max(0.01 * timing.median_us);
         let moved: u64 = shares.iter().map(|s| s.runs * bytes(s.work)).sum();
-        let shared = imp.shared_bytes + env.extra_shared as u64;
-        let at = (env.block.threads, env.block.instances, imp.serial_iterations, shared);
+        let shared = imp.launch.shared_bytes + env.extra_shared as u64;
+        let at = (
+            env.block.threads,
+            env.block.instances,
+            imp.launch.serial_iterations,
+            shared,
+        );
         for share in shares.iter().filter(|s| bytes(s.work) > 0) {
             let ns = transfer_us * 1e3 * bytes(share.work) as f64 / moved.max(1) as f64;
             rows.add(

@@ -38,43 +38,32 @@ pub trait Element: sealed::Sealed + Copy + Debug + Display + PartialEq + Send + 
     fn to_f64(self) -> f64;
 }
 
-impl Element for f32 {
-    const PRECISION: Precision = Precision::F32;
+/// Implements [`Element`] for `$t`, whose precision and host data are `$variant`.
+macro_rules! element {
+    ($t:ty, $variant:ident) => {
+        impl Element for $t {
+            const PRECISION: Precision = Precision::$variant;
 
-    fn into_data(values: Vec<Self>) -> HostData {
-        HostData::F32(values)
-    }
+            fn into_data(values: Vec<Self>) -> HostData {
+                HostData::$variant(values)
+            }
 
-    fn values(array: &HostArray) -> Option<&[Self]> {
-        match &array.data {
-            HostData::F32(v) => Some(v),
-            HostData::F64(_) => None,
+            fn values(array: &HostArray) -> Option<&[Self]> {
+                match &array.data {
+                    HostData::$variant(v) => Some(v),
+                    _ => None,
+                }
+            }
+
+            fn to_f64(self) -> f64 {
+                f64::from(self)
+            }
         }
-    }
-
-    fn to_f64(self) -> f64 {
-        f64::from(self)
-    }
+    };
 }
 
-impl Element for f64 {
-    const PRECISION: Precision = Precision::F64;
-
-    fn into_data(values: Vec<Self>) -> HostData {
-        HostData::F64(values)
-    }
-
-    fn values(array: &HostArray) -> Option<&[Self]> {
-        match &array.data {
-            HostData::F64(v) => Some(v),
-            HostData::F32(_) => None,
-        }
-    }
-
-    fn to_f64(self) -> f64 {
-        self
-    }
-}
+element!(f32, F32);
+element!(f64, F64);
 
 /// A row-major host array of `dims` holding `data`, checked: the data must fill the dimensions
 /// exactly and arrays are non-empty (`dims = []` is a scalar of one element).

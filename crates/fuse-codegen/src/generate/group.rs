@@ -36,32 +36,19 @@ pub enum Serial {
 impl KernelGroup {
     /// The generator's view of one implementation of a fusion (what calibration times).
     pub fn of(imp: &fuse_core::explore::implementation::Implementation) -> Self {
-        Self::launching(
-            &imp.order,
-            imp.block,
-            imp.serial_iterations,
-            imp.walk,
-            imp.blocks,
-            &imp.reductions,
-        )
+        Self::launching(&imp.order, &imp.launch)
     }
 
     /// A reduction finished inside its block along the walk (`Finish::Complete`) makes the
     /// block walk the whole extent — except in a whole-row block, whose row sums are complete in
     /// any grid and which walks all rows only where the grid has one block. The instances of a
     /// BLAS-2 block are the tiles across its strip.
-    fn launching(
-        calls: &[CallId],
-        block: fuse_core::explore::implementation::Block,
-        serial_iterations: u32,
-        walk: Option<fuse_core::explore::mapping::Axis>,
-        blocks: u64,
-        reductions: &[fuse_core::explore::implementation::Reduction],
-    ) -> Self {
+    fn launching(calls: &[CallId], launch: &fuse_core::explore::Launch) -> Self {
         use fuse_core::explore::implementation::Finish;
+        let block = launch.block;
         let complete = match block.whole_rows {
-            true => blocks == 1,
-            false => reductions.iter().any(|r| r.finish == Finish::Complete),
+            true => launch.blocks == 1,
+            false => launch.reductions.iter().any(|r| r.finish == Finish::Complete),
         };
         KernelGroup {
             calls: calls.to_vec(),
@@ -70,9 +57,9 @@ impl KernelGroup {
             whole_rows: block.whole_rows,
             serial_iterations: match complete {
                 true => Serial::Whole,
-                false => Serial::Iterations(serial_iterations),
+                false => Serial::Iterations(launch.serial_iterations),
             },
-            walk: match walk {
+            walk: match launch.walk {
                 Some(fuse_core::explore::mapping::Axis::Columns) => Walk::Columns,
                 _ => Walk::Rows,
             },
@@ -83,7 +70,7 @@ impl KernelGroup {
 impl From<&fuse_core::Kernel> for KernelGroup {
     /// The generator's view of a planned kernel.
     fn from(k: &fuse_core::Kernel) -> Self {
-        KernelGroup::launching(&k.calls, k.block, k.serial_iterations, k.walk, k.blocks, &k.reductions)
+        KernelGroup::launching(&k.calls, &k.launch)
     }
 }
 

@@ -120,13 +120,11 @@ pub struct Dataflow {
     pub parameters: Vec<ValueId>,
 }
 
-/// One way to run a fusion as a kernel.
+/// How a fusion's kernel launches: the block, the grid, the shared memory, and how each partial
+/// reduction is finished. An [`Implementation`] chooses it and a plan's kernel carries it to the
+/// generator; both serialize its fields as their own.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Implementation {
-    /// The calls in the order they run.
-    pub order: Vec<CallId>,
-    /// The routine variant of each call, by position in `order`.
-    pub variants: Vec<String>,
+pub struct Launch {
     /// Block shape.
     pub block: Block,
     /// Serial iterations per block.
@@ -139,6 +137,18 @@ pub struct Implementation {
     pub shared_bytes: u64,
     /// How each reduce call's result is finished.
     pub reductions: Vec<Reduction>,
+}
+
+/// One way to run a fusion as a kernel.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Implementation {
+    /// The calls in the order they run.
+    pub order: Vec<CallId>,
+    /// The routine variant of each call, by position in `order`.
+    pub variants: Vec<String>,
+    /// How it launches.
+    #[serde(flatten)]
+    pub launch: Launch,
     /// Predicted time.
     pub time: KernelTime,
 }
@@ -419,20 +429,20 @@ impl<'c> KernelRoutines<'c> {
             shared_bytes: setting.shared,
             blocks: grid.blocks,
         };
+        let reductions = (self.reduces.iter().zip(&finishes))
+            .map(|(&(_, call, value), &finish)| Reduction { call, value, finish })
+            .collect();
         Implementation {
             order: self.order.clone(),
             variants: setting.variants.to_vec(),
-            block: setting.block,
-            serial_iterations: grid.serial,
-            walk: setting.walk,
-            blocks: grid.blocks,
-            shared_bytes: setting.shared,
-            reductions: self
-                .reduces
-                .iter()
-                .zip(&finishes)
-                .map(|(&(_, call, value), &finish)| Reduction { call, value, finish })
-                .collect(),
+            launch: Launch {
+                block: setting.block,
+                serial_iterations: grid.serial,
+                walk: setting.walk,
+                blocks: grid.blocks,
+                shared_bytes: setting.shared,
+                reductions,
+            },
             time: predictor.kernel(&runs, &env, finish),
         }
     }
@@ -872,15 +882,16 @@ fn pareto(mut candidates: Vec<Implementation>) -> (Vec<Implementation>, usize) {
         a.time
             .total_us
             .total_cmp(&b.time.total_us)
-            .then(a.shared_bytes.cmp(&b.shared_bytes))
-            .then(a.block.threads.cmp(&b.block.threads))
+            .then(a.launch.shared_bytes.cmp(&b.launch.shared_bytes))
+            .then(a.launch.block.threads.cmp(&b.launch.block.threads))
     });
     let total = candidates.len();
     let mut kept: Vec<Implementation> = Vec::new();
     for c in candidates {
+        let (shared, threads) = (c.launch.shared_bytes, c.launch.block.threads);
         let beaten = kept
             .iter()
-            .any(|k| k.shared_bytes <= c.shared_bytes && k.block.threads <= c.block.threads);
+            .any(|k| k.launch.shared_bytes <= shared && k.launch.block.threads <= threads);
         if !beaten {
             kept.push(c);
         }
@@ -916,8 +927,9 @@ mod tests {
         assert_eq!(names(&flow.stores), ["q", "s"]);
         // The walk runs along one reduced dimension only, so at most one result is complete.
         for imp in &implemented(&p, &[0, 1]).list {
-            let complete = imp.reductions.iter().filter(|r| r.finish == Finish::Complete).count();
-            assert!(imp.reductions.len() == 2 && complete <= 1, "{imp:?}");
+            let reductions = &imp.launch.reductions;
+            let complete = reductions.iter().filter(|r| r.finish == Finish::Complete).count();
+            assert!(reductions.len() == 2 && complete <= 1, "{imp:?}");
         }
     }
 
@@ -938,7 +950,8 @@ mod tests {
         assert!(!imps.list.is_empty() && imps.dominated > 0);
         for w in imps.list.windows(2) {
             assert!(w[0].time.total_us <= w[1].time.total_us);
-            assert!(w[1].shared_bytes < w[0].shared_bytes || w[1].block.threads < w[0].block.threads);
+            let (a, b) = (&w[0].launch, &w[1].launch);
+            assert!(b.shared_bytes < a.shared_bytes || b.block.threads < a.block.threads);
         }
     }
 
@@ -972,15 +985,20 @@ mod tests {
         let table = table_with(1024);
         let imps = implement(&ctx, &[0, 1], &Predictor::new(&table, true), &Limits::default());
         assert!(!imps.list.is_empty() && imps.unlaunchable > 0);
-        for imp in imps.list.iter().filter(|i| !i.block.whole_rows) {
-            let warps = imp.block.threads as u64 / 32;
-            assert_eq!(imp.shared_bytes, warps * 32 * imp.block.instances as u64 * 4, "{imp:?}");
-            assert!(imp.shared_bytes <= 1024);
+        for launch in imps.list.iter().map(|i| &i.launch).filter(|l| !l.block.whole_rows) {
+            let warps = launch.block.threads as u64 / 32;
+            assert_eq!(
+                launch.shared_bytes,
+                warps * 32 * launch.block.instances as u64 * 4,
+                "{launch:?}"
+            );
+            assert!(launch.shared_bytes <= 1024);
         }
         // Whole-row blocks exchange only each row sum's warp totals: 32 numbers at most.
         let table = table_with(128);
         let imps = implement(&ctx, &[0, 1], &Predictor::new(&table, true), &Limits::default());
-        assert!(!imps.list.is_empty() && imps.list.iter().all(|i| i.block.whole_rows && i.shared_bytes == 128));
+        let whole_rows_in_128_bytes = |l: &Launch| l.block.whole_rows && l.shared_bytes == 128;
+        assert!(!imps.list.is_empty() && imps.list.iter().all(|i| whole_rows_in_128_bytes(&i.launch)));
         let table = table_with(64);
         let imps = implement(&ctx, &[0, 1], &Predictor::new(&table, true), &Limits::default());
         assert!(imps.list.is_empty());
@@ -1002,7 +1020,7 @@ mod tests {
         let block = Block::new(256, 1);
         let (imp, shares) = implementation_with(&ctx, &[0], block, 4, Some(Axis::Rows), &predictor);
         assert_eq!(
-            (imp.block, imp.serial_iterations, imp.walk),
+            (imp.launch.block, imp.launch.serial_iterations, imp.launch.walk),
             (block, 4, Some(Axis::Rows))
         );
         let routines: Vec<&str> = shares.iter().map(|s| s.routine.as_str()).collect();
@@ -1016,8 +1034,8 @@ mod tests {
             instances: 1,
             lane_bytes: Some(4),
             serial_iterations: 4,
-            shared_bytes: imp.shared_bytes,
-            blocks: imp.blocks,
+            shared_bytes: imp.launch.shared_bytes,
+            blocks: imp.launch.blocks,
         };
         let transfer: f64 = shares
             .iter()

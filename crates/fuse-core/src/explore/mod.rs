@@ -56,7 +56,7 @@ pub use environment::Environment;
 pub use explain::{PairExplanation, Verdict, Why};
 pub use fusion::Fusion;
 pub use implementation::{
-    implementation_with, Block, Dataflow, Finish, Implementation, Implemented, Reduction, RoutineShare,
+    implementation_with, Block, Dataflow, Finish, Implementation, Implemented, Launch, Reduction, RoutineShare,
 };
 pub use mapping::{Axis, CallMapping, Role, Space};
 pub use plan::{Kernel, Plan, PlanCount, Plans};

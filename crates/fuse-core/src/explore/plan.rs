@@ -21,8 +21,7 @@ use std::rc::Rc;
 use serde::{Deserialize, Serialize};
 
 use crate::explore::callset::CallSet;
-use crate::explore::implementation::{dataflow, Block, Implementation, Reduction};
-use crate::explore::mapping::Axis;
+use crate::explore::implementation::{dataflow, Implementation, Launch};
 use crate::explore::predict::KernelTime;
 use crate::explore::Exploration;
 use crate::program::{CallId, Program, ValueId};
@@ -42,18 +41,9 @@ pub struct Kernel {
     pub on_chip: Vec<ValueId>,
     /// Run-time scalar inputs passed as kernel arguments.
     pub parameters: Vec<ValueId>,
-    /// Block shape.
-    pub block: Block,
-    /// Serial iterations per block.
-    pub serial_iterations: u32,
-    /// For tile grids, the direction each block walks its iterations in.
-    pub walk: Option<Axis>,
-    /// Blocks in the grid.
-    pub blocks: u64,
-    /// Shared memory per block, bytes.
-    pub shared_bytes: u64,
-    /// How each partial reduction is finished.
-    pub reductions: Vec<Reduction>,
+    /// How it launches: its implementation's launch configuration.
+    #[serde(flatten)]
+    pub launch: Launch,
     /// Predicted times.
     pub predicted: KernelTime,
 }
@@ -68,12 +58,7 @@ impl Kernel {
             stores: flow.stores,
             on_chip: flow.on_chip,
             parameters: flow.parameters,
-            block: imp.block,
-            serial_iterations: imp.serial_iterations,
-            walk: imp.walk,
-            blocks: imp.blocks,
-            shared_bytes: imp.shared_bytes,
-            reductions: imp.reductions.clone(),
+            launch: imp.launch.clone(),
             predicted: imp.time,
         }
     }
@@ -109,7 +94,7 @@ impl Plan {
 }
 
 fn describe_kernel(out: &mut String, program: &Program, number: usize, k: &Kernel) {
-    let t = &k.predicted;
+    let (t, launch) = (&k.predicted, &k.launch);
     let names = |ids: &[ValueId]| match ids {
         [] => "—".to_string(),
         _ => ids
@@ -124,8 +109,8 @@ fn describe_kernel(out: &mut String, program: &Program, number: usize, k: &Kerne
         t.total_us, t.transfer_us, t.compute_us, t.launch_us, t.finish_us
     );
     let plural = |n: u32| if n == 1 { "" } else { "s" };
-    let (instances, serial) = (k.block.instances, k.serial_iterations);
-    let layout = match k.walk {
+    let (instances, serial) = (launch.block.instances, launch.serial_iterations);
+    let layout = match launch.walk {
         None => format!(
             "{instances} instance{}, {serial} serial iteration{}",
             plural(instances),
@@ -133,7 +118,11 @@ fn describe_kernel(out: &mut String, program: &Program, number: usize, k: &Kerne
         ),
         Some(walk) => format!(
             "{} of {} columns, {serial} serial iteration{} {}",
-            if k.block.whole_rows { "whole rows" } else { "strips" },
+            if launch.block.whole_rows {
+                "whole rows"
+            } else {
+                "strips"
+            },
             32 * instances,
             plural(serial),
             walk.walk()
@@ -142,10 +131,10 @@ fn describe_kernel(out: &mut String, program: &Program, number: usize, k: &Kerne
     let _ = writeln!(
         out,
         "    {} blocks × {} threads ({layout}), {} B shared",
-        k.blocks, k.block.threads, k.shared_bytes
+        launch.blocks, launch.block.threads, launch.shared_bytes
     );
     for (c, variant) in k.calls.iter().zip(&k.variants) {
-        let finish = k
+        let finish = launch
             .reductions
             .iter()
             .find(|r| r.call == *c)

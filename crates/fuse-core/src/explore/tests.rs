@@ -253,7 +253,7 @@ fn check_plan(program: &Program, plan: &Plan) {
                 assert!(kernel_of[p] <= k, "call {c} runs before its producer {p}");
                 if kernel_of[p] == k {
                     assert!(
-                        !program.calls[p].kind.is_reduce() || kernel.block.whole_rows,
+                        !program.calls[p].kind.is_reduce() || kernel.launch.block.whole_rows,
                         "kernel {k} reads its own reduce result"
                     );
                     assert!(

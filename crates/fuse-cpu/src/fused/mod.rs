@@ -55,7 +55,7 @@ mod stage;
 pub mod timings;
 
 use fuse_core::data::check_inputs;
-use fuse_core::explore::implementation::{dataflow, Block, Finish, Reduction, DEFAULT_VARIANT};
+use fuse_core::explore::implementation::{dataflow, Block, Finish, Launch, Reduction, DEFAULT_VARIANT};
 use fuse_core::explore::{Context, KernelTime};
 use fuse_core::{Bindings, HostArray, HostData, Kernel, Plan, Precision, Program, Sizes};
 
@@ -196,12 +196,14 @@ pub fn unfused_plan(program: &Program, sizes: &Sizes) -> Plan {
                 stores: flow.stores,
                 on_chip: flow.on_chip,
                 parameters: flow.parameters,
-                block: Block::new(256, 1),
-                serial_iterations: 1,
-                walk: None,
-                blocks: 0,
-                shared_bytes: 0,
-                reductions,
+                launch: Launch {
+                    block: Block::new(256, 1),
+                    serial_iterations: 1,
+                    walk: None,
+                    blocks: 0,
+                    shared_bytes: 0,
+                    reductions,
+                },
                 predicted: KernelTime::default(),
             }
         })

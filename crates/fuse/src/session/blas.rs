@@ -15,188 +15,75 @@ fn value(token: &Arc<Token>) -> Operand<'_> {
 
 /// A scalar handle or literal as a call argument.
 fn scalar<'a, T: Element>(arg: impl Into<ScalarArg<'a, T>>) -> Operand<'a> {
-    let arg: ScalarArg<'a, T> = arg.into();
-    Operand::from(arg)
+    Operand::from(arg.into())
 }
 
-/// Records calls whose result kind is known statically.
-impl<T: Element> Session<T> {
-    fn vector_call(&self, function: &str, args: &[Operand<'_>]) -> Result<Vector<T>> {
-        self.call(function, args).map(Vector::new)
-    }
-
-    fn scalar_call(&self, function: &str, args: &[Operand<'_>]) -> Result<Scalar<T>> {
-        self.call(function, args).map(Scalar::new)
-    }
-
-    fn matrix_call(&self, function: &str, args: &[Operand<'_>]) -> Result<Matrix<T>> {
-        self.call(function, args).map(Matrix::new)
-    }
+/// The parameter type of an argument kind in element type `$t`: a scalar is a handle or a
+/// literal, a vector or matrix a handle.
+macro_rules! param {
+    (Scalar, $t:ty) => { impl Into<ScalarArg<'s, $t>> };
+    ($handle:ident, $t:ty) => { &$handle<$t> };
 }
 
-/// The calls of one precision; `$t` is the element type, then the method name of each form.
+/// A parameter of an argument kind as a call argument.
+macro_rules! operand {
+    (Scalar, $arg:ident) => {
+        scalar($arg)
+    };
+    ($handle:ident, $arg:ident) => {
+        value($arg.token())
+    };
+}
+
+/// Defines the calls of a table whose rows read `s-name d-name (shown arguments) "result" =
+/// library-function(parameter: kind, …) -> result kind`, once per precision: each method is a
+/// row, written once for both element types.
 macro_rules! blas_calls {
-    ($t:ty, $p:literal; $scal:ident, $axpy:ident, $axpby:ident, $add:ident, $copy:ident, $dot:ident,
-     $asum:ident, $nrm2:ident, $gemv:ident, $gemv_a:ident, $gemv_ab:ident, $gemtv:ident,
-     $gemtv_a:ident, $gemtv_ab:ident, $ger:ident, $ger_a:ident, $madd:ident) => {
+    ($($s:ident $d:ident $shown:tt $doc:literal
+       = $function:ident($($arg:ident: $kind:ident),*) -> $ret:ident;)*) => {
+        blas_calls!(@impl f32, "single precision (`Session<f32>`, `s` names)";
+            $($s $shown $doc = $function($($arg: $kind),*) -> $ret;)*);
+        blas_calls!(@impl f64, "double precision (`Session<f64>`, `d` names)";
+            $($d $shown $doc = $function($($arg: $kind),*) -> $ret;)*);
+    };
+    (@impl $t:ty, $precision:literal;
+     $($name:ident $shown:tt $doc:literal = $function:ident($($arg:ident: $kind:ident),*) -> $ret:ident;)*) => {
         /// BLAS calls in
-        #[doc = $p]
+        #[doc = $precision]
         /// — each records a call and returns its result's handle at once, or an error if an
         /// argument's shape does not fit or a handle is not this session's.
-        impl Session<$t> {
-            #[doc = concat!("`", stringify!($scal), "(a, x)` = a·x.")]
-            pub fn $scal<'s>(&self, a: impl Into<ScalarArg<'s, $t>>, x: &Vector<$t>) -> Result<Vector<$t>> {
-                self.vector_call("scal", &[scalar(a), value(x.token())])
-            }
-
-            #[doc = concat!("`", stringify!($axpy), "(a, x, y)` = a·x + y.")]
-            pub fn $axpy<'s>(
-                &self,
-                a: impl Into<ScalarArg<'s, $t>>,
-                x: &Vector<$t>,
-                y: &Vector<$t>,
-            ) -> Result<Vector<$t>> {
-                self.vector_call("axpy", &[scalar(a), value(x.token()), value(y.token())])
-            }
-
-            #[doc = concat!("`", stringify!($axpby), "(a, x, b, y)` = a·x + b·y.")]
-            pub fn $axpby<'s>(
-                &self,
-                a: impl Into<ScalarArg<'s, $t>>,
-                x: &Vector<$t>,
-                b: impl Into<ScalarArg<'s, $t>>,
-                y: &Vector<$t>,
-            ) -> Result<Vector<$t>> {
-                let args = [scalar(a), value(x.token()), scalar(b), value(y.token())];
-                self.vector_call("axpby", &args)
-            }
-
-            #[doc = concat!("`", stringify!($add), "(x, y)` = x + y.")]
-            pub fn $add(&self, x: &Vector<$t>, y: &Vector<$t>) -> Result<Vector<$t>> {
-                self.vector_call("add", &[value(x.token()), value(y.token())])
-            }
-
-            #[doc = concat!("`", stringify!($copy), "(x)` = x, as a new value.")]
-            pub fn $copy(&self, x: &Vector<$t>) -> Result<Vector<$t>> {
-                self.vector_call("copy", &[value(x.token())])
-            }
-
-            #[doc = concat!("`", stringify!($dot), "(x, y)` = xᵀ·y.")]
-            pub fn $dot(&self, x: &Vector<$t>, y: &Vector<$t>) -> Result<Scalar<$t>> {
-                self.scalar_call("dot", &[value(x.token()), value(y.token())])
-            }
-
-            #[doc = concat!("`", stringify!($asum), "(x)` = Σ|xᵢ|.")]
-            pub fn $asum(&self, x: &Vector<$t>) -> Result<Scalar<$t>> {
-                self.scalar_call("asum", &[value(x.token())])
-            }
-
-            #[doc = concat!("`", stringify!($nrm2), "(x)` = ‖x‖₂.")]
-            pub fn $nrm2(&self, x: &Vector<$t>) -> Result<Scalar<$t>> {
-                self.scalar_call("nrm2", &[value(x.token())])
-            }
-
-            #[doc = concat!("`", stringify!($gemv), "(A, x)` = A·x, for A m×n and x of length n.")]
-            pub fn $gemv(&self, a: &Matrix<$t>, x: &Vector<$t>) -> Result<Vector<$t>> {
-                self.vector_call("gemv", &[value(a.token()), value(x.token())])
-            }
-
-            #[doc = concat!("`", stringify!($gemv_a), "(alpha, A, x)` = alpha·A·x.")]
-            pub fn $gemv_a<'s>(
-                &self,
-                alpha: impl Into<ScalarArg<'s, $t>>,
-                a: &Matrix<$t>,
-                x: &Vector<$t>,
-            ) -> Result<Vector<$t>> {
-                self.vector_call("gemv", &[scalar(alpha), value(a.token()), value(x.token())])
-            }
-
-            #[doc = concat!("`", stringify!($gemv_ab), "(alpha, A, x, beta, y)` = alpha·A·x + beta·y.")]
-            pub fn $gemv_ab<'s>(
-                &self,
-                alpha: impl Into<ScalarArg<'s, $t>>,
-                a: &Matrix<$t>,
-                x: &Vector<$t>,
-                beta: impl Into<ScalarArg<'s, $t>>,
-                y: &Vector<$t>,
-            ) -> Result<Vector<$t>> {
-                let args = [
-                    scalar(alpha),
-                    value(a.token()),
-                    value(x.token()),
-                    scalar(beta),
-                    value(y.token()),
-                ];
-                self.vector_call("gemv", &args)
-            }
-
-            #[doc = concat!("`", stringify!($gemtv), "(A, x)` = Aᵀ·x, for A m×n and x of length m.")]
-            pub fn $gemtv(&self, a: &Matrix<$t>, x: &Vector<$t>) -> Result<Vector<$t>> {
-                self.vector_call("gemtv", &[value(a.token()), value(x.token())])
-            }
-
-            #[doc = concat!("`", stringify!($gemtv_a), "(alpha, A, x)` = alpha·Aᵀ·x.")]
-            pub fn $gemtv_a<'s>(
-                &self,
-                alpha: impl Into<ScalarArg<'s, $t>>,
-                a: &Matrix<$t>,
-                x: &Vector<$t>,
-            ) -> Result<Vector<$t>> {
-                self.vector_call("gemtv", &[scalar(alpha), value(a.token()), value(x.token())])
-            }
-
-            #[doc = concat!("`", stringify!($gemtv_ab), "(alpha, A, x, beta, y)` = alpha·Aᵀ·x + beta·y.")]
-            pub fn $gemtv_ab<'s>(
-                &self,
-                alpha: impl Into<ScalarArg<'s, $t>>,
-                a: &Matrix<$t>,
-                x: &Vector<$t>,
-                beta: impl Into<ScalarArg<'s, $t>>,
-                y: &Vector<$t>,
-            ) -> Result<Vector<$t>> {
-                let args = [
-                    scalar(alpha),
-                    value(a.token()),
-                    value(x.token()),
-                    scalar(beta),
-                    value(y.token()),
-                ];
-                self.vector_call("gemtv", &args)
-            }
-
-            #[doc = concat!("`", stringify!($ger), "(x, y, A)` = A + x·yᵀ, for x of length m, y of length n, A m×n.")]
-            pub fn $ger(&self, x: &Vector<$t>, y: &Vector<$t>, a: &Matrix<$t>) -> Result<Matrix<$t>> {
-                self.matrix_call("ger", &[value(x.token()), value(y.token()), value(a.token())])
-            }
-
-            #[doc = concat!("`", stringify!($ger_a), "(alpha, x, y, A)` = A + alpha·x·yᵀ.")]
-            pub fn $ger_a<'s>(
-                &self,
-                alpha: impl Into<ScalarArg<'s, $t>>,
-                x: &Vector<$t>,
-                y: &Vector<$t>,
-                a: &Matrix<$t>,
-            ) -> Result<Matrix<$t>> {
-                self.matrix_call(
-                    "ger",
-                    &[
-                        scalar(alpha),
-                        value(x.token()),
-                        value(y.token()),
-                        value(a.token()),
-                    ],
-                )
-            }
-
-            #[doc = concat!("`", stringify!($madd), "(A, B)` = A + B.")]
-            pub fn $madd(&self, a: &Matrix<$t>, b: &Matrix<$t>) -> Result<Matrix<$t>> {
-                self.matrix_call("madd", &[value(a.token()), value(b.token())])
-            }
+        // `'s`: how long a call's scalar arguments are borrowed; unused by calls without one.
+        impl<'s> Session<$t> {
+            $(
+                #[doc = concat!("`", stringify!($name), stringify!($shown), "` = ", $doc, ".")]
+                pub fn $name(&self, $($arg: param!($kind, $t)),*) -> Result<$ret<$t>> {
+                    let args = [$(operand!($kind, $arg)),*];
+                    self.call(stringify!($function), &args).map($ret::new)
+                }
+            )*
         }
     };
 }
 
-blas_calls!(f32, "single precision (`Session<f32>`, `s` names)"; sscal, saxpy, saxpby, sadd, scopy, sdot, sasum,
-    snrm2, sgemv, sgemv_a, sgemv_ab, sgemtv, sgemtv_a, sgemtv_ab, sger, sger_a, smadd);
-blas_calls!(f64, "double precision (`Session<f64>`, `d` names)"; dscal, daxpy, daxpby, dadd, dcopy, ddot, dasum,
-    dnrm2, dgemv, dgemv_a, dgemv_ab, dgemtv, dgemtv_a, dgemtv_ab, dger, dger_a, dmadd);
+blas_calls! {
+    sscal dscal (a, x) "a·x" = scal(a: Scalar, x: Vector) -> Vector;
+    saxpy daxpy (a, x, y) "a·x + y" = axpy(a: Scalar, x: Vector, y: Vector) -> Vector;
+    saxpby daxpby (a, x, b, y) "a·x + b·y" = axpby(a: Scalar, x: Vector, b: Scalar, y: Vector) -> Vector;
+    sadd dadd (x, y) "x + y" = add(x: Vector, y: Vector) -> Vector;
+    scopy dcopy (x) "x, as a new value" = copy(x: Vector) -> Vector;
+    sdot ddot (x, y) "xᵀ·y" = dot(x: Vector, y: Vector) -> Scalar;
+    sasum dasum (x) "Σ|xᵢ|" = asum(x: Vector) -> Scalar;
+    snrm2 dnrm2 (x) "‖x‖₂" = nrm2(x: Vector) -> Scalar;
+    sgemv dgemv (A, x) "A·x, for A m×n and x of length n" = gemv(a: Matrix, x: Vector) -> Vector;
+    sgemv_a dgemv_a (alpha, A, x) "alpha·A·x" = gemv(alpha: Scalar, a: Matrix, x: Vector) -> Vector;
+    sgemv_ab dgemv_ab (alpha, A, x, beta, y) "alpha·A·x + beta·y"
+        = gemv(alpha: Scalar, a: Matrix, x: Vector, beta: Scalar, y: Vector) -> Vector;
+    sgemtv dgemtv (A, x) "Aᵀ·x, for A m×n and x of length m" = gemtv(a: Matrix, x: Vector) -> Vector;
+    sgemtv_a dgemtv_a (alpha, A, x) "alpha·Aᵀ·x" = gemtv(alpha: Scalar, a: Matrix, x: Vector) -> Vector;
+    sgemtv_ab dgemtv_ab (alpha, A, x, beta, y) "alpha·Aᵀ·x + beta·y"
+        = gemtv(alpha: Scalar, a: Matrix, x: Vector, beta: Scalar, y: Vector) -> Vector;
+    sger dger (x, y, A) "A + x·yᵀ, for x of length m, y of length n, A m×n"
+        = ger(x: Vector, y: Vector, a: Matrix) -> Matrix;
+    sger_a dger_a (alpha, x, y, A) "A + alpha·x·yᵀ" = ger(alpha: Scalar, x: Vector, y: Vector, a: Matrix) -> Matrix;
+    smadd dmadd (A, B) "A + B" = madd(a: Matrix, b: Matrix) -> Matrix;
+}
