@@ -19,8 +19,9 @@ use std::sync::Arc;
 use clap::{Parser, Subcommand, ValueEnum};
 
 use fuse::stages::fuse_core::data::{check_inputs_given, fill_random_inputs};
+use fuse::stages::fuse_core::program::list_or_none;
 use fuse::stages::fuse_core::{script, DataGraph};
-use fuse::{CompileOptions, Inputs, Library, Program};
+use fuse::{Bindings, CompileOptions, Inputs, Library, Program, Sizes};
 
 use args::{load, parse_size};
 use failure::{bad_input, failure, Failure};
@@ -70,16 +71,18 @@ dashed line where two calls read the same value (the data a fused kernel reads o
     },
     /// Run a script and print or save its outputs.
     #[command(
-        long_about = "Run a script. Inputs come from DIR/<name>.npy when --inputs is given and \
-the file exists (float32 or float64 as the script's precision; scalars as 0-d arrays); every \
-other input is drawn uniformly from [-1, 1) with --seed. Outputs go to DIR/<name>.npy with \
---outputs, or are summarised on the terminal.",
+        long_about = "Run a script. With --inputs DIR every input comes from DIR/<name>.npy \
+(float32 or float64 as the script's precision; scalars as 0-d arrays), and a missing file is an \
+error — unless the input is named with --random, or --random-rest is given. Without --inputs, \
+every input is drawn uniformly from [-1, 1) with --seed. Drawn inputs are named on standard \
+error. Outputs go to DIR/<name>.npy with --outputs, or are summarised on the terminal.",
         after_help = "Without --backend, fuse runs on the GPU (cuda) when one is there and on the CPU otherwise, \
 and says which on standard error. On the GPU the plan is the one `fuse tune` remembered for this script, \
 sizes and GPU, else the best predicted by this GPU's timing table (see `fuse calibrate`); compiled \
 modules are cached on disk ($FUSE_CACHE_DIR, else ~/.cache/fuse), so a second run compiles nothing.\n\n\
 Examples:\n  fuse run scripts/bicgk.yaml\n  fuse run scripts/gemver.yaml --size m=1000 --size n=300 --seed 7\n  \
-fuse run scripts/atax.yaml --inputs in/ --outputs out/\n  fuse run scripts/bicgk.yaml --backend cuda --size m=8192 --size n=8192"
+fuse run scripts/atax.yaml --inputs in/ --outputs out/\n  \
+fuse run scripts/bicgk.yaml --inputs in/ --random r\n  fuse run scripts/bicgk.yaml --backend cuda --size m=8192 --size n=8192"
     )]
     Run {
         /// Script file.
@@ -96,9 +99,15 @@ fuse run scripts/atax.yaml --inputs in/ --outputs out/\n  fuse run scripts/bicgk
         /// Folder to write outputs to as <name>.npy (created if missing).
         #[arg(long, value_name = "DIR")]
         outputs: Option<PathBuf>,
-        /// Seed for inputs not read from files.
+        /// Seed for inputs drawn at random.
         #[arg(long, default_value_t = 0)]
         seed: u64,
+        /// With --inputs: draw this input at random instead of reading it (repeatable).
+        #[arg(long = "random", value_name = "NAME")]
+        random: Vec<String>,
+        /// With --inputs: draw every input that has no file at random.
+        #[arg(long)]
+        random_rest: bool,
         /// With --backend cuda: choose the plan as if a size were this (repeatable), e.g. run the
         /// plan chosen for 8192×8192 at small sizes under compute-sanitizer.
         #[arg(long = "plan-size", value_name = "NAME=VALUE", value_parser = parse_size)]
@@ -271,6 +280,8 @@ fn run(cli: Cli) -> Result<(), Failure> {
             inputs,
             outputs,
             seed,
+            random,
+            random_rest,
             plan_sizes,
         } => {
             let program = load(&script, &library)?;
@@ -282,6 +293,8 @@ fn run(cli: Cli) -> Result<(), Failure> {
                 inputs,
                 outputs,
                 seed,
+                random,
+                random_rest,
             };
             run_script(&program, &options)
         }
@@ -342,16 +355,51 @@ struct RunOptions<'a> {
     inputs: Option<PathBuf>,
     outputs: Option<PathBuf>,
     seed: u64,
+    random: Vec<String>,
+    random_rest: bool,
 }
 
-fn run_script(program: &Program, options: &RunOptions) -> Result<(), Failure> {
-    let sizes = program.bind_sizes(&options.sizes).map_err(bad_input)?;
+/// The inputs of a run read from `--inputs` (every input must have its file there, except those
+/// the user asked to draw), the files read, and the names of the inputs still to draw.
+fn gather_inputs<'p>(
+    program: &'p Program,
+    sizes: &Sizes,
+    options: &RunOptions,
+) -> Result<(Bindings, Vec<PathBuf>, Vec<&'p str>), Failure> {
+    let names: Vec<&str> = program
+        .inputs
+        .iter()
+        .map(|&v| program.values[v].variable.as_str())
+        .collect();
+    if let Some(name) = options.random.iter().find(|n| !names.contains(&n.as_str())) {
+        return Err(bad_input(format!(
+            "--random {name}: {} has no input `{name}` (its inputs are {})",
+            program.file,
+            list_or_none(&names)
+        )));
+    }
     let (mut inputs, read) = match &options.inputs {
         Some(dir) => npy::read_inputs(program, dir).map_err(bad_input)?,
         None => Default::default(),
     };
-    check_inputs_given(program, &sizes, &inputs).map_err(bad_input)?;
-    fill_random_inputs(program, &sizes, options.seed, &mut inputs);
+    for name in &options.random {
+        inputs.remove(name);
+    }
+    let drawn: Vec<&str> = names.iter().copied().filter(|n| !inputs.contains_key(*n)).collect();
+    if let Some(dir) = &options.inputs {
+        let asked = |n: &&str| options.random_rest || options.random.iter().any(|r| r == n);
+        let missing: Vec<&str> = drawn.iter().copied().filter(|n| !asked(n)).collect();
+        if !missing.is_empty() {
+            return Err(bad_input(npy::missing_inputs(dir, &missing)));
+        }
+    }
+    check_inputs_given(program, sizes, &inputs).map_err(bad_input)?;
+    Ok((inputs, read, drawn))
+}
+
+fn run_script(program: &Program, options: &RunOptions) -> Result<(), Failure> {
+    let sizes = program.bind_sizes(&options.sizes).map_err(bad_input)?;
+    let (mut inputs, read, drawn) = gather_inputs(program, &sizes, options)?;
     let backend = match options.backend {
         Some(b) if !options.plan_sizes.is_empty() && !matches!(b, Backend::Cuda) => {
             return Err(bad_input("--plan-size applies to --backend cuda only"))
@@ -373,6 +421,14 @@ fn run_script(program: &Program, options: &RunOptions) -> Result<(), Failure> {
     for note in compiled.notes() {
         eprintln!("{note}");
     }
+    if !drawn.is_empty() {
+        eprintln!(
+            "inputs: {} drawn at random (seed {})",
+            list_or_none(&drawn),
+            options.seed
+        );
+        fill_random_inputs(program, &sizes, options.seed, &mut inputs);
+    }
     let results = compiled.run(&Inputs::from(inputs)).map_err(failure)?.into_bindings();
     match &options.outputs {
         Some(dir) => {
@@ -382,9 +438,11 @@ fn run_script(program: &Program, options: &RunOptions) -> Result<(), Failure> {
             }
         }
         None => {
-            let width = results.keys().map(|k| k.len()).max().unwrap_or(0);
+            let width = results.keys().map(|k| k.chars().count()).max().unwrap_or(0);
             for (name, array) in &results {
-                println!("{name:width$}  {}", array.to_precision(program.precision));
+                // Padded by hand: a format width over 65535 panics, and names may be that long.
+                let pad = " ".repeat(width - name.chars().count());
+                println!("{name}{pad}  {}", array.to_precision(program.precision));
             }
         }
     }

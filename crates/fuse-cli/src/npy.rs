@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use ndarray::{ArrayD, IxDyn};
 use ndarray_npy::{ReadNpyExt, WriteNpyExt};
 
+use fuse::stages::fuse_core::program::{closest, list_or_none};
 use fuse::stages::fuse_core::{Bindings, HostArray, HostData, Precision, Program};
 
 /// Reads `DIR/<input>.npy` for every input of `program` that has such a file; returns the
@@ -25,6 +26,37 @@ pub fn read_inputs(program: &Program, dir: &Path) -> Result<(Bindings, Vec<PathB
         read.push(path);
     }
     Ok((arrays, read))
+}
+
+/// Why a run with `--inputs dir` cannot start: the files of `missing` are not there. Names the
+/// `.npy` files that are, with a did-you-mean where one is close to a missing name.
+pub fn missing_inputs(dir: &Path, missing: &[&str]) -> String {
+    let found: Vec<String> = std::fs::read_dir(dir)
+        .map(|entries| {
+            let mut names: Vec<String> = entries
+                .filter_map(|e| e.ok()?.file_name().into_string().ok())
+                .filter(|n| n.ends_with(".npy"))
+                .collect();
+            names.sort();
+            names
+        })
+        .unwrap_or_default();
+    let files: Vec<String> = missing.iter().map(|n| format!("{n}.npy")).collect();
+    let mut message = format!(
+        "--inputs {}: no {} for input{} {}",
+        dir.display(),
+        list_or_none(&files.iter().map(String::as_str).collect::<Vec<_>>()),
+        if missing.len() == 1 { "" } else { "s" },
+        list_or_none(missing),
+    );
+    let there: Vec<&str> = found.iter().map(String::as_str).collect();
+    message += &format!("; the folder has {}", list_or_none(&there));
+    for (name, file) in missing.iter().zip(&files) {
+        if let Some(near) = closest(file, found.iter().cloned()) {
+            message += &format!("; did you mean `{near}` for `{name}`?");
+        }
+    }
+    message + ". Give every input as DIR/<name>.npy, or draw some at random with --random NAME or --random-rest"
 }
 
 fn read_array(path: &Path, precision: Precision) -> Result<HostArray, String> {

@@ -1,11 +1,13 @@
 //! The `fuse` command is a thin layer over the `fuse` crate: `fuse run` on every backend
 //! without a GPU gives exactly the numbers a Rust user gets from `fuse::Backend` for the same
-//! script, sizes and seed, and says the same things about its choice.
+//! script, sizes and seed, and says the same things about its choice (then names the inputs
+//! it drew).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use fuse::stages::fuse_core::data::fill_random_inputs;
+use fuse::stages::fuse_core::program::list_or_none;
 use fuse::{Backend, Bindings, CompileOptions, Inputs, Script};
 use ndarray::ArrayD;
 use ndarray_npy::ReadNpyExt;
@@ -62,7 +64,16 @@ fn fuse_run_gives_the_numbers_and_notes_of_the_library() {
             let stderr = String::from_utf8_lossy(&out.stderr);
             assert!(out.status.success(), "{name} {backend}: {stderr}");
             let (want, notes) = library_run(&script, &backend.parse().unwrap(), m, n, seed);
-            assert_eq!(stderr.lines().collect::<Vec<_>>(), notes, "{name} {backend}: the notes");
+            let program = script.program();
+            let inputs: Vec<&str> = program
+                .inputs
+                .iter()
+                .map(|&v| program.values[v].variable.as_str())
+                .collect();
+            let drawn = format!("inputs: {} drawn at random (seed {seed})", list_or_none(&inputs));
+            let said: Vec<&str> = stderr.lines().collect();
+            assert_eq!(said[..said.len() - 1], notes, "{name} {backend}: the notes");
+            assert_eq!(said.last(), Some(&drawn.as_str()), "{name} {backend}");
             let stdout = String::from_utf8_lossy(&out.stdout);
             assert_eq!(stdout.lines().count(), want.len(), "{name} {backend}: {stdout}");
             for (output, array) in &want {

@@ -118,7 +118,13 @@ fn input_file_errors_are_clear() {
     let bicgk = script("bicgk.yaml");
     let sizes = ["--size", "m=3", "--size", "n=2"];
     let run = || {
-        let mut args = vec!["run", bicgk.as_str(), "--inputs", inputs.to_str().unwrap()];
+        let mut args = vec![
+            "run",
+            bicgk.as_str(),
+            "--inputs",
+            inputs.to_str().unwrap(),
+            "--random-rest",
+        ];
         args.extend(sizes);
         fuse(&args)
     };
@@ -163,10 +169,74 @@ fn never_overwrites_an_input_file() {
         "n=2",
         "--inputs",
         d,
+        "--random-rest",
         "--outputs",
         d,
     ]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("refusing to overwrite input"));
     assert_eq!(std::fs::read(&x).unwrap(), before);
+}
+
+#[test]
+fn a_missing_input_file_is_an_error_not_random_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let bicgk = script("bicgk.yaml");
+    let d = dir.path().to_str().unwrap();
+    let sizes = ["--size", "m=3", "--size", "n=2"];
+    let run = |extra: &[&str]| {
+        let mut args = vec!["run", bicgk.as_str(), "--inputs", d];
+        args.extend(sizes);
+        args.extend(extra);
+        fuse(&args)
+    };
+    // An empty folder: every input is missing.
+    let out = run(&[]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("no `A.npy`, `p.npy` and `r.npy` for inputs `A`, `p` and `r`"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("--random NAME or --random-rest"), "{stderr}");
+    // A misspelt file: named, with a did-you-mean.
+    write_npy(&dir.path().join("A.npy"), "<f4", &[3, 2], &[0; 24]);
+    write_npy(&dir.path().join("r.npy"), "<f4", &[3], &[0; 12]);
+    write_npy(&dir.path().join("P.npy"), "<f4", &[2], &[0; 8]);
+    let out = run(&[]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("no `p.npy` for input `p`"), "{stderr}");
+    assert!(stderr.contains("did you mean `P.npy` for `p`?"), "{stderr}");
+    // Asked for: drawn, and said so.
+    for extra in [&["--random", "p"][..], &["--random-rest"][..]] {
+        let out = run(extra);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{extra:?}: {stderr}");
+        assert!(stderr.contains("inputs: `p` drawn at random (seed 0)"), "{stderr}");
+    }
+    // --random of a file that is there draws it instead; of a name that is no input, an error.
+    let out = run(&["--random", "A", "--random", "p"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("inputs: `A` and `p` drawn at random"));
+    let out = run(&["--random", "q"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--random q: "));
+}
+
+#[test]
+fn an_output_name_of_any_length_is_summarised() {
+    let dir = tempfile::tempdir().unwrap();
+    let long = "y".repeat(70_000);
+    let path = dir.path().join("long.yaml");
+    let text = format!("sizes: {{n: 3}}\ninputs: {{x: [n]}}\noutputs: [{long}, z]\ncalls:\n  - {long} = sscal(2.0, x)\n  - z = sscal(3.0, x)\n");
+    std::fs::write(&path, text).unwrap();
+    let out = fuse(&["run", path.to_str().unwrap(), "--backend", "reference"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let z = stdout.lines().find(|l| l.starts_with('z')).unwrap();
+    assert!(
+        z.starts_with(&format!("z{}  ", " ".repeat(69_999))),
+        "the names line up"
+    );
 }

@@ -234,14 +234,12 @@ impl Library {
     }
 
     fn closest(&self, call: &str, precision: Precision) -> Option<String> {
-        self.functions
+        let names = self
+            .functions
             .values()
             .filter(|f| f.precisions.contains(&precision))
-            .map(|f| format!("{}{}", precision.prefix(), f.name))
-            .map(|name| (strsim::levenshtein(call, &name), name))
-            .filter(|(d, _)| *d <= 2)
-            .min()
-            .map(|(_, name)| name)
+            .map(|f| format!("{}{}", precision.prefix(), f.name));
+        crate::program::closest(call, names)
     }
 }
 

@@ -139,6 +139,16 @@ impl Program {
     }
 }
 
+/// The candidate nearest to `name` (case aside, at most two edits away), for a "did you mean".
+pub fn closest(name: &str, candidates: impl IntoIterator<Item = String>) -> Option<String> {
+    candidates
+        .into_iter()
+        .map(|c| (strsim::levenshtein(&name.to_lowercase(), &c.to_lowercase()), c))
+        .filter(|(d, _)| *d <= 2)
+        .min()
+        .map(|(_, c)| c)
+}
+
 /// `a, b and c`, or `none`.
 pub fn list_or_none(items: &[&str]) -> String {
     match items {
