@@ -226,6 +226,18 @@ fn malformed_library_file_is_named() {
         stderr.contains(&format!("{}: `gemv` form 1: signature", bad.display())),
         "{stderr}"
     );
+    // A library literal that is not finite is refused where it is written, as in scripts.
+    std::fs::copy(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../library/gemv.yaml"), &bad).unwrap();
+    let scal = lib.path().join("scal.yaml");
+    let text = std::fs::read_to_string(&scal).unwrap();
+    std::fs::write(&scal, text.replace("a * x[i]", "1e999 * x[i]")).unwrap();
+    let out = fuse(&["functions", "--library", lib.path().to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&scal.display().to_string()) && stderr.contains("literal `1e999` is not a finite number"),
+        "{stderr}"
+    );
 }
 
 #[test]

@@ -276,7 +276,12 @@ fn tokenize(text: &str) -> Result<Vec<Token>, String> {
                 i += 1;
             }
             let s: String = chars[start..i].iter().collect();
-            tokens.push(Token::Number(s.parse().map_err(|_| format!("`{s}` is not a number"))?));
+            let value: f64 = s.parse().map_err(|_| format!("`{s}` is not a number"))?;
+            // As for script literals: an infinite constant has no meaning in generated code.
+            if !value.is_finite() {
+                return Err(format!("literal `{s}` is not a finite number"));
+            }
+            tokens.push(Token::Number(value));
         } else if c.is_ascii_alphabetic() || c == '_' {
             let start = i;
             while i < chars.len() && (chars[i].is_ascii_alphanumeric() || chars[i] == '_') {
@@ -601,6 +606,7 @@ mod tests {
             ("out[i] = foo(y[i])", "unknown function"),
             ("out[i] = y[i] +", "expected an operand"),
             ("out[i] = y[i] $", "unexpected character"),
+            ("out[i] = 1e999 * y[i]", "literal `1e999` is not a finite number"),
         ];
         for (text, want) in cases {
             let err = parse_formula(text, &s).unwrap_err();
