@@ -24,7 +24,7 @@ use fuse::stages::fuse_core::{script, DataGraph};
 use fuse::{Bindings, CompileOptions, Inputs, Library, Program, Sizes};
 
 use args::{load, parse_size};
-use failure::{bad_input, failure, Failure};
+use failure::{bad_input, failure, Failure, EXIT_NO_DEVICE};
 
 #[derive(Parser)]
 #[command(
@@ -249,11 +249,27 @@ impl From<Backend> for fuse::Backend {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    let alternative = cli.command.without_a_gpu();
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(f) => {
-            eprintln!("error: {}", f.message);
+            let advice = match alternative {
+                Some(a) if f.code == EXIT_NO_DEVICE => format!(", or {a}"),
+                _ => String::new(),
+            };
+            eprintln!("error: {}{advice}", f.message);
             ExitCode::from(f.code)
+        }
+    }
+}
+
+impl Command {
+    /// What the subcommand can do instead when no GPU is usable.
+    fn without_a_gpu(&self) -> Option<&'static str> {
+        match self {
+            Command::Run { .. } | Command::Bench(_) | Command::Calibrate(_) => Some("use --backend cpu"),
+            Command::Selftest(_) => Some("use --backend emulate"),
+            _ => None,
         }
     }
 }

@@ -128,6 +128,14 @@ fn shape_mismatch() {
     );
     let e = check_fails(&BICGK.replace("sgemv(A, p)", "sgemv(p, A)"));
     assert_message(&e, 10, 15, &["`p` is a vector [n]", "parameter `A` is a matrix"]);
+    let text = "sizes: {n: 4}\ninputs: {x: [n], alpha: scalar}\noutputs: [y]\ncalls:\n  - y = saxpy(x, alpha, x)\n";
+    let e = check_fails(text);
+    assert_message(&e, 5, 15, &["`x` is a vector [n] but parameter `a` is a scalar"]);
+    let e = check_fails(&text.replace("saxpy(x, alpha, x)", "saxpy(alpha, alpha, x)"));
+    assert!(
+        e.contains("`alpha` is a scalar but parameter `x` is a vector [n]"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -227,7 +235,11 @@ fn malformed_library_file_is_named() {
         "{stderr}"
     );
     // A library literal that is not finite is refused where it is written, as in scripts.
-    std::fs::copy(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../library/gemv.yaml"), &bad).unwrap();
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../library/gemv.yaml"),
+        &bad,
+    )
+    .unwrap();
     let scal = lib.path().join("scal.yaml");
     let text = std::fs::read_to_string(&scal).unwrap();
     std::fs::write(&scal, text.replace("a * x[i]", "1e999 * x[i]")).unwrap();

@@ -516,12 +516,11 @@ impl<'a> Checker<'a> {
         let shape = &self.program.values[v].shape;
         if shape.rank() != param.shape.rank() {
             return Err(format!(
-                "`{}` is a {} {shape} but parameter `{}` is a {} {}",
+                "`{}` is {} but parameter `{}` is {}",
                 token.text,
-                shape.kind_name(),
+                shape.described(),
                 param.name,
-                param.shape.kind_name(),
-                param.shape
+                param.shape.described(),
             ));
         }
         Ok(Arg::Value(v))

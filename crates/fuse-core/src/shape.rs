@@ -85,6 +85,14 @@ impl Shape {
     }
 
     /// A word for messages: `scalar`, `vector`, `matrix`.
+    /// `a scalar`, `a vector [n]`, `a matrix [m, n]`: the shape in a sentence.
+    pub fn described(&self) -> String {
+        match self {
+            Shape::Scalar => "a scalar".to_string(),
+            other => format!("a {} {other}", other.kind_name()),
+        }
+    }
+
     pub fn kind_name(&self) -> &'static str {
         match self {
             Shape::Scalar => "scalar",

@@ -13,7 +13,7 @@ pub enum CudaError {
     /// libcuda (the NVIDIA driver's library) does not load: no NVIDIA driver on this machine.
     #[error(
         "no NVIDIA GPU driver here: libcuda.so.1 does not load ({}). Run on a machine with an NVIDIA GPU \
-         and driver, set {env} to libcuda.so.1, or use --backend cpu",
+         and driver, or set {env} to libcuda.so.1",
         summary(.0),
         env = crate::env_vars::DRIVER_ENV
     )]
@@ -192,6 +192,6 @@ mod tests {
             text.contains("searched /nowhere/libcuda.so.1 (no such file), the system loader"),
             "{text}"
         );
-        assert!(text.contains("--backend cpu") && err.is_unavailable(), "{text}");
+        assert!(text.contains("FUSE_CUDA_LIB") && err.is_unavailable(), "{text}");
     }
 }
