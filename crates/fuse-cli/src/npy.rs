@@ -92,6 +92,9 @@ pub fn write_outputs(
     dir: &Path,
     protected: &[PathBuf],
 ) -> Result<Vec<PathBuf>, String> {
+    if dir.exists() && !dir.is_dir() {
+        return Err(format!("--outputs {}: is a file, not a folder", dir.display()));
+    }
     std::fs::create_dir_all(dir).map_err(|e| format!("--outputs {}: {e}", dir.display()))?;
     let targets: Vec<(PathBuf, &HostArray)> = outputs
         .iter()

@@ -158,4 +158,10 @@ fn a_malformed_timing_table_is_a_clear_error() {
     let out = fuse(&["explore", "scripts/bicgk.yaml", "--timings", "no/such/table.yaml"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("no/such/table.yaml"));
+    // Some other file: named, its contents not echoed.
+    std::fs::write(&path, "secret line one\nsecret line two\n").unwrap();
+    let out = fuse(&["explore", "scripts/bicgk.yaml", "--timings", path.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("bad.yaml: not a timing table") && !err.contains("secret"), "{err}");
 }

@@ -220,6 +220,13 @@ impl TimingTable {
             file: file.to_string(),
             message,
         };
+        // A file that is not a mapping at all (a wrong path) is named, not echoed back.
+        if matches!(serde_yaml::from_str(text), Ok(v) if !matches!(v, serde_yaml::Value::Mapping(_))) {
+            return Err(err(
+                "not a timing table (a YAML mapping with `format`, `device`, `peaks`, …; see library/timings/)"
+                    .to_string(),
+            ));
+        }
         let mut table: TimingTable = serde_yaml::from_str(text).map_err(|e| {
             let at = e.location().map(|l| format!("{}:{}: ", l.line(), l.column()));
             err(format!("{}malformed timing table: {e}", at.unwrap_or_default()))
@@ -437,6 +444,7 @@ mod tests {
     fn malformed_tables_name_the_file_and_the_problem() {
         let cases = [
             ("format: [", "malformed timing table"),
+            ("root:x:0:0:root:/root:/bin/bash", "not a timing table"),
             (&BUILTIN_TEXT.replace("format: 1", "format: 7") as &str, "format 7"),
             (&BUILTIN_TEXT.replace("sms: 132", "sms: 0"), "device.sms must be positive"),
             (&BUILTIN_TEXT.replace("bandwidth_gb_s: 3000", "bandwidth_gb_s: -1"), "model.bandwidth_gb_s"),
