@@ -163,5 +163,8 @@ fn a_malformed_timing_table_is_a_clear_error() {
     let out = fuse(&["explore", "scripts/bicgk.yaml", "--timings", path.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("bad.yaml: not a timing table") && !err.contains("secret"), "{err}");
+    assert!(
+        err.contains("bad.yaml: not a timing table") && !err.contains("secret"),
+        "{err}"
+    );
 }

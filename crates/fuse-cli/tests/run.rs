@@ -246,7 +246,14 @@ fn outputs_naming_a_file_is_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("notes.txt");
     std::fs::write(&file, "mine").unwrap();
-    let out = fuse(&["run", &script("sscal.yaml"), "--size", "n=3", "--outputs", file.to_str().unwrap()]);
+    let out = fuse(&[
+        "run",
+        &script("sscal.yaml"),
+        "--size",
+        "n=3",
+        "--outputs",
+        file.to_str().unwrap(),
+    ]);
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("notes.txt: is a file, not a folder"), "{stderr}");

@@ -295,6 +295,12 @@ fn tokenize(text: &str) -> Result<Vec<Token>, String> {
     Ok(tokens)
 }
 
+/// Parentheses, calls and negations a formula may nest: every stage walks formulas
+/// recursively, and deeper nesting would overflow its stack.
+const MAX_NESTING: usize = 64;
+/// Operations (`+ - * /`) a formula may have: a flat chain of them is a tree as deep.
+const MAX_OPERATIONS: usize = 1000;
+
 struct Parser<'s> {
     tokens: Vec<Token>,
     pos: usize,
@@ -302,6 +308,9 @@ struct Parser<'s> {
     indices: Vec<IndexVar>,
     /// Index variables that may appear at this point (the result's and enclosing sums').
     free: Vec<usize>,
+    /// Subexpressions open at this point, and operations so far.
+    nesting: usize,
+    operations: usize,
 }
 
 impl<'s> Parser<'s> {
@@ -312,7 +321,29 @@ impl<'s> Parser<'s> {
             signature: None,
             indices: Vec::new(),
             free: Vec::new(),
+            nesting: 0,
+            operations: 0,
         })
+    }
+
+    /// Runs `parse` one level deeper, refusing nesting past [`MAX_NESTING`].
+    fn nested(&mut self, parse: impl FnOnce(&mut Self) -> Result<Expr, String>) -> Result<Expr, String> {
+        if self.nesting == MAX_NESTING {
+            return Err(format!("the formula nests more than {MAX_NESTING} levels deep"));
+        }
+        self.nesting += 1;
+        let e = parse(self);
+        self.nesting -= 1;
+        e
+    }
+
+    /// `lhs op rhs`, refusing more than [`MAX_OPERATIONS`] in the formula.
+    fn binary(&mut self, op: BinOp, lhs: Expr, rhs: Expr) -> Result<Expr, String> {
+        self.operations += 1;
+        if self.operations > MAX_OPERATIONS {
+            return Err(format!("the formula has more than {MAX_OPERATIONS} operations"));
+        }
+        Ok(Expr::Binary(op, Box::new(lhs), Box::new(rhs)))
     }
 
     fn peek(&self) -> Option<&Token> {
@@ -375,7 +406,8 @@ impl<'s> Parser<'s> {
         let mut lhs = self.term()?;
         while let Some(Token::Op(op @ (BinOp::Add | BinOp::Sub))) = self.peek().cloned() {
             self.pos += 1;
-            lhs = Expr::Binary(op, Box::new(lhs), Box::new(self.term()?));
+            let rhs = self.term()?;
+            lhs = self.binary(op, lhs, rhs)?;
         }
         Ok(lhs)
     }
@@ -384,23 +416,24 @@ impl<'s> Parser<'s> {
         let mut lhs = self.unary()?;
         while let Some(Token::Op(op @ (BinOp::Mul | BinOp::Div))) = self.peek().cloned() {
             self.pos += 1;
-            lhs = Expr::Binary(op, Box::new(lhs), Box::new(self.unary()?));
+            let rhs = self.unary()?;
+            lhs = self.binary(op, lhs, rhs)?;
         }
         Ok(lhs)
     }
 
     fn unary(&mut self) -> Result<Expr, String> {
         if self.eat(&Token::Op(BinOp::Sub)) {
-            return Ok(Expr::Neg(Box::new(self.unary()?)));
+            return self.nested(|p| Ok(Expr::Neg(Box::new(p.unary()?))));
         }
         match self.next() {
             Some(Token::Number(v)) => Ok(Expr::Number(v)),
-            Some(Token::LParen) => {
-                let e = self.expr()?;
-                self.expect(&Token::RParen)?;
+            Some(Token::LParen) => self.nested(|p| {
+                let e = p.expr()?;
+                p.expect(&Token::RParen)?;
                 Ok(e)
-            }
-            Some(Token::Ident(name)) => self.named(name),
+            }),
+            Some(Token::Ident(name)) => self.nested(|p| p.named(name)),
             got => Err(format!("expected an operand, found {}", describe(got.as_ref()))),
         }
     }
@@ -607,6 +640,15 @@ mod tests {
             ("out[i] = y[i] +", "expected an operand"),
             ("out[i] = y[i] $", "unexpected character"),
             ("out[i] = 1e999 * y[i]", "literal `1e999` is not a finite number"),
+            (
+                &format!("out[i] = {}y[i]{}", "(".repeat(10_000), ")".repeat(10_000)),
+                "more than 64 levels",
+            ),
+            (&format!("out[i] = {}y[i]", "-".repeat(10_000)), "more than 64 levels"),
+            (
+                &format!("out[i] = y[i]{}", " + y[i]".repeat(100_000)),
+                "more than 1000 operations",
+            ),
         ];
         for (text, want) in cases {
             let err = parse_formula(text, &s).unwrap_err();
