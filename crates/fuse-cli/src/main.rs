@@ -19,7 +19,7 @@ use std::sync::Arc;
 use clap::{Parser, Subcommand, ValueEnum};
 
 use fuse::stages::fuse_core::data::{check_inputs_given, fill_random_inputs};
-use fuse::stages::fuse_core::program::list_or_none;
+use fuse::stages::fuse_core::wording::list_or_none;
 use fuse::stages::fuse_core::{script, DataGraph};
 use fuse::{Bindings, CompileOptions, Inputs, Library, Program, Sizes};
 

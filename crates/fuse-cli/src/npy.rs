@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use ndarray::{ArrayD, IxDyn};
 use ndarray_npy::{ReadNpyExt, WriteNpyExt};
 
-use fuse::stages::fuse_core::program::{closest, list_or_none};
+use fuse::stages::fuse_core::wording::{closest, list_or_none};
 use fuse::stages::fuse_core::{Bindings, HostArray, HostData, Precision, Program};
 
 /// Reads `DIR/<input>.npy` for every input of `program` that has such a file; returns the

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use fuse::stages::fuse_core::data::fill_random_inputs;
-use fuse::stages::fuse_core::program::list_or_none;
+use fuse::stages::fuse_core::wording::list_or_none;
 use fuse::{Backend, Bindings, CompileOptions, Inputs, Script};
 use ndarray::ArrayD;
 use ndarray_npy::ReadNpyExt;

@@ -35,6 +35,7 @@ pub mod script;
 pub mod shape;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
+pub mod wording;
 
 pub use data::{BindError, Bindings, HostArray, HostData};
 pub use error::{Diagnostic, Error, Location, Result};

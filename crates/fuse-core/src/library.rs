@@ -239,7 +239,7 @@ impl Library {
             .values()
             .filter(|f| f.precisions.contains(&precision))
             .map(|f| format!("{}{}", precision.prefix(), f.name));
-        crate::program::closest(call, names)
+        crate::wording::closest(call, names)
     }
 }
 

@@ -6,6 +6,7 @@ use std::fmt;
 use crate::error::{Error, Location, Result};
 use crate::library::{Form, HigherOrderKind};
 use crate::shape::{Precision, Shape, Sizes};
+use crate::wording::list_or_none;
 
 /// Index of a value in [`Program::values`].
 pub type ValueId = usize;
@@ -136,28 +137,6 @@ impl Program {
             .chain(&self.outputs)
             .map(|&v| sizes.array_bytes(&self.values[v].shape, self.precision).unwrap_or(0))
             .sum()
-    }
-}
-
-/// The candidate nearest to `name` (case aside, at most two edits away), for a "did you mean".
-pub fn closest(name: &str, candidates: impl IntoIterator<Item = String>) -> Option<String> {
-    candidates
-        .into_iter()
-        .map(|c| (strsim::levenshtein(&name.to_lowercase(), &c.to_lowercase()), c))
-        .filter(|(d, _)| *d <= 2)
-        .min()
-        .map(|(_, c)| c)
-}
-
-/// `a, b and c`, or `none`.
-pub fn list_or_none(items: &[&str]) -> String {
-    match items {
-        [] => "none".to_string(),
-        [one] => format!("`{one}`"),
-        [init @ .., last] => {
-            let init: Vec<String> = init.iter().map(|s| format!("`{s}`")).collect();
-            format!("{} and `{last}`", init.join(", "))
-        }
     }
 }
 

@@ -13,8 +13,9 @@ use marked_yaml::{loader::LoaderOptions, LoadError, Marker, Node};
 use crate::error::{Diagnostic, Error, Location, Result};
 use crate::formula::Param;
 use crate::library::{Library, LookupError};
-use crate::program::{list_or_none, Arg, Call, Program, Value, ValueId};
+use crate::program::{Arg, Call, Program, Value, ValueId};
 use crate::shape::{is_identifier, Precision, Shape, Sizes};
+use crate::wording::list_or_none;
 
 const TOP_LEVEL_KEYS: [&str; 6] = ["name", "precision", "sizes", "inputs", "outputs", "calls"];
 

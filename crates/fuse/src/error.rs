@@ -182,5 +182,5 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// `a, b and c`, or `none`, with names in backquotes.
 pub(crate) fn list<S: AsRef<str>>(items: &[S]) -> String {
     let refs: Vec<&str> = items.iter().map(AsRef::as_ref).collect();
-    fuse_core::program::list_or_none(&refs)
+    fuse_core::wording::list_or_none(&refs)
 }

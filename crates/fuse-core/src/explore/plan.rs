@@ -164,6 +164,17 @@ pub struct PlanCount {
     pub exact: bool,
 }
 
+impl PlanCount {
+    /// `count` plans, all of them if the search stayed `within_budget` — unless the count
+    /// saturated, which makes it a lower bound.
+    fn new(count: u128, within_budget: bool) -> Self {
+        PlanCount {
+            count,
+            exact: within_budget && count < u128::MAX,
+        }
+    }
+}
+
 impl std::fmt::Display for PlanCount {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match (self.exact, self.count) {
@@ -636,10 +647,7 @@ pub(crate) fn count(ex: &Exploration, budget: usize) -> PlanCount {
     let mut visited = 0usize;
     let root = Partial::empty(ex.context.calls());
     let count = count_from(&search, &root, budget, &mut visited);
-    PlanCount {
-        count,
-        exact: visited <= budget,
-    }
+    PlanCount::new(count, visited <= budget)
 }
 
 fn count_from(search: &Search, p: &Partial, budget: usize, visited: &mut usize) -> u128 {
@@ -657,4 +665,16 @@ fn count_from(search: &Search, p: &Partial, budget: usize, visited: &mut usize) 
         total = total.saturating_add(options.saturating_mul(count_from(search, &next, budget, visited)));
     }
     total
+}
+
+#[cfg(test)]
+mod tests {
+    use super::PlanCount;
+
+    #[test]
+    fn a_saturated_count_is_a_lower_bound() {
+        assert_eq!(PlanCount::new(u128::MAX, true).to_string(), "more than 10^38");
+        assert_eq!(PlanCount::new(12, true).to_string(), "12");
+        assert_eq!(PlanCount::new(12, false).to_string(), "more than 12");
+    }
 }
