@@ -94,15 +94,28 @@ pub fn compile(program: &Program, sizes: &Sizes, library: &Library, args: &Compi
             print!("{report}");
             Ok(())
         }
+        // Named explicitly and not loadable: the setting is wrong, so say where it points.
+        Err(e @ (NvrtcError::NotFound { .. } | NvrtcError::Conflict { .. })) if nvrtc_named() => {
+            Err(bad_input(format!("{}: {e}", nvrtc::LIB_ENV)))
+        }
         Err(NvrtcError::NotFound { .. }) => {
             eprintln!("note: NVRTC is not available here, so the source was written but not compiled (set FUSE_NVRTC_LIB; see tests/requirements.txt)");
             Ok(())
         }
-        Err(e) => Err(Failure {
+        Err(e @ (NvrtcError::Compile { .. } | NvrtcError::InvalidInput(_))) => Err(Failure {
             code: 1,
             message: format!("generated source failed to compile (a fuse bug, please report): {e}"),
         }),
+        Err(e) => Err(Failure {
+            code: 1,
+            message: format!("NVRTC: {e}"),
+        }),
     }
+}
+
+/// Whether the user named an NVRTC library (`FUSE_NVRTC_LIB`).
+fn nvrtc_named() -> bool {
+    std::env::var_os(nvrtc::LIB_ENV).is_some_and(|v| !v.is_empty())
 }
 
 fn resource_report(resources: &[nvrtc::KernelResources]) -> String {

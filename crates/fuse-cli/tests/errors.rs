@@ -289,3 +289,28 @@ fn missing_sections() {
     let e = check_fails(&BICGK.replace("outputs: [q, s]\n", ""));
     assert_message(&e, 1, 1, &["missing `outputs`"]);
 }
+
+#[test]
+fn a_wrong_nvrtc_setting_names_the_path() {
+    let out_dir = tempfile::tempdir().unwrap();
+    let not_nvrtc = out_dir.path().join("notes.txt");
+    std::fs::write(&not_nvrtc, "not a library").unwrap();
+    for (setting, why) in [
+        ("/no/such/libnvrtc.so".to_string(), "(no such file)"),
+        (not_nvrtc.display().to_string(), ""),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_fuse"))
+            .args(["compile", "../../scripts/sscal.yaml", "-o"])
+            .arg(out_dir.path().join("out"))
+            .env("FUSE_NVRTC_LIB", &setting)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{setting}: {stderr}");
+        assert!(
+            stderr.contains("FUSE_NVRTC_LIB") && stderr.contains(&setting) && stderr.contains(why),
+            "{stderr}"
+        );
+        assert!(!stderr.contains("fuse bug"), "{stderr}");
+    }
+}
