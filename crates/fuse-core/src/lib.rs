@@ -23,6 +23,7 @@
 //! assert_eq!(graph.edges().count(), 1); // both calls read A
 //! ```
 
+pub mod cache;
 pub mod data;
 pub mod error;
 pub mod explore;

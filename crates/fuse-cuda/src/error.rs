@@ -75,6 +75,9 @@ pub enum CudaError {
     /// A malformed timing table.
     #[error(transparent)]
     Timing(#[from] TimingError),
+    /// A cache folder someone else could write, or one that cannot be made.
+    #[error(transparent)]
+    Cache(#[from] fuse_core::cache::CacheError),
     /// A timing table measured on another function library.
     #[error(
         "{file} was calibrated with another function library ({table}, this one is {library}): \

@@ -223,7 +223,7 @@ impl TuneCache {
             message: e.to_string(),
         })?;
         let dir = self.path.parent().unwrap_or(Path::new("."));
-        std::fs::create_dir_all(dir).map_err(io(dir))?;
+        fuse_core::cache::private_dir(dir)?;
         let temporary = self.path.with_extension(format!("tmp{}", std::process::id()));
         std::fs::write(&temporary, text).map_err(io(&temporary))?;
         std::fs::rename(&temporary, &self.path).map_err(io(&self.path))

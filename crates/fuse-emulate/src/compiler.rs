@@ -1,8 +1,10 @@
-//! Building an emulated module with the host C++ compiler, cached by content hash.
+//! Building an emulated module with the host C++ compiler, cached under fuse's per-user cache
+//! root (`emulate/`, a folder only this user can write: its modules are loaded and run) and
+//! named by the SHA-256 of everything that determines them.
 
 use crate::error::EmulateError;
 use crate::headers::CUDA_EMU_HEADER;
-use std::hash::{DefaultHasher, Hash, Hasher};
+use fuse_core::cache::{cache_root, entry_name, private_dir};
 use std::io::{ErrorKind, Write};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -28,8 +30,19 @@ pub(crate) fn build(source: &str, defines: &[(String, String)]) -> Result<PathBu
     let header = write_once(&dir, "h", CUDA_EMU_HEADER)?;
     let mut tried = Vec::new();
     for compiler in compilers() {
-        let key = hash(&(CUDA_EMU_HEADER, &compiler, FLAGS, &define_flags, source));
-        let library = dir.join(format!("{key:016x}.so"));
+        let command = [
+            &[compiler.program.clone()],
+            &compiler.args[..],
+            &FLAGS.map(String::from),
+            &define_flags[..],
+        ]
+        .concat();
+        let key = entry_name(&[
+            CUDA_EMU_HEADER.as_bytes(),
+            command.join("\0").as_bytes(),
+            source.as_bytes(),
+        ]);
+        let library = dir.join(format!("{key}.so"));
         if library.exists() {
             return Ok(library);
         }
@@ -50,7 +63,6 @@ pub(crate) fn build(source: &str, defines: &[(String, String)]) -> Result<PathBu
 }
 
 /// A compiler program with leading arguments (as in `CXX="ccache g++"`).
-#[derive(Hash)]
 struct Compiler {
     program: String,
     args: Vec<String>,
@@ -88,22 +100,14 @@ fn define_flag(name: &str, value: &str) -> Result<String, EmulateError> {
     Ok(format!("-D{name}={value}"))
 }
 
-fn hash(value: &impl Hash) -> u64 {
-    let mut hasher = DefaultHasher::new();
-    value.hash(&mut hasher);
-    hasher.finish()
-}
-
 fn cache_dir() -> Result<PathBuf, EmulateError> {
-    let dir = std::env::temp_dir().join("fuse-emulate");
-    std::fs::create_dir_all(&dir).map_err(io(format!("creating {}", dir.display())))?;
-    Ok(dir)
+    Ok(private_dir(&cache_root().join("emulate"))?)
 }
 
 /// Writes `text` to `<hash>.<ext>` in `dir` unless present; atomic, so that concurrent
 /// processes never see half a file.
 fn write_once(dir: &Path, ext: &str, text: &str) -> Result<PathBuf, EmulateError> {
-    let path = dir.join(format!("{:016x}.{ext}", hash(&text)));
+    let path = dir.join(format!("{}.{ext}", entry_name(&[text.as_bytes()])));
     if path.exists() {
         return Ok(path);
     }

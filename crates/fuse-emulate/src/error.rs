@@ -19,6 +19,9 @@ pub enum EmulateError {
         /// The compiler's diagnostics.
         message: String,
     },
+    /// The module cache folder is not this user's alone, or cannot be made.
+    #[error(transparent)]
+    Cache(#[from] fuse_core::cache::CacheError),
     /// A file operation on the module cache failed.
     #[error("{context}: {source}")]
     Io {

@@ -32,7 +32,8 @@
 //! ```
 //!
 //! The host compiler is `$CXX` if set, else `c++`, else `g++` (C++20). Built modules are
-//! cached by content hash under `$TMPDIR/fuse-emulate`.
+//! cached under `emulate/` in fuse's per-user cache root (`fuse_core::cache`: a folder
+//! only this user can write, entries named by SHA-256; a damaged entry is rebuilt).
 
 mod arg;
 mod compiler;

@@ -69,7 +69,14 @@ impl EmulatedModule {
     /// Compiles `source` with the host C++ compiler (cached) and loads it.
     pub fn compile_with(source: &str, options: &EmulateOptions) -> Result<EmulatedModule, EmulateError> {
         let path = compiler::build(source, &options.defines)?;
-        let first = load(&path)?;
+        // A cached module that does not load (truncated by a crash, say) is rebuilt once.
+        let first = match load(&path) {
+            Ok(first) => first,
+            Err(_) => {
+                std::fs::remove_file(&path).ok();
+                load(&compiler::build(source, &options.defines)?)?
+            }
+        };
         // SAFETY: the header defines this symbol with this type; it returns a static string.
         let kernels = unsafe { call_text(&first, "fuse_emu_kernels") }?;
         let workers = match options.workers {
