@@ -96,9 +96,13 @@ fuse run scripts/bicgk.yaml --inputs in/ --random r\n  fuse run scripts/bicgk.ya
         /// Folder with input arrays as <name>.npy.
         #[arg(long, value_name = "DIR")]
         inputs: Option<PathBuf>,
-        /// Folder to write outputs to as <name>.npy (created if missing).
+        /// Folder to write outputs to as <name>.npy (created if missing); all are written, or
+        /// none.
         #[arg(long, value_name = "DIR")]
         outputs: Option<PathBuf>,
+        /// With --outputs: replace files in the way that are not .npy arrays.
+        #[arg(long)]
+        force: bool,
         /// Seed for inputs drawn at random.
         #[arg(long, default_value_t = 0)]
         seed: u64,
@@ -295,6 +299,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
             sizes,
             inputs,
             outputs,
+            force,
             seed,
             random,
             random_rest,
@@ -308,6 +313,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
                 plan_sizes,
                 inputs,
                 outputs,
+                force,
                 seed,
                 random,
                 random_rest,
@@ -370,6 +376,7 @@ struct RunOptions<'a> {
     plan_sizes: Vec<(String, usize)>,
     inputs: Option<PathBuf>,
     outputs: Option<PathBuf>,
+    force: bool,
     seed: u64,
     random: Vec<String>,
     random_rest: bool,
@@ -448,7 +455,8 @@ fn run_script(program: &Program, options: &RunOptions) -> Result<(), Failure> {
     let results = compiled.run(&Inputs::from(inputs)).map_err(failure)?.into_bindings();
     match &options.outputs {
         Some(dir) => {
-            let written = npy::write_outputs(&results, program.precision, dir, &read).map_err(bad_input)?;
+            let written =
+                npy::write_outputs(&results, program.precision, dir, &read, options.force).map_err(bad_input)?;
             for path in written {
                 println!("wrote {}", path.display());
             }

@@ -1,5 +1,6 @@
 //! Reading inputs from and writing outputs to `.npy` files (numpy's format), one per name.
 
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use ndarray::{ArrayD, IxDyn};
@@ -83,14 +84,17 @@ fn read_array(path: &Path, precision: Precision) -> Result<HostArray, String> {
     })
 }
 
-/// Writes each array as `DIR/<name>.npy` in `precision`, creating `DIR`. Each file is written
-/// beside its final name and renamed into place, so a failure never leaves half a file, and a
-/// file listed in `protected` (an input just read) is never overwritten.
+/// Writes each array as `DIR/<name>.npy` in `precision`, creating `DIR`: all or nothing. Every
+/// array is written to a temporary file in `DIR` first, and only when all are written are they
+/// renamed into place, so a failure leaves the folder as it was. A file listed in `protected`
+/// (an input just read) is never overwritten, nor — unless `force` — a file in the way that is
+/// not a `.npy` array.
 pub fn write_outputs(
     outputs: &Bindings,
     precision: Precision,
     dir: &Path,
     protected: &[PathBuf],
+    force: bool,
 ) -> Result<Vec<PathBuf>, String> {
     if dir.exists() && !dir.is_dir() {
         return Err(format!("--outputs {}: is a file, not a folder", dir.display()));
@@ -101,19 +105,46 @@ pub fn write_outputs(
         .map(|(name, a)| (dir.join(format!("{name}.npy")), a))
         .collect();
     for (path, _) in &targets {
-        if protected.iter().any(|p| same_file(p, path)) {
-            return Err(format!(
-                "refusing to overwrite input {}: write outputs to another folder than --inputs",
-                path.display()
-            ));
-        }
+        check_target(path, protected, force)?;
+    }
+    let mut staged = Vec::new();
+    for (path, array) in &targets {
+        staged.push(stage_array(dir, path, &array.to_precision(precision))?);
     }
     let mut written = Vec::new();
-    for (path, array) in targets {
-        write_array(&path, &array.to_precision(precision))?;
+    for ((path, _), file) in targets.into_iter().zip(staged) {
+        file.persist(&path)
+            .map_err(|e| format!("cannot write {}: {}", path.display(), e.error))?;
         written.push(path);
     }
     Ok(written)
+}
+
+/// Whether an output may replace what is at `path`.
+fn check_target(path: &Path, protected: &[PathBuf], force: bool) -> Result<(), String> {
+    if protected.iter().any(|p| same_file(p, path)) {
+        return Err(format!(
+            "refusing to overwrite input {}: write outputs to another folder than --inputs",
+            path.display()
+        ));
+    }
+    if path.is_dir() {
+        return Err(format!("cannot write {}: a folder is in the way", path.display()));
+    }
+    let is_npy = |p: &Path| {
+        let mut magic = [0u8; 6];
+        std::fs::File::open(p)
+            .and_then(|mut f| f.read_exact(&mut magic))
+            .is_ok()
+            && &magic == b"\x93NUMPY"
+    };
+    if path.exists() && !force && !is_npy(path) {
+        return Err(format!(
+            "refusing to overwrite {}: it is not a .npy array (--force replaces it)",
+            path.display()
+        ));
+    }
+    Ok(())
 }
 
 fn same_file(a: &Path, b: &Path) -> bool {
@@ -123,10 +154,15 @@ fn same_file(a: &Path, b: &Path) -> bool {
     }
 }
 
-fn write_array(path: &Path, array: &HostArray) -> Result<(), String> {
-    let partial = path.with_extension("npy.partial");
+/// `array` in `.npy` format in a temporary file of `dir`, to be renamed to `path`; removed if
+/// dropped instead.
+fn stage_array(dir: &Path, path: &Path, array: &HostArray) -> Result<tempfile::NamedTempFile, String> {
     let err = |e: String| format!("cannot write {}: {e}", path.display());
-    let file = std::fs::File::create(&partial).map_err(|e| err(e.to_string()))?;
+    let staged = tempfile::Builder::new()
+        .prefix(".fuse-output-")
+        .tempfile_in(dir)
+        .map_err(|e| err(e.to_string()))?;
+    let file = staged.reopen().map_err(|e| err(e.to_string()))?;
     let shape = IxDyn(&array.dims);
     let written = match &array.data {
         HostData::F32(v) => ArrayD::from_shape_vec(shape, v.clone())
@@ -137,5 +173,5 @@ fn write_array(path: &Path, array: &HostArray) -> Result<(), String> {
             .write_npy(file),
     };
     written.map_err(|e| err(e.to_string()))?;
-    std::fs::rename(&partial, path).map_err(|e| err(e.to_string()))
+    Ok(staged)
 }

@@ -259,3 +259,47 @@ fn outputs_naming_a_file_is_a_clear_error() {
     assert!(stderr.contains("notes.txt: is a file, not a folder"), "{stderr}");
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "mine");
 }
+
+#[test]
+fn outputs_are_all_or_nothing_and_never_replace_a_stranger() {
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().join("out");
+    std::fs::create_dir(&out_dir).unwrap();
+    let bicgk = script("bicgk.yaml");
+    let run = |extra: &[&str]| {
+        let mut args = vec!["run", bicgk.as_str(), "--size", "m=3", "--size", "n=2", "--outputs"];
+        args.push(out_dir.to_str().unwrap());
+        args.extend(extra);
+        fuse(&args)
+    };
+    let listing = || {
+        let mut names: Vec<String> = std::fs::read_dir(&out_dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    };
+    // q can be written, s cannot (a folder is in the way): neither is, nothing is left behind.
+    write_npy(&out_dir.join("q.npy"), "<f4", &[3], &[0; 12]);
+    let before = std::fs::read(out_dir.join("q.npy")).unwrap();
+    std::fs::create_dir(out_dir.join("s.npy")).unwrap();
+    let out = run(&[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("a folder is in the way"));
+    assert_eq!(std::fs::read(out_dir.join("q.npy")).unwrap(), before);
+    assert_eq!(listing(), ["q.npy", "s.npy"]);
+    // A file that is not an array is the user's: kept, unless --force.
+    std::fs::remove_dir(out_dir.join("s.npy")).unwrap();
+    std::fs::write(out_dir.join("s.npy"), "my notes").unwrap();
+    let out = run(&[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("it is not a .npy array (--force replaces it)"));
+    assert_eq!(std::fs::read_to_string(out_dir.join("s.npy")).unwrap(), "my notes");
+    assert_eq!(std::fs::read(out_dir.join("q.npy")).unwrap(), before);
+    let out = run(&["--force"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(std::fs::read(out_dir.join("s.npy")).unwrap().starts_with(b"\x93NUMPY"));
+    assert_ne!(std::fs::read(out_dir.join("q.npy")).unwrap(), before);
+    assert_eq!(listing(), ["q.npy", "s.npy"]);
+}
