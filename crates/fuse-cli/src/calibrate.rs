@@ -1,6 +1,6 @@
 //! `fuse calibrate`: measure this machine and write a timing table for the explorer.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -52,6 +52,9 @@ pub fn progress_bar(len: usize) -> ProgressBar {
 
 /// `fuse calibrate`: the backend asked for, or the GPU when one is there, else the CPU.
 pub fn run(args: &CalibrateArgs, library: &Library) -> Result<(), Failure> {
+    if let Some(path) = &args.out {
+        check_out(path)?;
+    }
     let target = args.backend.unwrap_or_else(|| match fuse::select::usable_gpu() {
         Ok(gpu) => {
             eprintln!("calibrating: cuda ({})", gpu.describe());
@@ -65,6 +68,28 @@ pub fn run(args: &CalibrateArgs, library: &Library) -> Result<(), Failure> {
     match target {
         Target::Cpu => run_cpu(args, library),
         Target::Cuda => run_cuda(args, library),
+    }
+}
+
+/// Refuses `-o` over anything but a timing table, before minutes of measuring: the file may be
+/// the user's.
+fn check_out(path: &Path) -> Result<(), Failure> {
+    if path.is_dir() {
+        return Err(bad_input(format!("-o {}: is a folder", path.display())));
+    }
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return Ok(()); // nothing there (or unreadable: writing will say so)
+    };
+    let is_table = match serde_yaml::from_str::<serde_yaml::Value>(&text) {
+        Ok(serde_yaml::Value::Mapping(m)) => m.contains_key("routines") && m.contains_key("device"),
+        _ => false,
+    };
+    match is_table {
+        true => Ok(()),
+        false => Err(bad_input(format!(
+            "-o {}: refusing to overwrite a file that is not a timing table",
+            path.display()
+        ))),
     }
 }
 

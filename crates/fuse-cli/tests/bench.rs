@@ -122,3 +122,18 @@ fn a_stale_cpu_table_is_refused_with_the_fix() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("re-run `fuse calibrate --backend cpu"), "{stderr}");
 }
+
+#[test]
+fn calibrate_never_overwrites_a_file_that_is_not_a_timing_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let notes = dir.path().join("notes.yaml");
+    std::fs::write(&notes, "my: notes\n").unwrap();
+    let out = fuse(&["calibrate", "--backend", "cpu", "-o", notes.to_str().unwrap()], &[]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("refusing to overwrite a file that is not a timing table"),
+        "{stderr}"
+    );
+    assert_eq!(std::fs::read_to_string(&notes).unwrap(), "my: notes\n");
+}
