@@ -1,7 +1,7 @@
 //! `fuse compile`: the generator's output for a plan, written out (a lower stage: it uses the
 //! generator and NVRTC through `fuse::stages`).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
@@ -55,6 +55,7 @@ pub fn compile(program: &Program, sizes: &Sizes, library: &Library, args: &Compi
     let plan = ranked_plan(program, sizes, library, &table, args.rank)?;
     let generated = generate_plan(program, &plan).map_err(bad_input)?;
     let out = &args.out;
+    clear_earlier_compile(out)?;
     std::fs::create_dir_all(out).map_err(|e| bad_input(format!("-o {}: {e}", out.display())))?;
     let write = |name: String, text: &str| -> Result<PathBuf, Failure> {
         let path = out.join(name);
@@ -116,6 +117,43 @@ pub fn compile(program: &Program, sizes: &Sizes, library: &Library, args: &Compi
 /// Whether the user named an NVRTC library (`FUSE_NVRTC_LIB`).
 fn nvrtc_named() -> bool {
     std::env::var_os(nvrtc::LIB_ENV).is_some_and(|v| !v.is_empty())
+}
+
+/// Whether `name` is one of the files `fuse compile` writes.
+fn written_by_compile(name: &str) -> bool {
+    matches!(name, "plan.yaml" | "resources.txt" | "profile.txt") || name.ends_with(".cu") || name.ends_with(".ptx")
+}
+
+/// Makes `out` ready for a compile: absent, empty, or the folder of an earlier compile (a
+/// `plan.yaml` of fuse's and only files compile writes), whose files are removed so that
+/// nothing of it is left beside the new ones. Any other folder is the user's: refused.
+fn clear_earlier_compile(out: &Path) -> Result<(), Failure> {
+    let Ok(entries) = std::fs::read_dir(out) else {
+        return match out.exists() {
+            true => Err(bad_input(format!("-o {}: not a folder", out.display()))),
+            false => Ok(()),
+        };
+    };
+    let names: Vec<String> = entries
+        .map(|e| e.map(|e| e.file_name().to_string_lossy().into_owned()))
+        .collect::<Result<_, _>>()
+        .map_err(|e| bad_input(format!("-o {}: {e}", out.display())))?;
+    let plan_of_fuse = std::fs::read_to_string(out.join("plan.yaml"))
+        .is_ok_and(|text| text.contains("\nsteps:") && text.starts_with("script:"));
+    if names.is_empty() {
+        return Ok(());
+    }
+    if !plan_of_fuse || !names.iter().all(|n| written_by_compile(n)) {
+        return Err(bad_input(format!(
+            "-o {}: the folder holds files `fuse compile` did not write: choose a new or empty folder",
+            out.display()
+        )));
+    }
+    for name in names {
+        let path = out.join(&name);
+        std::fs::remove_file(&path).map_err(|e| bad_input(format!("cannot remove {}: {e}", path.display())))?;
+    }
+    Ok(())
 }
 
 fn resource_report(resources: &[nvrtc::KernelResources]) -> String {

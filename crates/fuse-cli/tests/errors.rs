@@ -314,3 +314,38 @@ fn a_wrong_nvrtc_setting_names_the_path() {
         assert!(!stderr.contains("fuse bug"), "{stderr}");
     }
 }
+
+#[test]
+fn compile_writes_a_consistent_folder_and_never_a_users() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let compile = |script: &str| {
+        fuse(&[
+            "compile",
+            &format!("../../scripts/{script}.yaml"),
+            "-o",
+            out.to_str().unwrap(),
+        ])
+    };
+    assert!(compile("gemver").status.success());
+    assert!(out.join("gemver.cu").exists());
+    // A second compile into the same folder leaves nothing of the first.
+    assert!(compile("sscal").status.success());
+    let names: Vec<String> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(names.iter().all(|n| !n.starts_with("gemver")), "{names:?}");
+    assert!(names.contains(&"sscal.cu".to_string()) && names.contains(&"plan.yaml".to_string()));
+    // A folder with the user's files, or the user's own plan.yaml, is refused and left alone.
+    for (name, text) in [("notes.txt", "mine"), ("plan.yaml", "my: plan\n")] {
+        std::fs::remove_dir_all(&out).unwrap();
+        std::fs::create_dir(&out).unwrap();
+        std::fs::write(out.join(name), text).unwrap();
+        let result = compile("sscal");
+        assert_eq!(result.status.code(), Some(2), "{name}");
+        assert!(String::from_utf8_lossy(&result.stderr).contains("files `fuse compile` did not write"));
+        assert_eq!(std::fs::read_to_string(out.join(name)).unwrap(), text);
+        assert_eq!(std::fs::read_dir(&out).unwrap().count(), 1);
+    }
+}
