@@ -31,7 +31,7 @@ pub(crate) fn build(source: &str, defines: &[(String, String)]) -> Result<PathBu
     let mut tried = Vec::new();
     for compiler in compilers() {
         let command = [
-            &[compiler.program.clone()],
+            std::slice::from_ref(&compiler.program),
             &compiler.args[..],
             &FLAGS.map(String::from),
             &define_flags[..],
