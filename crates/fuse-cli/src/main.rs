@@ -463,7 +463,9 @@ fn run_script(program: &Program, options: &RunOptions) -> Result<(), Failure> {
         }
         None => {
             let width = results.keys().map(|k| k.chars().count()).max().unwrap_or(0);
-            for (name, array) in &results {
+            // In the order the script declares its outputs.
+            for name in program.outputs.iter().map(|&v| &program.values[v].variable) {
+                let Some(array) = results.get(name) else { continue };
                 // Padded by hand: a format width over 65535 panics, and names may be that long.
                 let pad = " ".repeat(width - name.chars().count());
                 println!("{name}{pad}  {}", array.to_precision(program.precision));

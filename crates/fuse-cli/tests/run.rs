@@ -303,3 +303,18 @@ fn outputs_are_all_or_nothing_and_never_replace_a_stranger() {
     assert_ne!(std::fs::read(out_dir.join("q.npy")).unwrap(), before);
     assert_eq!(listing(), ["q.npy", "s.npy"]);
 }
+
+#[test]
+fn outputs_are_summarised_in_the_order_declared() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("order.yaml");
+    let text = "sizes: {n: 3}\ninputs: {x: [n]}\noutputs: [y2, y10, y1]\ncalls:\n  - y1 = sscal(1.0, x)\n  - y2 = sscal(2.0, x)\n  - y10 = sscal(10.0, x)\n";
+    std::fs::write(&path, text).unwrap();
+    let out = fuse(&["run", path.to_str().unwrap(), "--backend", "reference"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let names: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| l.split_whitespace().next().unwrap().to_string())
+        .collect();
+    assert_eq!(names, ["y2", "y10", "y1"]);
+}
