@@ -1,6 +1,7 @@
 //! What each backend compiles a program into, and how it chooses its plan (through
 //! [`select`](crate::select), the choice every way into fuse shares).
 
+use std::path::Path;
 use std::sync::Arc;
 
 use fuse_codegen::generate::generate_plan;
@@ -44,10 +45,7 @@ pub(super) fn cpu(
     library: &Library,
     options: &CompileOptions,
 ) -> Result<Chosen> {
-    let (plan, notes) = plan_or(options, || {
-        let table = select::cpu_table(library, options.timings.as_deref())?;
-        best_by(table, program, sizes, library, options)
-    })?;
+    let (plan, notes) = given_or_best(select::cpu_table, program, sizes, library, options)?;
     let executable = Box::new(FusedPlan::new(program, sizes, &plan)?);
     Ok(Chosen {
         executable,
@@ -64,10 +62,7 @@ pub(super) fn emulate(
     library: &Library,
     options: &CompileOptions,
 ) -> Result<Chosen> {
-    let (plan, notes) = plan_or(options, || {
-        let table = select::generator_table(library, options.timings.as_deref())?;
-        best_by(table, program, sizes, library, options)
-    })?;
+    let (plan, notes) = given_or_best(select::generator_table, program, sizes, library, options)?;
     let emulated = EmulatedPlan::compile(generate_plan(program, &plan)?)?;
     Ok(Chosen {
         executable: Box::new(Generated::new(emulated, program, sizes)),
@@ -110,16 +105,20 @@ fn plan_or(
     }
 }
 
-/// The best plan by `table` at the options' plan sizes, with the table's note.
-fn best_by(
-    table: select::Table,
+/// The options' plan, else the best at the options' plan sizes by the timing table `table_of`
+/// chooses (with its note).
+fn given_or_best(
+    table_of: fn(&Library, Option<&Path>) -> Result<select::Table>,
     program: &Program,
     sizes: &Sizes,
     library: &Library,
     options: &CompileOptions,
 ) -> Result<(Plan, Vec<String>)> {
-    let plan = select::best_plan(program, &plan_sizes(program, sizes, options)?, &table.table, library)?;
-    Ok((plan, table.note.into_iter().collect()))
+    plan_or(options, || {
+        let table = table_of(library, options.timings.as_deref())?;
+        let plan = select::best_plan(program, &plan_sizes(program, sizes, options)?, &table.table, library)?;
+        Ok((plan, table.note.into_iter().collect()))
+    })
 }
 
 /// The sizes a plan is chosen at: the compiled sizes with the options' plan sizes put over
