@@ -18,6 +18,29 @@ pub enum HostData {
     F64(Vec<f64>),
 }
 
+impl HostData {
+    /// The element precision.
+    pub fn precision(&self) -> Precision {
+        match self {
+            HostData::F32(_) => Precision::F32,
+            HostData::F64(_) => Precision::F64,
+        }
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        match self {
+            HostData::F32(v) => v.len(),
+            HostData::F64(v) => v.len(),
+        }
+    }
+
+    /// Whether it holds no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
 /// A dense row-major array on the host; a scalar has no dimensions and one element.
 #[derive(Debug, Clone, PartialEq)]
 pub struct HostArray {
@@ -48,18 +71,12 @@ impl HostArray {
 
     /// The element precision.
     pub fn precision(&self) -> Precision {
-        match self.data {
-            HostData::F32(_) => Precision::F32,
-            HostData::F64(_) => Precision::F64,
-        }
+        self.data.precision()
     }
 
     /// Number of elements.
     pub fn len(&self) -> usize {
-        match &self.data {
-            HostData::F32(v) => v.len(),
-            HostData::F64(v) => v.len(),
-        }
+        self.data.len()
     }
 
     /// Whether it holds no elements.

@@ -3,11 +3,14 @@
 use std::sync::Arc;
 
 use cudarc::driver::sys::CUdevice_attribute_enum as Attr;
-use cudarc::driver::{result, CudaContext, CudaStream};
+use cudarc::driver::sys::CUresult;
+use cudarc::driver::{result, CudaContext, CudaSlice, CudaStream, DriverError};
 use fuse_codegen::nvrtc::Arch;
+use fuse_core::{HostData, Precision};
 use serde::Serialize;
 
 use crate::error::{describe_driver_error, driver, CudaError};
+use crate::plan::host_bytes;
 use crate::probe;
 
 /// What fuse needs to know about a GPU, read from the driver.
@@ -194,6 +197,47 @@ impl Device {
     /// The stream every operation of this crate is queued on.
     pub fn stream(&self) -> &Arc<CudaStream> {
         &self.stream
+    }
+
+    /// Bytes of device memory free now.
+    pub fn free_bytes(&self) -> Result<u64, CudaError> {
+        let (free, _) = self.context.mem_get_info().map_err(driver("cuMemGetInfo"))?;
+        Ok(free as u64)
+    }
+
+    /// `bytes` of device memory on the stream, contents undefined (write before reading).
+    pub fn alloc(&self, bytes: usize) -> Result<CudaSlice<u8>, CudaError> {
+        // SAFETY: the contents are undefined, which the caller is told; no read is queued here.
+        match unsafe { self.stream.alloc::<u8>(bytes.max(1)) } {
+            Ok(slice) => Ok(slice),
+            Err(DriverError(CUresult::CUDA_ERROR_OUT_OF_MEMORY)) => Err(CudaError::OutOfMemory {
+                ordinal: self.info.ordinal,
+                bytes: bytes as u64,
+                free: self.free_bytes().unwrap_or(0),
+            }),
+            Err(e) => Err(driver("cuMemAlloc")(e)),
+        }
+    }
+
+    /// Queues a copy of `from` into the start of `to` (which must be at least as long).
+    pub fn upload(&self, from: &HostData, to: &mut CudaSlice<u8>) -> Result<(), CudaError> {
+        let bytes = host_bytes(from);
+        if bytes.len() > to.len() {
+            return Err(CudaError::Unsupported(format!(
+                "an upload of {} bytes into a buffer of {} (a fuse bug, please report)",
+                bytes.len(),
+                to.len()
+            )));
+        }
+        let mut view = to.slice_mut(..bytes.len());
+        self.stream
+            .memcpy_htod(bytes, &mut view)
+            .map_err(driver("cuMemcpyHtoD"))
+    }
+
+    /// The elements of `from` in `precision`, on the host (waits for the work queued before).
+    pub fn download(&self, from: &CudaSlice<u8>, precision: Precision) -> Result<HostData, CudaError> {
+        crate::plan::download(self, from, precision)
     }
 
     /// Waits for everything queued so far; reports an earlier asynchronous failure.

@@ -45,6 +45,16 @@ pub enum CudaError {
     )]
     NoCublas(ProbeError),
     /// A CUDA driver call failed.
+    /// A device allocation larger than the memory free on the GPU.
+    #[error("out of memory on GPU {ordinal}: {bytes} bytes asked, {free} free")]
+    OutOfMemory {
+        /// The device.
+        ordinal: usize,
+        /// Bytes asked for.
+        bytes: u64,
+        /// Bytes free when it failed.
+        free: u64,
+    },
     #[error("{call} failed: {message}")]
     Driver {
         /// What was being done.

@@ -120,7 +120,7 @@ impl CudaPlan {
     }
 
     /// Runs the plan once on `inputs`; returns the outputs by name. Buffers that kernels write
-    /// hold NaN before the run.
+    /// hold NaN before the run: the checking run of tests, `fuse selftest` and `fuse tune`.
     pub fn run(&self, program: &Program, sizes: &Sizes, inputs: &Bindings) -> Result<Bindings, CudaError> {
         let mut workspace = self.prepare(program, sizes, inputs)?;
         self.enqueue(&mut workspace)?;
@@ -154,45 +154,66 @@ impl CudaPlan {
 
     /// Queues every step on the stream (no wait).
     pub fn enqueue(&self, workspace: &mut Workspace) -> Result<(), CudaError> {
+        let buffers = workspace.buffers.iter_mut().map(|(v, b)| (*v, b)).collect();
+        self.enqueue_on(&workspace.sizes, buffers)
+    }
+
+    /// The values that live in buffers (inputs, outputs and temporaries between kernels).
+    pub fn buffers(&self) -> &[ValueId] {
+        &self.generated.buffers
+    }
+
+    /// Queues every step — zero fills and launches — at `sizes` on `buffers`, one per value of
+    /// [`Self::buffers`], each as long as its value at those sizes (no wait).
+    pub fn enqueue_on(
+        &self,
+        sizes: &Sizes,
+        mut buffers: BTreeMap<ValueId, &mut CudaSlice<u8>>,
+    ) -> Result<(), CudaError> {
         for step in &self.generated.steps {
             match step {
                 Step::Zero(v) => {
-                    let buffer = workspace.buffers.get_mut(v).ok_or_else(|| missing(*v))?;
+                    let buffer = buffers.get_mut(v).ok_or_else(|| missing(*v))?;
                     self.device
                         .stream()
-                        .memset_zeros(buffer)
+                        .memset_zeros(&mut **buffer)
                         .map_err(driver("cuMemsetD8Async"))?;
                 }
-                Step::Launch(launch) => self.launch(launch, workspace)?,
+                Step::Launch(launch) => self.launch(launch, sizes, &buffers)?,
             }
         }
         Ok(())
     }
 
-    fn launch(&self, launch: &Launch, workspace: &Workspace) -> Result<(), CudaError> {
-        let config = self.config(launch, &workspace.sizes)?;
+    fn launch(
+        &self,
+        launch: &Launch,
+        sizes: &Sizes,
+        buffers: &BTreeMap<ValueId, &mut CudaSlice<u8>>,
+    ) -> Result<(), CudaError> {
+        let config = self.config(launch, sizes)?;
         let function = self.kernels.function(&launch.kernel)?;
         // Sizes live here until the launch is queued: the builder keeps pointers to them.
-        let sizes: Vec<i64> = launch
+        let extents: Vec<i64> = launch
             .args
             .iter()
             .map(|a| match a {
-                LaunchArg::Size(s) => workspace.sizes.get(s).unwrap_or(0) as i64,
+                LaunchArg::Size(s) => sizes.get(s).unwrap_or(0) as i64,
                 LaunchArg::Buffer(_) => 0,
             })
             .collect();
         let stream = self.device.stream();
         let mut builder = stream.launch_builder(function);
-        for (arg, size) in launch.args.iter().zip(&sizes) {
+        for (arg, extent) in launch.args.iter().zip(&extents) {
             match arg {
-                LaunchArg::Buffer(v) => builder.arg(workspace.buffers.get(v).ok_or_else(|| missing(*v))?),
-                LaunchArg::Size(_) => builder.arg(size),
+                LaunchArg::Buffer(v) => builder.arg(&**buffers.get(v).ok_or_else(|| missing(*v))?),
+                LaunchArg::Size(_) => builder.arg(extent),
             };
         }
         // SAFETY: the argument list is the kernel's parameter list in order (the generator emits
         // both from one list): buffers as device pointers of the value's element type and
-        // length, sizes as 64-bit integers; the buffers outlive the queued work because the
-        // workspace is only dropped after a synchronize or with cudarc's stream-ordered free.
+        // length, sizes as 64-bit integers; the buffers outlive the queued work because their
+        // owners free them stream-ordered (cudarc frees on the stream) or after a synchronize.
         unsafe { builder.launch(config) }.map_err(driver("cuLaunchKernel"))?;
         Ok(())
     }

@@ -1,7 +1,9 @@
 //! The emulation backend: runs a generated CUDA module on host threads with the
 //! same grids, blocks and arguments as a GPU launch, so generated kernels are tested without a
-//! GPU. Buffers that kernels write are poisoned with NaN first, so an element a kernel forgets
-//! to write shows up in the comparison with the reference.
+//! GPU. [`EmulatedPlan::run`] is the checking run: buffers that kernels write are poisoned with
+//! NaN first, so an element a kernel forgets to write shows up in the comparison with the
+//! reference. [`EmulatedPlan::launch_on`] runs on buffers the caller owns (the `fuse` crate's
+//! emulated device memory), with nothing poisoned.
 
 use std::collections::BTreeMap;
 
@@ -20,6 +22,14 @@ pub enum EmulationError {
     /// The host compiler or a kernel failed.
     #[error(transparent)]
     Emulate(#[from] EmulateError),
+    /// A step names a value that was handed no buffer (a fuse bug).
+    #[error("{step}: value {value} has no buffer (a fuse bug, please report)")]
+    MissingBuffer {
+        /// The kernel or fill.
+        step: String,
+        /// The value.
+        value: ValueId,
+    },
     /// The plan was generated for other sizes than these.
     #[error("kernel {kernel}: {why}")]
     Sizes {
@@ -45,28 +55,12 @@ impl EmulatedPlan {
         })
     }
 
-    /// Runs the plan's steps on `inputs`; returns the outputs by name.
+    /// Runs the plan's steps on `inputs`, every other buffer poisoned with NaN first (the
+    /// checking run of tests and `fuse selftest`); returns the outputs by name.
     pub fn run(&self, program: &Program, sizes: &Sizes, inputs: &Bindings) -> Result<Bindings, EmulationError> {
         check_inputs(program, sizes, inputs)?;
-        for step in &self.generated.steps {
-            if let Step::Launch(launch) = step {
-                launch.grid.check(sizes).map_err(|why| EmulationError::Sizes {
-                    kernel: launch.kernel.clone(),
-                    why,
-                })?;
-            }
-        }
         let mut buffers = self.allocate(program, sizes, inputs);
-        for step in &self.generated.steps {
-            match step {
-                Step::Zero(v) => fill(buffers.get_mut(v).expect("every reduction output has a buffer"), 0.0),
-                Step::Launch(launch) => {
-                    let mut args = kernel_args(&launch.args, &mut buffers, sizes);
-                    let grid = launch.grid.dims(sizes);
-                    self.module.launch(&launch.kernel, grid, launch.block, 0, &mut args)?;
-                }
-            }
-        }
+        self.launch_on(sizes, buffers.iter_mut().map(|(v, b)| (*v, b)).collect())?;
         Ok(program
             .outputs
             .iter()
@@ -81,6 +75,40 @@ impl EmulatedPlan {
                 )
             })
             .collect())
+    }
+
+    /// The values that live in buffers (inputs, outputs and temporaries between kernels).
+    pub fn buffers(&self) -> &[ValueId] {
+        &self.generated.buffers
+    }
+
+    /// Runs the plan's steps — zero fills and launches — at `sizes` on `buffers`, one per
+    /// value of [`Self::buffers`], each as long as its value at those sizes.
+    pub fn launch_on(
+        &self,
+        sizes: &Sizes,
+        mut buffers: BTreeMap<ValueId, &mut HostData>,
+    ) -> Result<(), EmulationError> {
+        for step in &self.generated.steps {
+            if let Step::Launch(launch) = step {
+                launch.grid.check(sizes).map_err(|why| EmulationError::Sizes {
+                    kernel: launch.kernel.clone(),
+                    why,
+                })?;
+            }
+            missing_buffers(step, &buffers)?;
+        }
+        for step in &self.generated.steps {
+            match step {
+                Step::Zero(v) => fill(buffers.get_mut(v).expect("checked above"), 0.0),
+                Step::Launch(launch) => {
+                    let mut args = kernel_args(&launch.args, &mut buffers, sizes);
+                    let grid = launch.grid.dims(sizes);
+                    self.module.launch(&launch.kernel, grid, launch.block, 0, &mut args)?;
+                }
+            }
+        }
+        Ok(())
     }
 
     /// A buffer per global value: inputs hold their data, everything else NaN.
@@ -103,6 +131,35 @@ impl EmulatedPlan {
     }
 }
 
+/// A step that names a value without a buffer: a fuse bug, reported rather than a panic.
+fn missing_buffers(step: &Step, buffers: &BTreeMap<ValueId, &mut HostData>) -> Result<(), EmulationError> {
+    let named: Vec<ValueId> = match step {
+        Step::Zero(v) => vec![*v],
+        Step::Launch(launch) => launch
+            .args
+            .iter()
+            .filter_map(|a| match a {
+                LaunchArg::Buffer(v) => Some(*v),
+                LaunchArg::Size(_) => None,
+            })
+            .collect(),
+    };
+    match named.into_iter().find(|v| !buffers.contains_key(v)) {
+        Some(value) => Err(EmulationError::MissingBuffer {
+            step: step_name(step),
+            value,
+        }),
+        None => Ok(()),
+    }
+}
+
+fn step_name(step: &Step) -> String {
+    match step {
+        Step::Zero(v) => format!("zero fill of value {v}"),
+        Step::Launch(launch) => launch.kernel.clone(),
+    }
+}
+
 fn poisoned(precision: Precision, len: usize) -> HostData {
     match precision {
         Precision::F32 => HostData::F32(vec![f32::NAN; len]),
@@ -120,10 +177,10 @@ fn fill(data: &mut HostData, value: f64) {
 /// Kernel arguments in launch order: buffers borrowed mutably (each at most once per launch).
 fn kernel_args<'a>(
     args: &[LaunchArg],
-    buffers: &'a mut BTreeMap<ValueId, HostData>,
+    buffers: &'a mut BTreeMap<ValueId, &mut HostData>,
     sizes: &Sizes,
 ) -> Vec<KernelArg<'a>> {
-    let mut by_value: BTreeMap<ValueId, &'a mut HostData> = buffers.iter_mut().map(|(k, v)| (*k, v)).collect();
+    let mut by_value: BTreeMap<ValueId, &'a mut HostData> = buffers.iter_mut().map(|(k, v)| (*k, &mut **v)).collect();
     args.iter()
         .map(|a| match a {
             LaunchArg::Buffer(v) => match by_value.remove(v).expect("each buffer is passed once and exists") {

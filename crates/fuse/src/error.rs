@@ -133,6 +133,31 @@ pub enum Error {
     /// The emulation backend could not compile or run the generated CUDA.
     #[error(transparent)]
     Emulation(#[from] fuse_emulate::EmulationError),
+    /// A run needs more device memory than the device has free (the host data is untouched).
+    #[error("out of memory on {device}: {what} needs {asked}, and {free} is free")]
+    DeviceMemory {
+        /// The device (`GPU 0 (NVIDIA H100 80GB HBM3)`, `the emulated device`).
+        device: String,
+        /// What needed the memory.
+        what: String,
+        /// The bytes asked for, for the message.
+        asked: String,
+        /// The bytes free, for the message.
+        free: String,
+    },
+    /// An environment variable that fuse reads holds a value it cannot use.
+    #[error("{variable}=`{value}`: expected {expected}")]
+    Setting {
+        /// The variable.
+        variable: String,
+        /// Its value.
+        value: String,
+        /// What it should hold.
+        expected: String,
+    },
+    /// fuse broke one of its own invariants; the message says which.
+    #[error("{0}")]
+    Internal(String),
     /// A plan rank that is not there.
     #[error("plan {rank}: {program} has {count} plan(s), ranked from 1 (the best predicted)")]
     NoSuchPlan {
@@ -154,6 +179,7 @@ impl Error {
             Error::Cuda(e) => matches!(**e, C::StaleTimings { .. } | C::Timing(_) | C::Bind(_) | C::Explore(_)),
             Error::Failed(e) => e.is_bad_input(),
             Error::Emulation(e) => matches!(e, fuse_emulate::EmulationError::Bind(_)),
+            Error::Internal(_) => false,
             _ => true,
         }
     }

@@ -2,6 +2,7 @@
 #![warn(missing_docs)]
 
 mod backend;
+mod device;
 mod element;
 mod error;
 mod io;
@@ -10,6 +11,7 @@ pub mod select;
 mod session;
 
 pub use backend::{Backend, CompileOptions, Compiled};
+pub use device::RunTimes;
 pub use element::{array, Element};
 pub use error::{Error, Result};
 pub use io::{Inputs, Outputs};

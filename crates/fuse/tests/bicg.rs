@@ -36,3 +36,51 @@ fn bicg_iterations_after_the_second_compile_nothing() {
         s.stats()
     );
 }
+
+/// On a device (the emulated one here, the same bookkeeping as a GPU's), BiCG's matrix goes to
+/// the device once: every later iteration moves only vectors and scalars, allocates nothing
+/// new, and the results are the CPU backend's.
+#[test]
+fn bicg_on_a_device_uploads_the_matrix_once_and_reuses_its_buffers() {
+    let n = 512;
+    let system = solver::generate(n, 7);
+    let run = |backend: Backend| {
+        let s = Session::<f64>::new(backend).unwrap();
+        let mut steps = Vec::new();
+        let mut before = s.stats();
+        let solution = solver::bicg(&s, &system, 0.0, 20, |_, _| {
+            steps.push(s.stats().since(&before));
+            before = s.stats();
+        });
+        (solution.unwrap(), steps)
+    };
+    let (device, steps) = run(Backend::Emulate);
+    let (cpu, _) = run(Backend::Cpu);
+    assert_eq!(steps.len(), 20);
+    let matrix = (n * n * 8) as u64;
+    assert!(steps[0].to_device >= matrix, "first iteration: {:?}", steps[0]);
+    let vector = (n * 8) as u64;
+    for (k, step) in steps.iter().enumerate().skip(1) {
+        let moved = step.to_device + step.from_device;
+        assert!(
+            moved <= 8 * vector,
+            "iteration {}: {moved} bytes moved ({step:?})",
+            k + 1
+        );
+    }
+    for (k, step) in steps.iter().enumerate().skip(3) {
+        assert_eq!(step.device_allocations, 0, "iteration {}: {step:?}", k + 1);
+    }
+    // The same arithmetic in another order: equal to rounding, and converged alike.
+    let scale = cpu.x.iter().map(|v| v.abs()).fold(0.0, f64::max);
+    for (i, (a, b)) in device.x.iter().zip(&cpu.x).enumerate() {
+        assert!((a - b).abs() <= 1e-12 * scale, "x[{i}]: emulated {a}, cpu {b}");
+    }
+    for (k, (a, b)) in device.residuals.iter().zip(&cpu.residuals).enumerate() {
+        assert!(
+            (a - b).abs() <= 1e-6 * b.max(1e-12),
+            "iteration {}: residual {a:e} vs {b:e}",
+            k + 1
+        );
+    }
+}

@@ -1,24 +1,43 @@
 //! What each backend compiles a program into, and how it chooses its plan (through
 //! [`select`](crate::select), the choice every way into fuse shares).
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use fuse_codegen::generate::generate_plan;
-use fuse_core::{Bindings, Library, Plan, Program, Sizes};
+use fuse_core::{Bindings, Library, Plan, Program, Sizes, ValueId};
 use fuse_cpu::fused::FusedPlan;
-use fuse_cuda::{CudaPlan, Device};
+use fuse_cuda::{CudaPlan, Device, Timer};
 use fuse_emulate::EmulatedPlan;
 
 use super::options::CompileOptions;
+use crate::device::{self, Buffer, CudaMemory, DevicePlan, EmulatedMemory, Pool, Raw, RunTimes};
 use crate::error::Result;
 use crate::select;
 
 /// A program compiled by a backend: runs it on inputs already checked against the program,
 /// returning every output by script name, in the program's precision.
 pub(crate) trait Executable: Send + Sync {
-    /// Runs once.
-    fn run(&self, inputs: &Bindings) -> Result<Bindings>;
+    /// Runs once; says where the time went.
+    fn run(&self, inputs: &Bindings) -> Result<(Bindings, RunTimes)>;
+
+    /// The plan on its device, for executables whose values can stay on a device between runs.
+    fn device(&self) -> Option<&dyn DevicePlan> {
+        None
+    }
+}
+
+/// Runs `compute` on the host: all of its time is compute time.
+fn on_host(compute: impl FnOnce() -> Result<Bindings>) -> Result<(Bindings, RunTimes)> {
+    let started = Instant::now();
+    let outputs = compute()?;
+    let times = RunTimes {
+        compute: started.elapsed(),
+        ..RunTimes::default()
+    };
+    Ok((outputs, times))
 }
 
 /// An executable with the plan it runs and the notes on how that was chosen (see
@@ -65,7 +84,7 @@ pub(super) fn emulate(
     let (plan, notes) = given_or_best(select::generator_table, program, sizes, library, options)?;
     let emulated = EmulatedPlan::compile(generate_plan(program, &plan)?)?;
     Ok(Chosen {
-        executable: Box::new(Generated::new(emulated, program, sizes)),
+        executable: Box::new(Generated::new(emulated, EmulatedMemory::pool()?, program, sizes)),
         plan: Some(plan),
         notes,
     })
@@ -88,7 +107,7 @@ pub(super) fn cuda(
     let cuda = CudaPlan::compile(generate_plan(program, &plan)?, &device)?;
     notes.push(module_note(&cuda));
     Ok(Chosen {
-        executable: Box::new(Generated::new(cuda, program, sizes)),
+        executable: Box::new(Generated::new(cuda, CudaMemory::pool(&device)?, program, sizes)),
         plan: Some(plan),
         notes,
     })
@@ -155,47 +174,102 @@ impl Interpreter {
 }
 
 impl Executable for Interpreter {
-    fn run(&self, inputs: &Bindings) -> Result<Bindings> {
-        let outputs = fuse_core::reference::evaluate(&self.program, &self.sizes, inputs)?;
-        let precision = self.program.precision;
-        Ok(outputs
-            .into_iter()
-            .map(|(name, a)| (name, a.to_precision(precision)))
-            .collect())
+    fn run(&self, inputs: &Bindings) -> Result<(Bindings, RunTimes)> {
+        on_host(|| {
+            let outputs = fuse_core::reference::evaluate(&self.program, &self.sizes, inputs)?;
+            let precision = self.program.precision;
+            Ok(outputs
+                .into_iter()
+                .map(|(name, a)| (name, a.to_precision(precision)))
+                .collect())
+        })
     }
 }
 
 impl Executable for FusedPlan {
-    fn run(&self, inputs: &Bindings) -> Result<Bindings> {
-        Ok(FusedPlan::run(self, inputs)?)
+    fn run(&self, inputs: &Bindings) -> Result<(Bindings, RunTimes)> {
+        on_host(|| Ok(FusedPlan::run(self, inputs)?))
     }
 }
 
-/// Generated CUDA run somewhere (emulated or on a GPU) for one program at fixed sizes.
+/// Generated CUDA run on a device (emulated or a GPU) for one program at fixed sizes.
 struct Generated<P> {
     plan: P,
+    pool: Arc<Pool>,
     program: Arc<Program>,
     sizes: Sizes,
 }
 
 impl<P> Generated<P> {
-    fn new(plan: P, program: &Arc<Program>, sizes: &Sizes) -> Self {
+    fn new(plan: P, pool: Arc<Pool>, program: &Arc<Program>, sizes: &Sizes) -> Self {
         Generated {
             plan,
+            pool,
             program: Arc::clone(program),
             sizes: sizes.clone(),
         }
     }
 }
 
-impl Executable for Generated<EmulatedPlan> {
-    fn run(&self, inputs: &Bindings) -> Result<Bindings> {
-        Ok(self.plan.run(&self.program, &self.sizes, inputs)?)
+impl<P> Executable for Generated<P>
+where
+    Generated<P>: DevicePlan,
+{
+    fn run(&self, inputs: &Bindings) -> Result<(Bindings, RunTimes)> {
+        device::resident::run_host(self, &self.program, &self.sizes, inputs)
+    }
+
+    fn device(&self) -> Option<&dyn DevicePlan> {
+        Some(self)
     }
 }
 
-impl Executable for Generated<CudaPlan> {
-    fn run(&self, inputs: &Bindings) -> Result<Bindings> {
-        Ok(self.plan.run(&self.program, &self.sizes, inputs)?)
+impl DevicePlan for Generated<EmulatedPlan> {
+    fn pool(&self) -> &Arc<Pool> {
+        &self.pool
+    }
+
+    fn buffers(&self) -> &[ValueId] {
+        self.plan.buffers()
+    }
+
+    fn launch(&self, sizes: &Sizes, buffers: &mut BTreeMap<ValueId, Buffer>) -> Result<Duration> {
+        let started = Instant::now();
+        let mut raw = BTreeMap::new();
+        for (v, buffer) in buffers.iter_mut() {
+            match buffer.raw_mut() {
+                Raw::Emulated(data) => raw.insert(*v, data),
+                Raw::Cuda(_) => return Err(device::mismatch()),
+            };
+        }
+        self.plan.launch_on(sizes, raw)?;
+        Ok(started.elapsed())
+    }
+}
+
+impl DevicePlan for Generated<CudaPlan> {
+    fn pool(&self) -> &Arc<Pool> {
+        &self.pool
+    }
+
+    fn buffers(&self) -> &[ValueId] {
+        self.plan.buffers()
+    }
+
+    fn launch(&self, sizes: &Sizes, buffers: &mut BTreeMap<ValueId, Buffer>) -> Result<Duration> {
+        let timer = Timer::new(self.plan.device(), false)?;
+        let mut raw = BTreeMap::new();
+        for (v, buffer) in buffers.iter_mut() {
+            match buffer.raw_mut() {
+                Raw::Cuda(slice) => raw.insert(*v, slice),
+                Raw::Emulated(_) => return Err(device::mismatch()),
+            };
+        }
+        let mut raw = Some(raw);
+        let micros = timer.once(&mut || match raw.take() {
+            Some(raw) => self.plan.enqueue_on(sizes, raw),
+            None => Ok(()),
+        })?;
+        Ok(Duration::from_secs_f64(micros * 1e-6))
     }
 }

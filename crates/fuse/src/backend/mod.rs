@@ -20,6 +20,7 @@ use std::sync::Arc;
 use fuse_core::data::check_inputs;
 use fuse_core::{Bindings, Plan, Program, Sizes};
 
+use crate::device::RunTimes;
 use crate::error::{list, Error, Result};
 use crate::io::{Inputs, Outputs};
 use executables::Executable;
@@ -211,9 +212,22 @@ impl Compiled {
     /// Runs on `inputs`, an array per input name of the program's shape (at the compiled sizes)
     /// and precision; returns every output by name, in the program's precision.
     pub fn run(&self, inputs: &Inputs) -> Result<Outputs> {
+        self.run_timed(inputs).map(|(outputs, _)| outputs)
+    }
+
+    /// [`Compiled::run`], and where the time went: copying the inputs to the device, computing
+    /// (the kernels' time by CUDA events on a GPU), copying the outputs back.
+    pub fn run_timed(&self, inputs: &Inputs) -> Result<(Outputs, RunTimes)> {
         self.check_names(inputs)?;
         check_inputs(&self.program, &self.sizes, inputs)?;
-        Ok(Outputs::new(self.executable.run(inputs)?))
+        let (outputs, times) = self.executable.run(inputs)?;
+        Ok((Outputs::new(outputs), times))
+    }
+
+    /// The plan on its device, where the backend runs on one (emulated or a GPU): a session
+    /// keeps its values there between runs.
+    pub(crate) fn device(&self) -> Option<&dyn crate::device::DevicePlan> {
+        self.executable.device()
     }
 
     /// The backend that compiled it.

@@ -36,7 +36,7 @@ use crate::error::{Error, Result};
 use crate::select::builtin_library;
 use canonical::PendingArg;
 pub use state::Stats;
-use state::{not_computed, Data, State};
+use state::{not_computed, Copies, Data, State};
 
 use handle::{sealed::Sealed, Token};
 pub use handle::{Handle, Matrix, Scalar, ScalarArg, Vector};
@@ -128,12 +128,19 @@ impl<T: Element> Session<T> {
             dims: Vec::new(),
             data: T::into_data(vec![value]),
         };
-        Scalar::new(self.state.borrow_mut().insert(Vec::new(), Data::Ready(array)))
+        Scalar::new(
+            self.state
+                .borrow_mut()
+                .insert(Vec::new(), Data::Ready(Copies::host(array))),
+        )
     }
 
     fn host(&self, what: &str, dims: Vec<usize>, data: Vec<T>) -> Result<Arc<Token>> {
         let array = checked_array(what, dims, data)?;
-        Ok(self.state.borrow_mut().insert(array.dims.clone(), Data::Ready(array)))
+        Ok(self
+            .state
+            .borrow_mut()
+            .insert(array.dims.clone(), Data::Ready(Copies::host(array))))
     }
 
     /// The elements of `handle`'s value (row-major for a matrix), running the recorded calls
@@ -177,16 +184,13 @@ impl<T: Element> Session<T> {
         if matches!(self.state.borrow().data(token.id), Some(Data::Pending)) {
             self.flush()?;
         }
-        let state = self.state.borrow();
-        match state.data(token.id) {
-            Some(Data::Ready(array)) => T::values(array).map(f).ok_or_else(|| Error::Precision {
-                name: format!("v{}", token.id),
-                got: array.precision(),
-                want: T::PRECISION,
-            }),
-            Some(Data::Failed(e)) => Err(Error::Failed(Arc::clone(e))),
-            _ => Err(not_computed(token.id)),
-        }
+        let mut state = self.state.borrow_mut();
+        let array = state.host_value(token.id)?;
+        T::values(array).map(f).ok_or_else(|| Error::Precision {
+            name: format!("v{}", token.id),
+            got: array.precision(),
+            want: T::PRECISION,
+        })
     }
 
     fn check_owner(&self, function: &str, argument: &str, token: &Token) -> Result<()> {

@@ -1,18 +1,21 @@
 //! A session's bookkeeping: the value table, the calls recorded since the last flush, the plan
 //! cache, and the flush itself (recorded calls → canonical script → compiled program → run).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Weak};
+use std::time::Duration;
 
-use fuse_core::{Bindings, HostArray, Library, Precision};
+use fuse_core::{Bindings, HostArray, Library, Precision, ValueId};
 
 use super::canonical::{self, Canonical, PendingArg, PendingCall};
 use super::handle::Token;
 use crate::backend::{Backend, Compiled};
+use crate::device::{resident, Buffer, DevicePlan, Pool};
 use crate::error::{Error, Result};
-use crate::io::{Inputs, Outputs};
+use crate::io::Inputs;
 
-/// What a session has done so far.
+/// What a session has done so far. Counts add up over the session's life: the difference of
+/// two snapshots ([`Stats::since`]) is what happened in between, e.g. in one solver iteration.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Stats {
     /// Flushes that ran something.
@@ -23,24 +26,78 @@ pub struct Stats {
     pub cache_hits: u64,
     /// Recorded calls run.
     pub calls: u64,
+    /// Bytes copied from the host to the device: each value made on the host, once, when a
+    /// flush first needs it there (0 on the host backends).
+    pub to_device: u64,
+    /// Bytes copied from the device to the host: each value read, once (0 on the host backends).
+    pub from_device: u64,
+    /// Buffers newly allocated on the device; a buffer reused from the device's pool is not one.
+    pub device_allocations: u64,
+    /// Time the flushes took to compute: the kernels' time by CUDA events on a GPU, the wall
+    /// time of the run elsewhere.
+    pub compute: Duration,
+}
+
+impl Stats {
+    /// What happened between `earlier` (a snapshot of the same session) and this snapshot.
+    ///
+    /// ```
+    /// use fuse::{Backend, Session};
+    ///
+    /// let s = Session::<f64>::new(Backend::Reference)?;
+    /// let x = s.vector(vec![3.0, 4.0])?;
+    /// let before = s.stats();
+    /// assert_eq!(s.read_scalar(&s.dnrm2(&x)?)?, 5.0);
+    /// let step = s.stats().since(&before);
+    /// assert_eq!((step.flushes, step.calls, step.to_device), (1, 1, 0)); // nothing leaves the host
+    /// # Ok::<(), fuse::Error>(())
+    /// ```
+    pub fn since(&self, earlier: &Stats) -> Stats {
+        Stats {
+            flushes: self.flushes - earlier.flushes,
+            compilations: self.compilations - earlier.compilations,
+            cache_hits: self.cache_hits - earlier.cache_hits,
+            calls: self.calls - earlier.calls,
+            to_device: self.to_device - earlier.to_device,
+            from_device: self.from_device - earlier.from_device,
+            device_allocations: self.device_allocations - earlier.device_allocations,
+            compute: self.compute.saturating_sub(earlier.compute),
+        }
+    }
 }
 
 /// Compiled programs kept per session; a solver loop needs a handful.
 const CACHE_CAPACITY: usize = 64;
 
 /// A value's contents.
-#[derive(Debug)]
 pub(super) enum Data {
     /// Recorded, not yet computed.
     Pending,
-    /// On the host, in the session's precision.
-    Ready(HostArray),
+    /// Computed, or given by the user.
+    Ready(Copies),
     /// The run that should have computed it failed.
     Failed(Arc<Error>),
 }
 
+/// Where a computed value is, in the session's precision: on the host, on the device, or
+/// both — values never change, so two copies always agree. At least one is there.
+#[derive(Default)]
+pub(super) struct Copies {
+    pub(super) host: Option<HostArray>,
+    pub(super) device: Option<Buffer>,
+}
+
+impl Copies {
+    /// A value on the host only.
+    pub(super) fn host(array: HostArray) -> Self {
+        Copies {
+            host: Some(array),
+            device: None,
+        }
+    }
+}
+
 /// A value of the session.
-#[derive(Debug)]
 struct Slot {
     dims: Vec<usize>,
     /// Alive while the user holds a handle to the value.
@@ -200,13 +257,109 @@ impl State {
         self.slots.get(&id).is_some_and(|s| s.token.strong_count() > 0)
     }
 
-    /// Compiles (or finds in the cache) and runs `script` on the session's arrays.
-    fn execute(&mut self, script: &Canonical, backend: &Backend, library: &Library) -> Result<Outputs> {
+    /// Compiles (or finds in the cache) and runs `script` on the session's values: on the
+    /// device, where the backend has one, else on the host.
+    fn execute(&mut self, script: &Canonical, backend: &Backend, library: &Library) -> Result<Computed> {
         let compiled = self.compiled(script, backend, library)?;
-        let inputs = Inputs::from(self.take_inputs(&script.inputs)?);
-        let outputs = compiled.run(&inputs);
-        self.restore_inputs(inputs.into(), &script.inputs);
-        outputs
+        match compiled.device() {
+            Some(plan) => self.run_on_device(&compiled, plan, script),
+            None => {
+                let inputs = Inputs::from(self.take_inputs(&script.inputs)?);
+                let outputs = compiled.run_timed(&inputs);
+                self.restore_inputs(inputs.into(), &script.inputs);
+                let (outputs, times) = outputs?;
+                self.stats.compute += times.compute;
+                Ok(Computed::Host(outputs.into_bindings()))
+            }
+        }
+    }
+
+    /// Runs `plan` on the inputs' device buffers, uploading those only on the host; the inputs'
+    /// buffers stay with their values, the outputs' become theirs.
+    fn run_on_device(&mut self, compiled: &Compiled, plan: &dyn DevicePlan, script: &Canonical) -> Result<Computed> {
+        let program = compiled.program();
+        let mut given: BTreeMap<ValueId, Buffer> = BTreeMap::new();
+        let mut owners: Vec<(ValueId, u64)> = Vec::new();
+        let mut failure = None;
+        for (id, name) in &script.inputs {
+            let value = program
+                .inputs
+                .iter()
+                .copied()
+                .find(|&v| program.values[v].variable == *name);
+            let Some(v) = value.filter(|v| plan.buffers().contains(v)) else {
+                continue; // read by no kernel
+            };
+            match self.take_device(*id, plan.pool()) {
+                Ok(buffer) => {
+                    given.insert(v, buffer);
+                    owners.push((v, *id));
+                }
+                Err(e) => {
+                    failure = Some(e);
+                    break;
+                }
+            }
+        }
+        let ran = match failure {
+            Some(e) => Err(e),
+            None => resident::run(plan, program, compiled.sizes(), &mut given),
+        };
+        for (v, id) in owners {
+            if let (Some(Data::Ready(copies)), Some(buffer)) = (self.slot_data(id), given.remove(&v)) {
+                copies.device = Some(buffer);
+            }
+        }
+        let run = ran?;
+        self.stats.compute += run.compute;
+        self.stats.device_allocations += run.allocations;
+        let by_name = run
+            .outputs
+            .into_iter()
+            .map(|(v, buffer)| (program.values[v].variable.clone(), buffer))
+            .collect();
+        Ok(Computed::Device(by_name))
+    }
+
+    /// Value `id`'s device buffer, moved out of its slot for a run (uploaded first if the
+    /// value is only on the host); [`Self::run_on_device`] puts it back.
+    fn take_device(&mut self, id: u64, pool: &Arc<Pool>) -> Result<Buffer> {
+        let copies = match self.slot_data(id) {
+            Some(Data::Ready(copies)) => copies,
+            Some(Data::Failed(e)) => return Err(Error::Failed(Arc::clone(e))),
+            _ => return Err(not_computed(id)),
+        };
+        if let Some(buffer) = copies.device.take() {
+            return Ok(buffer);
+        }
+        let host = copies.host.as_ref().ok_or_else(|| not_computed(id))?;
+        let buffer = pool.upload(&host.data)?;
+        self.stats.to_device += buffer.bytes();
+        if buffer.fresh() {
+            self.stats.device_allocations += 1;
+        }
+        Ok(buffer)
+    }
+
+    /// Value `id` on the host, copied from the device first if it is only there.
+    pub(super) fn host_value(&mut self, id: u64) -> Result<&HostArray> {
+        let dims = self.slots.get(&id).map(|s| s.dims.clone()).unwrap_or_default();
+        let copies = match self.slots.get_mut(&id).map(|s| &mut s.data) {
+            Some(Data::Ready(copies)) => copies,
+            Some(Data::Failed(e)) => return Err(Error::Failed(Arc::clone(e))),
+            _ => return Err(not_computed(id)),
+        };
+        if copies.host.is_none() {
+            let buffer = copies.device.as_ref().ok_or_else(|| not_computed(id))?;
+            let data = buffer.download()?;
+            self.stats.from_device += buffer.bytes();
+            copies.host = Some(HostArray { dims, data });
+        }
+        copies.host.as_ref().ok_or_else(|| not_computed(id))
+    }
+
+    fn slot_data(&mut self, id: u64) -> Option<&mut Data> {
+        self.slots.get_mut(&id).map(|s| &mut s.data)
     }
 
     fn compiled(&mut self, script: &Canonical, backend: &Backend, library: &Library) -> Result<Arc<Compiled>> {
@@ -221,25 +374,25 @@ impl State {
         Ok(compiled)
     }
 
-    /// Moves the input arrays into bindings for the run (no copy); see [`Self::restore_inputs`].
+    /// Moves the input arrays into bindings for a run on the host (no copy); see
+    /// [`Self::restore_inputs`].
     fn take_inputs(&mut self, inputs: &[(u64, String)]) -> Result<Bindings> {
         let mut bindings = Bindings::new();
         for (id, name) in inputs {
-            let data = self
-                .slots
-                .get_mut(id)
-                .map(|s| std::mem::replace(&mut s.data, Data::Pending));
-            match data {
-                Some(Data::Ready(array)) => {
+            let taken = self.host_value(*id).map(|_| ()).and_then(|()| {
+                let copies = match self.slot_data(*id) {
+                    Some(Data::Ready(copies)) => copies,
+                    _ => return Err(not_computed(*id)),
+                };
+                copies.host.take().ok_or_else(|| not_computed(*id))
+            });
+            match taken {
+                Ok(array) => {
                     bindings.insert(name.clone(), array);
                 }
-                other => {
-                    let failure = match other {
-                        Some(Data::Failed(e)) => Error::Failed(e),
-                        _ => not_computed(*id),
-                    };
+                Err(e) => {
                     self.restore_inputs(bindings, inputs);
-                    return Err(failure);
+                    return Err(e);
                 }
             }
         }
@@ -248,16 +401,16 @@ impl State {
 
     fn restore_inputs(&mut self, mut bindings: Bindings, inputs: &[(u64, String)]) {
         for (id, name) in inputs {
-            if let (Some(slot), Some(array)) = (self.slots.get_mut(id), bindings.remove(name)) {
-                slot.data = Data::Ready(array);
+            if let (Some(Data::Ready(copies)), Some(array)) = (self.slot_data(*id), bindings.remove(name)) {
+                copies.host = Some(array);
             }
         }
     }
 
     /// Stores the outputs of a run, or marks every value of the batch failed.
-    fn store(&mut self, calls: &[PendingCall], script: &Canonical, outcome: Result<Outputs>) -> Result<()> {
-        let mut arrays = match outcome {
-            Ok(outputs) => outputs.into_bindings(),
+    fn store(&mut self, calls: &[PendingCall], script: &Canonical, outcome: Result<Computed>) -> Result<()> {
+        let mut computed = match outcome {
+            Ok(computed) => computed,
             Err(e) => {
                 let e = Arc::new(e);
                 for call in calls {
@@ -267,8 +420,8 @@ impl State {
             }
         };
         for (id, name) in &script.outputs {
-            let data = match arrays.remove(name) {
-                Some(array) => Data::Ready(array),
+            let data = match computed.take(name) {
+                Some(copies) => Data::Ready(copies),
                 None => Data::Failed(Arc::new(not_computed(*id))),
             };
             self.set(*id, data);
@@ -299,6 +452,26 @@ impl State {
     }
 }
 
+/// The outputs of a run, by script name.
+enum Computed {
+    /// On the host.
+    Host(Bindings),
+    /// On the device.
+    Device(BTreeMap<String, Buffer>),
+}
+
+impl Computed {
+    fn take(&mut self, name: &str) -> Option<Copies> {
+        match self {
+            Computed::Host(arrays) => arrays.remove(name).map(Copies::host),
+            Computed::Device(buffers) => buffers.remove(name).map(|buffer| Copies {
+                host: None,
+                device: Some(buffer),
+            }),
+        }
+    }
+}
+
 /// A value that a run did not produce.
 pub(super) fn not_computed(id: u64) -> Error {
     Error::UnknownOutput {
@@ -314,7 +487,10 @@ mod tests {
     #[test]
     fn a_failed_run_fails_every_value_of_its_batch() {
         let mut state = State::new(1);
-        let x = state.insert(vec![2], Data::Ready(HostArray::f64(vec![2], vec![1.0, 2.0])));
+        let x = state.insert(
+            vec![2],
+            Data::Ready(Copies::host(HostArray::f64(vec![2], vec![1.0, 2.0]))),
+        );
         let y = state.record("scal", vec![PendingArg::Literal(2.0), PendingArg::Value(x.id)], vec![2]);
         let (calls, outputs) = state.batch(&state.pending.clone());
         let script = state.canonical(&calls, &outputs, Precision::F64);
@@ -331,7 +507,10 @@ mod tests {
     #[test]
     fn dropped_results_are_pruned_and_forgotten() {
         let mut state = State::new(1);
-        let x = state.insert(vec![2], Data::Ready(HostArray::f64(vec![2], vec![1.0, 2.0])));
+        let x = state.insert(
+            vec![2],
+            Data::Ready(Copies::host(HostArray::f64(vec![2], vec![1.0, 2.0]))),
+        );
         let t = state.record("scal", vec![PendingArg::Literal(2.0), PendingArg::Value(x.id)], vec![2]);
         let unused = state.record("copy", vec![PendingArg::Value(x.id)], vec![2]);
         let y = state.record("add", vec![PendingArg::Value(t.id), PendingArg::Value(x.id)], vec![2]);
@@ -344,6 +523,6 @@ mod tests {
             .flush(&Backend::Reference, &Library::builtin().unwrap(), Precision::F64)
             .unwrap();
         assert!(state.data(t_id).is_none() && state.data(unused_id).is_none());
-        assert!(matches!(state.data(y.id), Some(Data::Ready(a)) if a.to_f64() == [3.0, 6.0]));
+        assert_eq!(state.host_value(y.id).unwrap().to_f64(), [3.0, 6.0]);
     }
 }

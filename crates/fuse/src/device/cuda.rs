@@ -1,0 +1,70 @@
+//! A GPU's memory, through the device's one stream: copies, fills and launches run in the
+//! order they are queued, so a buffer freed into the pool is reused only by later work.
+
+use std::sync::Arc;
+
+use fuse_core::{HostData, Precision};
+use fuse_cuda::{CudaError, Device};
+
+use super::pool::bytes_of;
+use super::{bytes_text, mismatch, shared_pool, Memory, Pool, Raw};
+use crate::error::{Error, Result};
+
+/// GPU memory of one device.
+pub(crate) struct CudaMemory {
+    device: Device,
+}
+
+impl CudaMemory {
+    /// The pool of `device`'s memory (one per GPU in the process).
+    pub(crate) fn pool(device: &Device) -> Result<Arc<Pool>> {
+        let key = format!("cuda:{}", device.info().ordinal);
+        shared_pool(key, || Ok(Arc::new(CudaMemory { device: device.clone() })))
+    }
+}
+
+impl Memory for CudaMemory {
+    fn name(&self) -> String {
+        let info = self.device.info();
+        format!("GPU {} ({})", info.ordinal, info.name)
+    }
+
+    fn free_bytes(&self) -> Result<u64> {
+        Ok(self.device.free_bytes()?)
+    }
+
+    fn alloc(&self, precision: Precision, len: usize) -> Result<Raw> {
+        match self.device.alloc(bytes_of(precision, len) as usize) {
+            Ok(slice) => Ok(Raw::Cuda(slice)),
+            Err(CudaError::OutOfMemory { bytes, free, .. }) => Err(Error::DeviceMemory {
+                device: self.name(),
+                what: "an allocation".to_string(),
+                asked: bytes_text(bytes),
+                free: bytes_text(free),
+            }),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    fn free(&self, raw: Raw) {
+        drop(raw); // cudarc frees on the stream, after the work queued before
+    }
+
+    fn upload(&self, from: &HostData, to: &mut Raw) -> Result<()> {
+        match to {
+            Raw::Cuda(to) => Ok(self.device.upload(from, to)?),
+            Raw::Emulated(_) => Err(mismatch()),
+        }
+    }
+
+    fn download(&self, from: &Raw, precision: Precision) -> Result<HostData> {
+        match from {
+            Raw::Cuda(from) => Ok(self.device.download(from, precision)?),
+            Raw::Emulated(_) => Err(mismatch()),
+        }
+    }
+
+    fn synchronize(&self) -> Result<()> {
+        Ok(self.device.synchronize()?)
+    }
+}
