@@ -36,6 +36,9 @@ pub trait Element: sealed::Sealed + Copy + Debug + Display + PartialEq + Send + 
 
     /// The value widened to f64 (exact).
     fn to_f64(self) -> f64;
+
+    /// `value` in this type, rounded to nearest.
+    fn from_f64(value: f64) -> Self;
 }
 
 /// Implements [`Element`] for `$t`, whose precision and host data are `$variant`.
@@ -57,6 +60,10 @@ macro_rules! element {
 
             fn to_f64(self) -> f64 {
                 f64::from(self)
+            }
+
+            fn from_f64(value: f64) -> Self {
+                value as $t
             }
         }
     };

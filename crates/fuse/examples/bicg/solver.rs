@@ -1,9 +1,10 @@
-//! BiCG (biconjugate gradients) for a nonsymmetric system A·x = b on the lazy API. Each
-//! iteration records the BiCGK pair q = A·p, q̃ = Aᵀ·p̃ together with the vector updates;
-//! reading a scalar (p̃ᵀq, ‖r‖) runs what is recorded as one fused program. From the third
-//! iteration on, every flush finds its program in the session's plan cache.
+//! BiCG (biconjugate gradients) for a nonsymmetric system A·x = b on the lazy API, in either
+//! precision. Each iteration records the BiCGK pair q = A·p, q̃ = Aᵀ·p̃ together with the vector
+//! updates; reading a scalar (p̃ᵀq, ‖r‖) runs what is recorded as one fused program. From the
+//! third iteration on, every flush finds its program in the session's plan cache, and on a
+//! device only scalars cross between host and device.
 
-use fuse::{Result, Session};
+use fuse::{Element, Matrix, Result, Scalar, Session, Vector};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -34,47 +35,88 @@ pub struct Solution {
     pub residuals: Vec<f64>,
 }
 
+/// The BLAS calls BiCG makes, under one name for both precisions (`d…` on `Session<f64>`,
+/// `s…` on `Session<f32>`).
+pub trait Blas<T: Element> {
+    fn gemv(&self, a: &Matrix<T>, x: &Vector<T>) -> Result<Vector<T>>;
+    fn gemtv(&self, a: &Matrix<T>, x: &Vector<T>) -> Result<Vector<T>>;
+    fn axpy(&self, a: &Scalar<T>, x: &Vector<T>, y: &Vector<T>) -> Result<Vector<T>>;
+    fn dot(&self, x: &Vector<T>, y: &Vector<T>) -> Result<Scalar<T>>;
+    fn nrm2(&self, x: &Vector<T>) -> Result<Scalar<T>>;
+}
+
+/// Implements [`Blas`] for `Session<$t>` with the BLAS names of its precision.
+macro_rules! blas {
+    ($t:ty, $gemv:ident, $gemtv:ident, $axpy:ident, $dot:ident, $nrm2:ident) => {
+        impl Blas<$t> for Session<$t> {
+            fn gemv(&self, a: &Matrix<$t>, x: &Vector<$t>) -> Result<Vector<$t>> {
+                self.$gemv(a, x)
+            }
+            fn gemtv(&self, a: &Matrix<$t>, x: &Vector<$t>) -> Result<Vector<$t>> {
+                self.$gemtv(a, x)
+            }
+            fn axpy(&self, a: &Scalar<$t>, x: &Vector<$t>, y: &Vector<$t>) -> Result<Vector<$t>> {
+                self.$axpy(a, x, y)
+            }
+            fn dot(&self, x: &Vector<$t>, y: &Vector<$t>) -> Result<Scalar<$t>> {
+                self.$dot(x, y)
+            }
+            fn nrm2(&self, x: &Vector<$t>) -> Result<Scalar<$t>> {
+                self.$nrm2(x)
+            }
+        }
+    };
+}
+
+blas!(f32, sgemv, sgemtv, saxpy, sdot, snrm2);
+blas!(f64, dgemv, dgemtv, daxpy, ddot, dnrm2);
+
 /// Solves `system` by BiCG from x = 0 until ‖r‖/‖b‖ < `tol` or `max_iter` iterations;
 /// `on_iteration(k, relative residual)` is called after each iteration.
-pub fn bicg(
-    s: &Session<f64>,
+pub fn bicg<T: Element>(
+    s: &Session<T>,
     system: &System,
     tol: f64,
     max_iter: usize,
     mut on_iteration: impl FnMut(usize, f64),
-) -> Result<Solution> {
-    let a = s.matrix(system.n, system.n, system.a.clone())?;
-    let b = s.vector(system.b.clone())?;
-    let mut x = s.vector(vec![0.0; system.n])?;
+) -> Result<Solution>
+where
+    Session<T>: Blas<T>,
+{
+    let cast = |v: &[f64]| v.iter().map(|&e| T::from_f64(e)).collect::<Vec<T>>();
+    let read = |scalar: &Scalar<T>| s.read_scalar(scalar).map(T::to_f64);
+    let a = s.matrix(system.n, system.n, cast(&system.a))?;
+    let b = s.vector(cast(&system.b))?;
+    let mut x = s.vector(vec![T::from_f64(0.0); system.n])?;
     // Handles name immutable values, so r = r̃ = p = p̃ = b share b until first updated.
     let (mut r, mut rt, mut p, mut pt) = (b.clone(), b.clone(), b.clone(), b.clone());
-    let b_norm = s.read_scalar(&s.dnrm2(&b)?)?;
-    let mut rho = s.read_scalar(&s.ddot(&rt, &r)?)?;
+    let b_norm = read(&s.nrm2(&b)?)?;
+    let mut rho = read(&s.dot(&rt, &r)?)?;
     let mut residuals = Vec::new();
     for k in 1..=max_iter {
-        let q = s.dgemv(&a, &p)?;
-        let qt = s.dgemtv(&a, &pt)?;
-        let alpha = rho / s.read_scalar(&s.ddot(&pt, &q)?)?;
+        let q = s.gemv(&a, &p)?;
+        let qt = s.gemtv(&a, &pt)?;
+        let alpha = rho / read(&s.dot(&pt, &q)?)?;
         // Run-time scalars, not literals: the recorded program stays the same every iteration.
-        let (alpha, minus_alpha) = (s.scalar(alpha), s.scalar(-alpha));
-        x = s.daxpy(&alpha, &p, &x)?;
-        r = s.daxpy(&minus_alpha, &q, &r)?;
-        rt = s.daxpy(&minus_alpha, &qt, &rt)?;
-        let rho_next = s.ddot(&rt, &r)?;
-        let residual = s.read_scalar(&s.dnrm2(&r)?)? / b_norm;
+        let (alpha, minus_alpha) = (s.scalar(T::from_f64(alpha)), s.scalar(T::from_f64(-alpha)));
+        x = s.axpy(&alpha, &p, &x)?;
+        r = s.axpy(&minus_alpha, &q, &r)?;
+        rt = s.axpy(&minus_alpha, &qt, &rt)?;
+        let rho_next = s.dot(&rt, &r)?;
+        let residual = read(&s.nrm2(&r)?)? / b_norm;
         residuals.push(residual);
         on_iteration(k, residual);
         if residual < tol {
             break;
         }
-        let rho_next = s.read_scalar(&rho_next)?;
-        let beta = s.scalar(rho_next / rho);
+        let rho_next = read(&rho_next)?;
+        let beta = s.scalar(T::from_f64(rho_next / rho));
         rho = rho_next;
-        p = s.daxpy(&beta, &p, &r)?; // p = r + β·p, run with the next iteration's q
-        pt = s.daxpy(&beta, &pt, &rt)?;
+        p = s.axpy(&beta, &p, &r)?; // p = r + β·p, run with the next iteration's q
+        pt = s.axpy(&beta, &pt, &rt)?;
     }
     Ok(Solution {
-        x: s.read(&x)?,
+        x: s.read(&x)?.into_iter().map(T::to_f64).collect(),
         residuals,
     })
 }
