@@ -318,3 +318,58 @@ fn outputs_are_summarised_in_the_order_declared() {
         .collect();
     assert_eq!(names, ["y2", "y10", "y1"]);
 }
+
+/// A run that needs more device memory than is free stops before allocating, naming the bytes
+/// asked and free (the emulated device's capacity plays the GPU's), exit status 2.
+#[test]
+fn device_out_of_memory_is_a_clear_error() {
+    let out = Command::new(env!("CARGO_BIN_EXE_fuse"))
+        .env("FUSE_EMULATE_MEMORY", "1M")
+        .args([
+            "run",
+            &script("bicgk.yaml"),
+            "--backend",
+            "emulate",
+            "--size",
+            "m=1000",
+            "--size",
+            "n=1000",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("out of memory on the emulated device"), "{stderr}");
+    assert!(
+        stderr.contains("(4008000 bytes) asked for the inputs of bicgk"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("(1048576 bytes) free"), "{stderr}");
+}
+
+/// `--timing` says where the time went, and that the CPU moves nothing to a device.
+#[test]
+fn timing_reports_upload_compute_and_download() {
+    let out = fuse(&[
+        "run",
+        &script("bicgk.yaml"),
+        "--backend",
+        "cpu",
+        "--size",
+        "m=64",
+        "--size",
+        "n=32",
+        "--timing",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let line = stderr
+        .lines()
+        .find(|l| l.starts_with("timing: "))
+        .unwrap_or_else(|| panic!("{stderr}"));
+    assert!(
+        line.contains("upload 0.000 ms") && line.contains("download 0.000 ms"),
+        "{line}"
+    );
+    assert!(line.contains("compute ") && line.contains("on the host"), "{line}");
+}

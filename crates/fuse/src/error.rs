@@ -134,7 +134,7 @@ pub enum Error {
     #[error(transparent)]
     Emulation(#[from] fuse_emulate::EmulationError),
     /// A run needs more device memory than the device has free (the host data is untouched).
-    #[error("out of memory on {device}: {what} needs {asked}, and {free} is free")]
+    #[error("out of memory on {device}: {asked} asked for {what}, {free} free")]
     DeviceMemory {
         /// The device (`GPU 0 (NVIDIA H100 80GB HBM3)`, `the emulated device`).
         device: String,
