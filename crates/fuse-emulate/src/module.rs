@@ -4,10 +4,11 @@ use crate::arg::{check_signature, KernelArg, Staged};
 use crate::compiler;
 use crate::error::EmulateError;
 use libloading::Library;
+use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 /// Block limits of current NVIDIA GPUs.
 const MAX_BLOCK_THREADS: u32 = 1024;
@@ -49,7 +50,20 @@ pub struct EmulatedModule {
     path: PathBuf,
     kernels: Vec<String>,
     workers: usize,
+    /// Held while launching: every module compiled from the same source shares its first copy
+    /// (the loader hands back the loaded object for the same file), and with it its globals.
+    file_lock: Arc<Mutex<()>>,
     copies: Mutex<Copies>,
+}
+
+/// The launch lock of the module file `path`, one per file in the process.
+fn file_lock(path: &Path) -> Arc<Mutex<()>> {
+    static LOCKS: OnceLock<Mutex<HashMap<PathBuf, Arc<Mutex<()>>>>> = OnceLock::new();
+    let mut locks = LOCKS
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
+    Arc::clone(locks.entry(path.to_owned()).or_default())
 }
 
 /// Loaded copies of the library, one per worker: each copy has its own globals (fibers,
@@ -86,6 +100,7 @@ impl EmulatedModule {
             n => n,
         };
         Ok(EmulatedModule {
+            file_lock: file_lock(&path),
             path,
             kernels: kernels
                 .split(',')
@@ -122,6 +137,7 @@ impl EmulatedModule {
             kernel: kernel.to_owned(),
             reason,
         })?;
+        let _file = self.file_lock.lock().unwrap_or_else(PoisonError::into_inner);
         let mut copies = self.copies.lock().unwrap_or_else(PoisonError::into_inner);
         // SAFETY: exported by FUSE_EMU_EXPORT for every name in `self.kernels`.
         let signature = unsafe { call_text(&copies.loaded[0], &format!("fuse_emu_signature_{kernel}")) }?;

@@ -84,3 +84,26 @@ fn bicg_on_a_device_uploads_the_matrix_once_and_reuses_its_buffers() {
         );
     }
 }
+
+/// Two sessions on one device, each on its own thread and sharing the device's buffer pool,
+/// do not disturb each other: each gets what it gets alone on the CPU.
+#[test]
+fn two_sessions_on_one_device_run_side_by_side() {
+    let solve = |seed: u64, backend: Backend| {
+        let system = solver::generate(160 + seed as usize, seed);
+        let s = Session::<f64>::new(backend).unwrap();
+        solver::bicg(&s, &system, 0.0, 12, |_, _| {}).unwrap().x
+    };
+    let threads: Vec<_> = [5, 6]
+        .into_iter()
+        .map(|seed| std::thread::spawn(move || (seed, solve(seed, Backend::Emulate))))
+        .collect();
+    for thread in threads {
+        let (seed, device) = thread.join().unwrap();
+        let cpu = solve(seed, Backend::Cpu);
+        let scale = cpu.iter().map(|v| v.abs()).fold(0.0, f64::max);
+        for (i, (a, b)) in device.iter().zip(&cpu).enumerate() {
+            assert!((a - b).abs() <= 1e-12 * scale, "seed {seed}, x[{i}]: {a} vs {b}");
+        }
+    }
+}
