@@ -240,6 +240,35 @@ impl Device {
         crate::plan::download(self, from, precision)
     }
 
+    /// Takes `slice`, made by the caller on this GPU (on any stream of it), as untyped bytes on
+    /// this device's stream, without a copy; waits for the work queued on its stream first.
+    pub fn adopt<T>(&self, slice: CudaSlice<T>) -> Result<CudaSlice<u8>, CudaError> {
+        if slice.ordinal() != self.info.ordinal {
+            return Err(CudaError::Unsupported(format!(
+                "a buffer of GPU {} given to a session on GPU {}",
+                slice.ordinal(),
+                self.info.ordinal
+            )));
+        }
+        slice.stream().synchronize().map_err(driver("cuStreamSynchronize"))?;
+        let bytes = slice.num_bytes();
+        let pointer = slice.leak();
+        // SAFETY: `pointer` is a live allocation of `bytes` bytes on this device, whose work is
+        // finished (synchronised above) and whose only owner was the slice leaked above.
+        Ok(unsafe { self.stream.upgrade_device_ptr::<u8>(pointer, bytes) })
+    }
+
+    /// A device-side copy of `from` as elements of `T` (no trip through the host).
+    pub fn copy_as<T: cudarc::driver::DeviceRepr>(&self, from: &CudaSlice<u8>) -> Result<CudaSlice<T>, CudaError> {
+        let copy = self.stream.clone_dtod(from).map_err(driver("cuMemcpyDtoD"))?;
+        let len = copy.len() / std::mem::size_of::<T>().max(1);
+        let pointer = copy.leak();
+        // SAFETY: `pointer` is the copy's allocation of `len · size_of::<T>()` bytes or more,
+        // owned by nothing else (leaked above); its bytes are elements of `T` as written by
+        // the kernels (f32/f64, any bit pattern valid).
+        Ok(unsafe { self.stream.upgrade_device_ptr::<T>(pointer, len) })
+    }
+
     /// Waits for everything queued so far; reports an earlier asynchronous failure.
     pub fn synchronize(&self) -> Result<(), CudaError> {
         self.stream.synchronize().map_err(driver("cuStreamSynchronize"))

@@ -24,7 +24,9 @@ mod sealed {
 /// assert_eq!(f32::values(&a), None);
 /// # Ok::<(), fuse::Error>(())
 /// ```
-pub trait Element: sealed::Sealed + Copy + Debug + Display + PartialEq + Send + Sync + 'static {
+pub trait Element:
+    sealed::Sealed + Copy + Debug + Display + PartialEq + Send + Sync + cudarc::driver::DeviceRepr + 'static
+{
     /// The script precision of this type.
     const PRECISION: Precision;
 
@@ -87,17 +89,23 @@ pub fn array<T: Element>(dims: Vec<usize>, data: Vec<T>) -> Result<HostArray> {
 
 /// [`array`], naming `what` in the error.
 pub(crate) fn checked_array<T: Element>(what: &str, dims: Vec<usize>, data: Vec<T>) -> Result<HostArray> {
-    let want = dims.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d));
-    if want != Some(data.len()) || data.is_empty() {
-        return Err(Error::DataLength {
-            what: what.to_string(),
-            len: data.len(),
-            want: want.unwrap_or(usize::MAX),
-            dims,
-        });
-    }
+    checked_len(what, &dims, data.len())?;
     Ok(HostArray {
         dims,
         data: T::into_data(data),
     })
+}
+
+/// `len`, if it is the (non-zero) number of elements of `dims`; else an error naming `what`.
+pub(crate) fn checked_len(what: &str, dims: &[usize], len: usize) -> Result<usize> {
+    let want = dims.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d));
+    if want != Some(len) || len == 0 {
+        return Err(Error::DataLength {
+            what: what.to_string(),
+            len,
+            want: want.unwrap_or(usize::MAX),
+            dims: dims.to_vec(),
+        });
+    }
+    Ok(len)
 }

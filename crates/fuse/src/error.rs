@@ -145,6 +145,14 @@ pub enum Error {
         /// The bytes free, for the message.
         free: String,
     },
+    /// A method that exchanges GPU memory, called on a session that runs elsewhere.
+    #[error("{method} needs a session on the CUDA backend; this one runs on {backend}")]
+    NotOnGpu {
+        /// The method.
+        method: String,
+        /// The session's backend.
+        backend: String,
+    },
     /// An environment variable that fuse reads holds a value it cannot use.
     #[error("{variable}=`{value}`: expected {expected}")]
     Setting {

@@ -20,6 +20,10 @@ pub use session::{Handle, Matrix, Scalar, ScalarArg, Session, Stats, Vector};
 
 pub use fuse_core::{Bindings, HostArray, HostData, Library, Plan, Precision, Program, Sizes};
 
+/// The cudarc that fuse's GPU memory types come from ([`Session::matrix_from_device`],
+/// [`Session::to_device`]): use this one, so that the versions agree.
+pub use cudarc;
+
 /// The crates below this one, for what is itself about a lower stage or a backend's own tools:
 /// the language, graph and explorer (`fuse_core`), the generator and NVRTC (`fuse_codegen`),
 /// and the backends' measurement tools — calibration, the cuBLAS baseline, the tune cache

@@ -77,3 +77,49 @@ fn on_a_gpu_scripts_and_sessions_match_the_reference() {
     let q = s.dgemv(&a, &p).unwrap();
     assert_eq!(s.read(&q).unwrap(), [5.0, 5.0]);
 }
+
+#[test]
+fn exchanging_gpu_memory_needs_a_session_on_the_gpu() {
+    let s = Session::<f32>::new(Backend::Cpu).unwrap();
+    let x = s.vector(vec![1.0, 2.0]).unwrap();
+    let err = s.to_device(&x).unwrap_err();
+    assert!(matches!(err, Error::NotOnGpu { .. }), "{err:?}");
+    assert_eq!(
+        err.to_string(),
+        "to_device needs a session on the CUDA backend; this one runs on cpu"
+    );
+}
+
+/// cudarc memory in, cudarc memory out: a matrix made on the GPU by the caller is used without
+/// a copy, the result comes back as device memory, and nothing but the result's read crosses.
+#[test]
+fn on_a_gpu_device_memory_goes_in_and_out_without_the_host() {
+    if std::env::var("FUSE_TEST_CUDA").map_or(true, |v| v != "1") {
+        eprintln!("on_a_gpu_device_memory_goes_in_and_out_without_the_host: skipped — set FUSE_TEST_CUDA=1 on a machine with an NVIDIA GPU");
+        return;
+    }
+    let (m, n) = (67, 45);
+    let a: Vec<f32> = (0..m * n).map(|k| ((k * 7919) % 201) as f32 / 100.0 - 1.0).collect();
+    let p: Vec<f32> = (0..n).map(|k| k as f32 / n as f32).collect();
+    let stream = cudarc::driver::CudaContext::new(0).unwrap().new_stream().unwrap();
+    let (a_dev, p_dev) = (stream.clone_htod(&a).unwrap(), stream.clone_htod(&p).unwrap());
+    let s = Session::<f32>::new(Backend::Cuda { device: 0 }).unwrap();
+    let err = s
+        .matrix_from_device(m, n + 1, stream.clone_htod(&a).unwrap())
+        .unwrap_err();
+    assert!(matches!(err, Error::DataLength { .. }), "{err}");
+    let a_handle = s.matrix_from_device(m, n, a_dev).unwrap();
+    let p_handle = s.vector_from_device(p_dev).unwrap();
+    let q = s.sgemv(&a_handle, &p_handle).unwrap();
+    let q_dev = s.to_device(&q).unwrap();
+    assert_eq!(s.stats().to_device + s.stats().from_device, 0, "{:?}", s.stats());
+    let got = stream.clone_dtoh(&q_dev).unwrap();
+    for i in 0..m {
+        let want: f64 = (0..n).map(|j| a[i * n + j] as f64 * p[j] as f64).sum();
+        assert!(
+            (got[i] as f64 - want).abs() <= 1e-5 * (1.0 + want.abs()),
+            "q[{i}]: {} vs {want}",
+            got[i]
+        );
+    }
+}

@@ -64,6 +64,18 @@ impl Pool {
         })
     }
 
+    /// `raw`, an allocation of `len` elements of `precision` made elsewhere on this device, as
+    /// a buffer of the pool (cached for reuse when dropped, like the others).
+    pub(crate) fn adopt(self: &Arc<Self>, raw: Raw, precision: Precision, len: usize) -> Buffer {
+        Buffer {
+            raw: Some(raw),
+            precision,
+            len,
+            fresh: false,
+            pool: Arc::clone(self),
+        }
+    }
+
     /// A buffer holding `data`, copied from the host.
     pub(crate) fn upload(self: &Arc<Self>, data: &HostData) -> Result<Buffer> {
         let mut buffer = self.take(data.precision(), data.len())?;

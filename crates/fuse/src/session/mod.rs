@@ -16,9 +16,17 @@
 //! whose handles were all dropped are temporaries, and calls nothing held depends on are not
 //! run. Compiled programs are cached by the program's canonical text (which includes the
 //! sizes), so the second iteration of a loop compiles nothing.
+//!
+//! On a device (a GPU, or the emulated one) values live in device memory: a value made on the
+//! host is uploaded once, when a flush first needs it; results stay on the device until read,
+//! and only what is read comes back. Buffers freed by dropped values are reused by later
+//! flushes. [`Stats`] counts the bytes that crossed, so a solver loop can check that only its
+//! scalars do. [`Session::matrix_from_device`] and [`Session::to_device`] exchange cudarc
+//! device memory without a copy through the host.
 
 mod blas;
 mod canonical;
+mod device;
 mod handle;
 mod record;
 mod state;
@@ -48,7 +56,9 @@ static NEXT_SESSION: AtomicU64 = AtomicU64::new(1);
 ///
 /// Calls return handles at once, shape-checked; nothing runs until a result is read or the
 /// session is flushed. Then every recorded call that a held handle depends on runs as one fused
-/// program. A session is single-threaded (`!Sync`); its handles may travel between threads.
+/// program. A session is used from one thread at a time (`Send`, not `Sync`); its handles may
+/// travel between threads, and sessions on the same device, each on its own thread, do not
+/// disturb each other.
 ///
 /// ```
 /// use fuse::{Backend, Session};

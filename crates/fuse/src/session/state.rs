@@ -341,6 +341,15 @@ impl State {
         Ok(buffer)
     }
 
+    /// Value `id` on the device, uploaded first if it is only on the host.
+    pub(super) fn device_value(&mut self, id: u64, pool: &Arc<Pool>) -> Result<&Buffer> {
+        let buffer = self.take_device(id, pool)?;
+        match self.slot_data(id) {
+            Some(Data::Ready(copies)) => Ok(copies.device.insert(buffer)),
+            _ => Err(not_computed(id)),
+        }
+    }
+
     /// Value `id` on the host, copied from the device first if it is only there.
     pub(super) fn host_value(&mut self, id: u64) -> Result<&HostArray> {
         let dims = self.slots.get(&id).map(|s| s.dims.clone()).unwrap_or_default();
