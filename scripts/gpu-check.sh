@@ -18,13 +18,16 @@
 #   ncu       150  Nsight Compute on the same plans at 8192² / 2²⁶ (the profile that explains misses)
 #   tune      180  fuse tune --top 10 at every bench size: prediction accuracy (paper Table 4)
 #   peers     330  scripts/peers.py: PyTorch eager, torch.compile, JAX jit at the same sizes
+#   solver    150  the BiCG example (target/release/examples/bicg, data resident on the GPU) at
+#                  n = 8192 f64 and 16384 f32: time per iteration against its kernels' time (CUDA
+#                  events), beside the same solver in PyTorch and CuPy (scripts/bicg_peers.py)
 # and, after every stage, the report: benches/results/<gpu>-<date>.md (scripts/report.py).
 #
 # Without arguments it runs every stage not done yet, in order, while they fit in the time budget
 # (GPU_CHECK_BUDGET seconds, default 540: one 10-minute call of the device tool), so the same
 # command run again continues where the last one stopped:
 #
-#   call 1: env selftest calibrate bench     call 2: sanitize ncu tune     call 3: peers
+#   call 1: env selftest calibrate bench     call 2: sanitize ncu tune     call 3: peers solver
 #
 # Raw output goes to benches/results/<gpu>-<date>/ (one log or JSON per stage; the fuse caches
 # live there too, so a later call finds the calibrated table and tuned plans), and under $OUT, when
@@ -36,11 +39,14 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 FUSE=${FUSE:-target/release/fuse}
+BICG=${BICG:-target/release/examples/bicg}
 PYTHON=${PYTHON:-python3}
 BUDGET=${GPU_CHECK_BUDGET:-540}
 START=$SECONDS
-ALL_STAGES=(env selftest calibrate bench sanitize ncu tune peers)
-declare -A COST=([env]=15 [selftest]=90 [calibrate]=150 [bench]=300 [sanitize]=200 [ncu]=150 [tune]=180 [peers]=330)
+ALL_STAGES=(env selftest calibrate bench sanitize ncu tune peers solver)
+declare -A COST=([env]=15 [selftest]=90 [calibrate]=150 [bench]=300 [sanitize]=200 [ncu]=150 [tune]=180 [peers]=330 [solver]=150)
+# BiCG solver sizes and precisions (the resident-data stage).
+SOLVER_SIZES=(8192:f64 16384:f32)
 BLAS2=(atax bicgk sgemv sgemvt gemver gesummv madd)
 BLAS1=(axpydot sscal vadd waxpby)
 MATRIX_SIZES=(8192 16384)
@@ -258,6 +264,19 @@ stage_peers() {
     "$PYTHON" scripts/peers.py --matrix "${MATRIX_SIZES[@]}" --vector "$VECTOR_SIZE" --runs 25 --json "$RAW/peers.json"
 }
 
+stage_solver() {
+    local spec status=0
+    [ -x "$BICG" ] || { echo "$BICG not found: build it (cargo build --release -p fuse --example bicg) and carry it"; return 2; }
+    for spec in "${SOLVER_SIZES[@]}"; do
+        "$BICG" "${spec%%:*}" --precision "${spec##*:}" --backend cuda --iterations 30 >"$RAW/solver-${spec/:/-}.log" 2>&1
+        echo "bicg $spec: exit $?"
+        tail -2 "$RAW/solver-${spec/:/-}.log"
+    done
+    # shellcheck disable=SC2046
+    "$PYTHON" scripts/bicg_peers.py $(printf -- '--size %s ' "${SOLVER_SIZES[@]}") --iterations 30 --json "$RAW/solver-peers.json" || status=1
+    return $status
+}
+
 # --- driver -------------------------------------------------------------------------------------
 
 run_stage() {
@@ -266,8 +285,8 @@ run_stage() {
     local began=$SECONDS
     {
         echo "# stage $stage — $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
-        timeout --kill-after=10 "$left" bash -c "$(declare -f); $(declare -p RAW FUSE PYTHON BLAS1 BLAS2 \
-            MATRIX_SIZES SMALL_SIZES VECTOR_SIZE); stage_$stage"
+        timeout --kill-after=10 "$left" bash -c "$(declare -f); $(declare -p RAW FUSE BICG PYTHON BLAS1 BLAS2 \
+            MATRIX_SIZES SMALL_SIZES VECTOR_SIZE SOLVER_SIZES); stage_$stage"
         local status=$?
         [ $status -eq 124 ] && echo "# stage $stage TIMED OUT after $left s (partial output above)"
         echo "# stage $stage: exit $status, $((SECONDS - began)) s"

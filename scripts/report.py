@@ -5,7 +5,8 @@ usage: report.py RAW_DIR > benches/results/<gpu>-<date>.md
 
 RAW_DIR holds what the stages wrote: env.log, selftest.log, sanitize.log, calibrate.log,
 bench-*.json (fuse bench --json), tune.jsonl (one fuse tune --json per line), peers.json
-(scripts/peers.py --json), ncu.log. Missing files are reported as not run. The summary checks
+(scripts/peers.py --json), solver-*.log (examples/bicg) and solver-peers.json
+(scripts/bicg_peers.py --json), ncu.log. Missing files are reported as not run. The summary checks
 the issue's targets — speedup over cuBLAS (≥ 1 everywhere; BiCGK ≥ 1.8, GEMVER ≥ 2.5, AXPYDOT,
 WAXPBY, VADD ≥ 1.8), ≥ 85 % of the copy bandwidth, ahead of torch.compile and JAX, first
 predicted plan ≥ 95 % of the fastest — and lists every miss with its size; the reasons belong
@@ -14,12 +15,15 @@ below the summary, from the ncu profile in the raw output.
 
 import json
 import pathlib
+import re
 import sys
 
 SPEEDUP_TARGETS = {"bicgk": 1.8, "gemver": 2.5, "axpydot": 1.8, "waxpby": 1.8, "vadd": 1.8}
 COPY_TARGET = 85.0
 FIRST_PLAN_TARGET = 95.0
-STAGES = ["env", "selftest", "sanitize", "calibrate", "bench", "tune", "peers", "ncu"]
+STAGES = ["env", "selftest", "sanitize", "calibrate", "bench", "tune", "peers", "solver", "ncu"]
+# Time per BiCG iteration at most this many times its kernels' time (data resident on the GPU).
+SOLVER_OVERHEAD_TARGET = 1.3
 
 
 def name_of(script):
@@ -143,6 +147,45 @@ def check_targets(name, sizes, b, t, peer):
     return out
 
 
+SOLVER_LINE = re.compile(r"time per iteration \(median[^)]*\): ([0-9.]+) ms, of which compute ([0-9.]+) ms")
+SOLVER_HEADER = re.compile(r"BiCG, n = (\d+), (f32|f64), backend (\S+)")
+
+
+def solver_section(raw):
+    """The BiCG example against its kernels' time and against PyTorch and CuPy."""
+    peers = {}
+    for r in (load_json(raw / "solver-peers.json") or {"results": []})["results"]:
+        peers[(r["n"], r["precision"], r["framework"])] = r["ms_per_iteration"]
+    lines = [
+        "## BiCG solver, data resident on the GPU",
+        "",
+        "`examples/bicg`: median time per iteration (iterations 4 on) and the kernels' time in it "
+        "(CUDA events), beside the same solver in PyTorch and CuPy (`scripts/bicg_peers.py`). "
+        f"Targets: at most {SOLVER_OVERHEAD_TARGET}× the kernels' time, and below PyTorch.",
+        "",
+        "| n | precision | fuse ms/iteration | kernels ms | ratio | torch ms | cupy ms |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    misses = []
+    for path in sorted(raw.glob("solver-*.log")):
+        text = path.read_text(errors="replace")
+        header, timing = SOLVER_HEADER.search(text), SOLVER_LINE.search(text)
+        if not header or not timing:
+            misses.append(f"{path.name}: no time per iteration (the run failed; see the raw output)")
+            continue
+        n, precision = int(header.group(1)), header.group(2)
+        wall, compute = float(timing.group(1)), float(timing.group(2))
+        ratio = wall / compute if compute else float("inf")
+        torch, cupy = peers.get((n, precision, "torch")), peers.get((n, precision, "cupy"))
+        lines.append(f"| {n} | {precision} | {wall:.3f} | {compute:.3f} | {ratio:.2f}× | {fmt(torch, '.3f')} | {fmt(cupy, '.3f')} |")
+        if ratio > SOLVER_OVERHEAD_TARGET:
+            misses.append(f"BiCG n={n} {precision}: {ratio:.2f}× its kernels' time, target {SOLVER_OVERHEAD_TARGET}×")
+        if torch is not None and wall >= torch:
+            misses.append(f"BiCG n={n} {precision}: {wall:.3f} ms per iteration, PyTorch {torch:.3f} ms")
+    lines += ["", "Targets missed:", ""] + ([f"- {m}" for m in misses] or ["- none"]) + [""]
+    return "\n".join(lines)
+
+
 def raw_sections(raw):
     text = ["## Raw output", ""]
     for stage in STAGES:
@@ -165,6 +208,7 @@ def main(argv):
     print("Measured by `bash scripts/gpu-check.sh` with the prebuilt `target/release/fuse`; the raw "
           "output of every stage follows the summary.\n")
     print(summary(raw))
+    print(solver_section(raw))
     print(raw_sections(raw))
     return 0
 
