@@ -2,18 +2,19 @@
 //! through the script API, with numpy `.npy` files:
 //!
 //! ```sh
-//! cargo run --release -p fuse --example gemver -- DIR [m=1024] [n=1024]
+//! cargo run --release -p fuse --example gemver -- DIR [m=1024] [n=1024] [--backend cuda|cpu|emulate|reference] [--runs K]
 //! ```
 //!
 //! Each input is read from `DIR/<name>.npy` (float32, row-major); an input without a file is
 //! drawn at random and written there first, so an empty folder gets a complete input set.
 //! Sizes come from the command line, else from the shapes of the files present, else from the
-//! script. The outputs are written to `DIR/out/<name>.npy`.
+//! script. The program runs `--runs` times, each time printed with where it went (copying to
+//! the device, computing, copying back); the outputs are written to `DIR/out/<name>.npy`.
 
 use std::error::Error;
 use std::path::{Path, PathBuf};
-use std::time::Instant;
 
+use clap::Parser;
 use fuse::{Backend, Element, HostArray, Inputs, Script};
 use ndarray::{ArrayD, IxDyn};
 use ndarray_npy::{read_npy, write_npy};
@@ -22,20 +23,48 @@ use rand_chacha::ChaCha8Rng;
 
 type Result<T> = std::result::Result<T, Box<dyn Error>>;
 
-fn main() -> Result<()> {
-    let mut args = std::env::args().skip(1);
-    let dir = PathBuf::from(args.next().ok_or("usage: gemver DIR [m=SIZE] [n=SIZE]")?);
+/// GEMVER on .npy files, timed per run.
+#[derive(Parser)]
+struct Args {
+    /// Folder of the inputs (<name>.npy; missing ones are drawn and written first).
+    dir: PathBuf,
+    /// Sizes, e.g. m=1024 n=1024 (else from the files, else the script's).
+    #[arg(value_name = "SYMBOL=SIZE", value_parser = parse_size)]
+    sizes: Vec<(String, usize)>,
+    /// Where to run: cuda, cuda:N, cpu, emulate or reference [default: the GPU if there is
+    /// one, else cpu].
+    #[arg(long)]
+    backend: Option<Backend>,
+    /// How many times to run.
+    #[arg(long, default_value_t = 5)]
+    runs: usize,
+}
+
+fn parse_size(arg: &str) -> std::result::Result<(String, usize), String> {
+    let (symbol, value) = arg
+        .split_once('=')
+        .ok_or(format!("expected SYMBOL=SIZE, got `{arg}`"))?;
+    let value = value.parse().map_err(|_| format!("`{value}` is not a size"))?;
+    Ok((symbol.to_string(), value))
+}
+
+fn main() {
+    if let Err(e) = gemver(Args::parse()) {
+        eprintln!("error: {e}");
+        std::process::exit(2);
+    }
+}
+
+fn gemver(args: Args) -> Result<()> {
     let script = Script::from_file(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/gemver.yaml"))?;
-    let mut sizes = sizes_of_files(&script, &dir)?;
-    for arg in args {
-        let (symbol, value) = arg
-            .split_once('=')
-            .ok_or(format!("expected SYMBOL=SIZE, got `{arg}`"))?;
-        sizes.retain(|(s, _)| s != symbol);
-        sizes.push((symbol.to_string(), value.parse()?));
+    let mut sizes = sizes_of_files(&script, &args.dir)?;
+    for (symbol, value) in args.sizes {
+        sizes.retain(|(s, _)| *s != symbol);
+        sizes.push((symbol, value));
     }
     let sizes: Vec<(&str, usize)> = sizes.iter().map(|(s, v)| (s.as_str(), *v)).collect();
-    let compiled = script.compile(&Backend::default(), &sizes)?;
+    let backend = args.backend.unwrap_or_else(Backend::detect);
+    let compiled = script.compile(&backend, &sizes)?;
     println!(
         "{} at {} on {}",
         compiled.program().name,
@@ -43,12 +72,22 @@ fn main() -> Result<()> {
         compiled.backend()
     );
 
-    let inputs = read_or_generate(&compiled.inputs(), &dir)?;
-    let start = Instant::now();
-    let outputs = compiled.run(&inputs)?;
-    println!("ran in {:.1} ms", start.elapsed().as_secs_f64() * 1e3);
+    let inputs = read_or_generate(&compiled.inputs(), &args.dir)?;
+    let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+    let mut outputs = None;
+    for run in 1..=args.runs.max(1) {
+        let (out, times) = compiled.run_timed(&inputs)?;
+        println!(
+            "run {run}: upload {:.3} ms, compute {:.3} ms, download {:.3} ms",
+            ms(times.upload),
+            ms(times.compute),
+            ms(times.download)
+        );
+        outputs = Some(out);
+    }
+    let outputs = outputs.ok_or("no run")?;
 
-    let out_dir = dir.join("out");
+    let out_dir = args.dir.join("out");
     std::fs::create_dir_all(&out_dir)?;
     for (name, array) in outputs.iter() {
         let path = out_dir.join(format!("{name}.npy"));
