@@ -10,7 +10,6 @@ use fuse_core::{HostData, Precision};
 use serde::Serialize;
 
 use crate::error::{describe_driver_error, driver, CudaError};
-use crate::plan::host_bytes;
 use crate::probe;
 
 /// What fuse needs to know about a GPU, read from the driver.
@@ -237,7 +236,21 @@ impl Device {
 
     /// The elements of `from` in `precision`, on the host (waits for the work queued before).
     pub fn download(&self, from: &CudaSlice<u8>, precision: Precision) -> Result<HostData, CudaError> {
-        crate::plan::download(self, from, precision)
+        let bytes = self.stream.clone_dtoh(from).map_err(driver("cuMemcpyDtoH"))?;
+        Ok(match precision {
+            Precision::F32 => HostData::F32(
+                bytes
+                    .chunks_exact(4)
+                    .map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
+                    .collect(),
+            ),
+            Precision::F64 => HostData::F64(
+                bytes
+                    .chunks_exact(8)
+                    .map(|c| f64::from_ne_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
+                    .collect(),
+            ),
+        })
     }
 
     /// Takes `slice`, made by the caller on this GPU (on any stream of it), as untyped bytes on
@@ -275,6 +288,20 @@ impl Device {
     }
 }
 
+/// The elements of `data` as bytes (the layout the kernels read).
+pub(crate) fn host_bytes(data: &HostData) -> &[u8] {
+    match data {
+        // SAFETY: f32/f64 have no padding and any byte pattern may be read as u8; the length
+        // covers exactly the elements.
+        HostData::F32(v) => unsafe {
+            std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), std::mem::size_of_val(&v[..]))
+        },
+        HostData::F64(v) => unsafe {
+            std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), std::mem::size_of_val(&v[..]))
+        },
+    }
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -296,6 +323,15 @@ pub(crate) mod tests {
             driver_cuda: (13, 0),
             driver_library: "libcuda.so.1".into(),
         }
+    }
+
+    #[test]
+    fn host_bytes_are_the_elements_in_memory_order() {
+        let data = HostData::F32(vec![1.0, -2.0]);
+        let bytes = host_bytes(&data);
+        assert_eq!(bytes.len(), 8);
+        assert_eq!(&bytes[..4], &1.0f32.to_ne_bytes());
+        assert_eq!(host_bytes(&HostData::F64(vec![0.5])), &0.5f64.to_ne_bytes());
     }
 
     #[test]

@@ -13,10 +13,10 @@ use cudarc::driver::sys::CUfunction_attribute_enum as FuncAttr;
 use cudarc::driver::{CudaSlice, DevicePtr, LaunchConfig, PushKernelArg};
 use fuse_codegen::generate::{Generated, Launch, LaunchArg, Step};
 use fuse_core::data::check_inputs;
-use fuse_core::{Bindings, HostArray, HostData, Precision, Program, Sizes, ValueId};
+use fuse_core::{Bindings, HostArray, Program, Sizes, ValueId};
 
 use crate::cache::ModuleCache;
-use crate::device::Device;
+use crate::device::{host_bytes, Device};
 use crate::error::{driver, CudaError};
 use crate::module::CudaModuleSet;
 use crate::timer::{Timer, Timing, TimingOptions};
@@ -248,7 +248,7 @@ impl CudaPlan {
         for &v in &program.outputs {
             let buffer = workspace.buffers.get(&v).ok_or_else(|| missing(v))?;
             let dims = program.values[v].shape.extents(&workspace.sizes).unwrap_or_default();
-            let data = download(&self.device, buffer, program.precision)?;
+            let data = self.device.download(buffer, program.precision)?;
             out.insert(program.values[v].variable.clone(), HostArray { dims, data });
         }
         Ok(out)
@@ -265,20 +265,6 @@ fn missing(v: ValueId) -> CudaError {
     CudaError::Unsupported(format!("value {v} has no device buffer (a fuse bug, please report)"))
 }
 
-/// The elements of `data` as bytes (the layout the kernels read).
-pub(crate) fn host_bytes(data: &HostData) -> &[u8] {
-    match data {
-        // SAFETY: f32/f64 have no padding and any byte pattern may be read as u8; the length
-        // covers exactly the elements.
-        HostData::F32(v) => unsafe {
-            std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), std::mem::size_of_val(&v[..]))
-        },
-        HostData::F64(v) => unsafe {
-            std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), std::mem::size_of_val(&v[..]))
-        },
-    }
-}
-
 /// A device buffer of `bytes` filled with NaN.
 pub(crate) fn poisoned(device: &Device, bytes: usize) -> Result<CudaSlice<u8>, CudaError> {
     let stream = device.stream();
@@ -292,37 +278,9 @@ pub(crate) fn poisoned(device: &Device, bytes: usize) -> Result<CudaSlice<u8>, C
     Ok(slice)
 }
 
-/// The buffer's elements in `precision`.
-pub(crate) fn download(device: &Device, buffer: &CudaSlice<u8>, precision: Precision) -> Result<HostData, CudaError> {
-    let bytes = device.stream().clone_dtoh(buffer).map_err(driver("cuMemcpyDtoH"))?;
-    Ok(match precision {
-        Precision::F32 => HostData::F32(
-            bytes
-                .chunks_exact(4)
-                .map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
-                .collect(),
-        ),
-        Precision::F64 => HostData::F64(
-            bytes
-                .chunks_exact(8)
-                .map(|c| f64::from_ne_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
-                .collect(),
-        ),
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn host_bytes_are_the_elements_in_memory_order() {
-        let data = HostData::F32(vec![1.0, -2.0]);
-        let bytes = host_bytes(&data);
-        assert_eq!(bytes.len(), 8);
-        assert_eq!(&bytes[..4], &1.0f32.to_ne_bytes());
-        assert_eq!(host_bytes(&HostData::F64(vec![0.5])), &0.5f64.to_ne_bytes());
-    }
 
     #[test]
     fn the_poison_is_nan_in_both_precisions() {

@@ -14,9 +14,10 @@ use fuse_core::data::check_inputs;
 use fuse_core::{Bindings, HostArray, HostData, Precision, Program, Sizes, ValueId};
 
 use super::{host_scalars, Baseline, BlasOp, ScalarArg, Trans};
+use crate::device::host_bytes;
 use crate::device::Device;
 use crate::error::{cublas, driver, CudaError};
-use crate::plan::{download, host_bytes, poisoned};
+use crate::plan::poisoned;
 use crate::probe;
 use crate::timer::{Timer, Timing, TimingOptions};
 
@@ -107,7 +108,7 @@ impl CublasPlan {
         for &v in &program.outputs {
             let owner = self.baseline.storage.get(&v).ok_or_else(|| missing(v))?;
             let buffer = workspace.buffers.get(owner).ok_or_else(|| missing(v))?;
-            let mut data = download(&self.device, buffer, program.precision)?;
+            let mut data = self.device.download(buffer, program.precision)?;
             let dims = program.values[v]
                 .shape
                 .extents(&self.baseline.sizes)

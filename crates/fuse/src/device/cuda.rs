@@ -6,8 +6,9 @@ use std::sync::Arc;
 use fuse_core::{HostData, Precision};
 use fuse_cuda::{CudaError, Device};
 
+use super::memory::bytes_text;
 use super::pool::bytes_of;
-use super::{bytes_text, mismatch, shared_pool, Memory, Pool, Raw};
+use super::{mismatch, Memory, Pool, Raw};
 use crate::error::{Error, Result};
 
 /// GPU memory of one device.
@@ -19,7 +20,7 @@ impl CudaMemory {
     /// The pool of `device`'s memory (one per GPU in the process).
     pub(crate) fn pool(device: &Device) -> Result<Arc<Pool>> {
         let key = format!("cuda:{}", device.info().ordinal);
-        shared_pool(key, || Ok(Arc::new(CudaMemory { device: device.clone() })))
+        Pool::shared(key, || Ok(Arc::new(CudaMemory { device: device.clone() })))
     }
 }
 

@@ -8,8 +8,9 @@ use std::sync::Arc;
 
 use fuse_core::{HostData, Precision};
 
+use super::memory::bytes_text;
 use super::pool::bytes_of;
-use super::{bytes_text, mismatch, shared_pool, Memory, Pool, Raw};
+use super::{mismatch, Memory, Pool, Raw};
 use crate::error::{Error, Result};
 
 /// The variable that sets the emulated device's capacity.
@@ -24,7 +25,7 @@ pub(crate) struct EmulatedMemory {
 impl EmulatedMemory {
     /// The emulated device's pool (one per process, with the capacity read at first use).
     pub(crate) fn pool() -> Result<Arc<Pool>> {
-        shared_pool("emulated".to_string(), || {
+        Pool::shared("emulated".to_string(), || {
             let capacity = capacity(std::env::var(CAPACITY_VAR).ok().as_deref())?;
             Ok(Arc::new(EmulatedMemory {
                 capacity,

@@ -9,7 +9,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use fuse_core::{HostData, Precision};
 
-use super::{bytes_text, Memory, Raw};
+use super::memory::bytes_text;
+use super::{Memory, Raw};
 use crate::error::{Error, Result};
 
 /// A device's memory with a cache of free buffers.
@@ -34,6 +35,23 @@ pub(crate) struct Buffer {
 }
 
 impl Pool {
+    /// The pool of a device memory, one per device in the process (created on first use), so
+    /// that every session and compiled plan on that device shares its cached buffers.
+    pub(crate) fn shared(key: String, memory: impl FnOnce() -> Result<Arc<dyn Memory>>) -> Result<Arc<Pool>> {
+        use std::sync::OnceLock;
+        static POOLS: OnceLock<Mutex<HashMap<String, Arc<Pool>>>> = OnceLock::new();
+        let mut pools = POOLS
+            .get_or_init(Default::default)
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(pool) = pools.get(&key) {
+            return Ok(Arc::clone(pool));
+        }
+        let pool = Arc::new(Pool::new(memory()?));
+        pools.insert(key, Arc::clone(&pool));
+        Ok(pool)
+    }
+
     pub(crate) fn new(memory: Arc<dyn Memory>) -> Self {
         Pool {
             memory,
