@@ -121,8 +121,9 @@ fn run_cuda(args: &CalibrateArgs, library: &Library) -> Result<(), Failure> {
         calibration.table.routines.len()
     );
     let yaml = gpu_calibrate::to_yaml(&calibration, &options);
-    let installed = fuse::stages::fuse_cuda::timings::calibrated_path(device.info());
-    for path in std::iter::once(&installed).chain(args.out.as_ref()) {
+    let installed = fuse::stages::fuse_cuda::timings::install(device.info(), &yaml).map_err(failure)?;
+    eprintln!("wrote {}", installed.display());
+    if let Some(path) = &args.out {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(|e| bad_input(format!("{}: {e}", dir.display())))?;
         }

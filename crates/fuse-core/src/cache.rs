@@ -55,16 +55,30 @@ pub fn cache_root() -> PathBuf {
 /// `dir`, created (with its missing parents) readable and writable by this user only, and
 /// checked: owned by this user, not writable by group or others.
 pub fn private_dir(dir: &Path) -> Result<PathBuf, CacheError> {
-    let io = |source| CacheError::Io {
-        dir: dir.to_path_buf(),
-        source,
-    };
     std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
         .create(dir)
-        .map_err(io)?;
-    let meta = std::fs::metadata(dir).map_err(io)?;
+        .map_err(|source| CacheError::Io {
+            dir: dir.to_path_buf(),
+            source,
+        })?;
+    existing_private_dir(dir).map(|found| found.unwrap_or_else(|| dir.to_path_buf()))
+}
+
+/// `dir` checked like [`private_dir`] but never created, for reading what a cache holds:
+/// `None` when it does not exist.
+pub fn existing_private_dir(dir: &Path) -> Result<Option<PathBuf>, CacheError> {
+    let meta = match std::fs::metadata(dir) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(source) => {
+            return Err(CacheError::Io {
+                dir: dir.to_path_buf(),
+                source,
+            })
+        }
+    };
     let why = if meta.uid() != current_user() {
         Some(format!(
             "belongs to user {}, not to you ({})",
@@ -81,7 +95,7 @@ pub fn private_dir(dir: &Path) -> Result<PathBuf, CacheError> {
             dir: dir.to_path_buf(),
             why,
         }),
-        None => Ok(dir.to_path_buf()),
+        None => Ok(Some(dir.to_path_buf())),
     }
 }
 
@@ -122,6 +136,11 @@ mod tests {
         );
         // Refused, not repaired.
         assert_eq!(std::fs::metadata(&dir).unwrap().mode() & 0o777, 0o777);
+        // Read-only use refuses it too, and creates nothing where there is nothing.
+        assert!(matches!(existing_private_dir(&dir), Err(CacheError::NotPrivate { .. })));
+        let missing = root.path().join("missing");
+        assert!(existing_private_dir(&missing).unwrap().is_none());
+        assert!(!missing.exists());
     }
 
     #[test]

@@ -33,7 +33,6 @@ pub fn parse(file: &str, text: &str, library: &Library) -> Result<Program> {
     let root = parse_yaml(file, text)?;
     let mut checker = Checker {
         file,
-        text,
         library,
         program: Program {
             name: default_name(file),
@@ -45,7 +44,9 @@ pub fn parse(file: &str, text: &str, library: &Library) -> Result<Program> {
             outputs: Vec::new(),
             calls: Vec::new(),
         },
+        chars: text.chars().collect(),
         current: HashMap::new(),
+        versions: HashMap::new(),
     };
     checker.check(&root)?;
     Ok(checker.program)
@@ -116,11 +117,14 @@ fn duplicate_context(text: &str, first: &marked_yaml::types::MarkedScalarNode) -
 
 struct Checker<'a> {
     file: &'a str,
-    text: &'a str,
     library: &'a Library,
     program: Program,
+    /// The text's characters, indexed as YAML markers count them.
+    chars: Vec<char>,
     /// The current value of each script name.
     current: HashMap<String, ValueId>,
+    /// How many values each script name has had.
+    versions: HashMap<String, usize>,
 }
 
 /// A token of a call, with its character offset in the call text.
@@ -326,7 +330,9 @@ impl<'a> Checker<'a> {
 
     /// Creates a new value for script name `name` and makes it current.
     fn define(&mut self, name: &str, shape: Shape, producer: Option<usize>) -> ValueId {
-        let versions = self.program.values.iter().filter(|v| v.variable == name).count();
+        let count = self.versions.entry(name.to_string()).or_insert(0);
+        let versions = *count;
+        *count += 1;
         let unique = if versions == 0 {
             name.to_string()
         } else {
@@ -412,7 +418,7 @@ impl<'a> Checker<'a> {
 
     fn is_quoted(&self, node: &Node) -> bool {
         let start = node.span().start().map(|m| m.character()).unwrap_or(0);
-        matches!(self.text.chars().nth(start), Some('"' | '\''))
+        matches!(self.chars.get(start), Some('"' | '\''))
     }
 
     /// Checks one call `target = function(args)` written at `at`.

@@ -5,6 +5,10 @@
 //! and compute capability); a measured table shipped in `library/timings/` for a GPU of this
 //! name and compute capability; else the shipped analytic H100 estimate, with a note saying so.
 //!
+//! Calibrated tables live in a cache folder and go through its checks
+//! (`fuse_core::cache`): a `timings` folder that another user owns or others may write is
+//! refused with [`CudaError::Cache`], never read — a table decides which code runs.
+//!
 //! A table calibrated with another function library is stale. Named explicitly or calibrated
 //! on this machine it is refused with [`CudaError::StaleTimings`], which says to re-run
 //! `fuse calibrate`; shipped, it is passed over with a note.
@@ -17,9 +21,11 @@ use fuse_core::explore::timing::Source;
 use fuse_core::explore::{library_checksum, TimingTable};
 use fuse_core::Library;
 
+use fuse_core::cache::{existing_private_dir, private_dir};
+
 use crate::cache::cache_root;
 use crate::device::DeviceInfo;
-use crate::error::CudaError;
+use crate::error::{io, CudaError};
 
 /// Env var naming a GPU timing table to use instead of the calibrated or shipped ones.
 pub const ENV: &str = "FUSE_CUDA_TIMINGS";
@@ -43,6 +49,16 @@ pub fn calibrated_path(gpu: &DeviceInfo) -> PathBuf {
 
 /// Chooses the timing table for `gpu` and `library` (see the module docs).
 pub fn select(gpu: &DeviceInfo, library: &Library, explicit: Option<&Path>) -> Result<Selected, CudaError> {
+    select_with(&calibrated_path(gpu), gpu, library, explicit)
+}
+
+/// [`select`], with the calibrated table looked up at `calibrated`.
+fn select_with(
+    calibrated: &Path,
+    gpu: &DeviceInfo,
+    library: &Library,
+    explicit: Option<&Path>,
+) -> Result<Selected, CudaError> {
     let checksum = library_checksum(library);
     let from_env = std::env::var_os(ENV).filter(|v| !v.is_empty());
     if let Some(path) = explicit.or(from_env.as_deref().map(Path::new)) {
@@ -51,9 +67,7 @@ pub fn select(gpu: &DeviceInfo, library: &Library, explicit: Option<&Path>) -> R
         let note = other_gpu(&table, gpu);
         return Ok(Selected { table, note });
     }
-    let calibrated = calibrated_path(gpu);
-    if calibrated.exists() {
-        let table = TimingTable::load(&calibrated)?;
+    if let Some(table) = calibrated_table(calibrated)? {
         check_fresh(&table, &checksum)?;
         return Ok(Selected { table, note: None });
     }
@@ -80,6 +94,30 @@ pub fn select(gpu: &DeviceInfo, library: &Library, explicit: Option<&Path>) -> R
         note: Some(format!("{why} — plans are ranked by {}", table.describe())),
         table,
     })
+}
+
+/// The table at `path` under the cache, if there is one, read only from a private folder.
+fn calibrated_table(path: &Path) -> Result<Option<TimingTable>, CudaError> {
+    let Some(dir) = path.parent() else {
+        return Ok(None);
+    };
+    if existing_private_dir(dir)?.is_none() || !path.exists() {
+        return Ok(None);
+    }
+    Ok(Some(TimingTable::load(path)?))
+}
+
+/// Installs `yaml`, the table `fuse calibrate` measured on `gpu`, where [`select`] finds it:
+/// in the private `timings` cache folder, through a temporary file renamed into place.
+pub fn install(gpu: &DeviceInfo, yaml: &str) -> Result<PathBuf, CudaError> {
+    let path = calibrated_path(gpu);
+    if let Some(dir) = path.parent() {
+        private_dir(dir)?;
+    }
+    let temporary = path.with_extension(format!("tmp{}", std::process::id()));
+    std::fs::write(&temporary, yaml).map_err(io(&temporary))?;
+    std::fs::rename(&temporary, &path).map_err(io(&path))?;
+    Ok(path)
 }
 
 /// Refuses a table measured on another library.
@@ -190,6 +228,33 @@ mod tests {
         for table in shipped().unwrap() {
             assert_eq!(table.source, Source::Measured, "{}", table.origin);
             assert_ne!(table.device.compute_capability, "0.0");
+        }
+    }
+
+    #[test]
+    fn a_calibrated_table_is_read_only_from_a_private_folder() {
+        use std::os::unix::fs::PermissionsExt;
+        let library = Library::builtin().unwrap();
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("timings");
+        let path = dir.join("t.yaml");
+        // No folder yet: the shipped or analytic table, and nothing created.
+        let fallback = select_with(&path, &h100(), &library, None).unwrap();
+        assert_ne!(fallback.table.origin, path.display().to_string());
+        assert!(!dir.exists());
+        fuse_core::cache::private_dir(&dir).unwrap();
+        std::fs::write(&path, measured(&library_checksum(&library), "NVIDIA H100 80GB HBM3")).unwrap();
+        let mine = select_with(&path, &h100(), &library, None).unwrap();
+        assert_eq!(mine.table.origin, path.display().to_string());
+        for mode in [0o777, 0o770, 0o702] {
+            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode)).unwrap();
+            let err = select_with(&path, &h100(), &library, None).unwrap_err();
+            let text = err.to_string();
+            assert!(matches!(err, CudaError::Cache(_)), "{text}");
+            assert!(
+                text.contains(&dir.display().to_string()) && text.contains("writable by others"),
+                "{text}"
+            );
         }
     }
 

@@ -31,6 +31,11 @@ impl CallSet {
         self.words[id / 64] |= 1 << (id % 64);
     }
 
+    /// Removes `id`.
+    pub fn remove(&mut self, id: CallId) {
+        self.words[id / 64] &= !(1 << (id % 64));
+    }
+
     /// Whether `id` is in the set.
     pub fn contains(&self, id: CallId) -> bool {
         self.words.get(id / 64).is_some_and(|w| w & (1 << (id % 64)) != 0)
@@ -100,6 +105,9 @@ mod tests {
         assert_eq!(a.iter().collect::<Vec<_>>(), [0, 63, 64, 129]);
         assert_eq!(a.len(), 4);
         assert!(a.contains(64) && !a.contains(65));
+        let mut d = a.clone();
+        d.remove(64);
+        assert!(!d.contains(64) && d.contains(63));
         let b = CallSet::of(130, &[64, 100]);
         assert!(a.intersects(&b));
         assert!(CallSet::of(130, &[0, 129]).is_subset(&a) && !b.is_subset(&a));

@@ -5,7 +5,7 @@
 //! Sets grow one call at a time, smallest first, so that when the limit on candidates stops
 //! the enumeration on a large script, every small fusion has been seen.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 
 use serde::{Deserialize, Serialize};
 
@@ -34,7 +34,7 @@ pub struct Fusions {
 /// Enumerates the fusions of `ctx`'s program within `limits`.
 pub fn enumerate(ctx: &Context, limits: &Limits) -> Fusions {
     let n = ctx.calls();
-    let conflicts = conflict_sets(ctx);
+    let mut conflicts = Conflicts::default();
     let mut level: BTreeSet<CallSet> = (0..n).map(|c| CallSet::of(n, &[c])).collect();
     let mut candidates: Vec<CallSet> = level.iter().cloned().collect();
     let mut seen: BTreeSet<CallSet> = level.clone();
@@ -42,7 +42,7 @@ pub fn enumerate(ctx: &Context, limits: &Limits) -> Fusions {
     for _size in 2..=limits.max_fusion_calls.max(1) {
         let mut next = BTreeSet::new();
         'grow: for set in &level {
-            for w in extensions(ctx, set, &conflicts) {
+            for w in extensions(ctx, set, &mut conflicts) {
                 let mut grown = set.clone();
                 grown.insert(w);
                 if seen.len() >= limits.max_fusions {
@@ -61,7 +61,7 @@ pub fn enumerate(ctx: &Context, limits: &Limits) -> Fusions {
         }
     }
     // Stopping at the size limit truncates too when some set could still grow.
-    truncated |= level.iter().any(|s| !extensions(ctx, s, &conflicts).is_empty());
+    truncated |= level.iter().any(|s| !extensions(ctx, s, &mut conflicts).is_empty());
     let list = candidates
         .into_iter()
         .filter(|s| s.len() == 1 || rules::check(ctx, s).is_ok())
@@ -72,31 +72,34 @@ pub fn enumerate(ctx: &Context, limits: &Limits) -> Fusions {
     Fusions { list, truncated }
 }
 
-/// For each call, the calls it may never share a kernel with (pairwise rules).
-fn conflict_sets(ctx: &Context) -> Vec<CallSet> {
-    let n = ctx.calls();
-    let mut out = vec![CallSet::empty(n); n];
-    for a in 0..n {
-        for b in a + 1..n {
-            if rules::pair(ctx, a, b).is_err() {
-                out[a].insert(b);
-                out[b].insert(a);
-            }
-        }
+/// Whether two calls may never share a kernel (the pairwise rules), asked only of calls that
+/// share an array and remembered: checking every pair up front costs the square of the calls.
+#[derive(Default)]
+struct Conflicts {
+    known: HashMap<(CallId, CallId), bool>,
+}
+
+impl Conflicts {
+    fn between(&mut self, ctx: &Context, a: CallId, b: CallId) -> bool {
+        let key = (a.min(b), a.max(b));
+        *self
+            .known
+            .entry(key)
+            .or_insert_with(|| rules::pair(ctx, key.0, key.1).is_err())
     }
-    out
 }
 
 /// Calls that share an array with `set` and conflict with none of its members.
-fn extensions(ctx: &Context, set: &CallSet, conflicts: &[CallSet]) -> Vec<CallId> {
+fn extensions(ctx: &Context, set: &CallSet, conflicts: &mut Conflicts) -> Vec<CallId> {
     let mut around = CallSet::empty(ctx.calls());
-    let mut blocked = CallSet::empty(ctx.calls());
     for m in set.iter() {
         around.union_with(&ctx.array_neighbours[m]);
-        blocked.union_with(&conflicts[m]);
     }
-    blocked.union_with(set);
-    around.difference(&blocked).iter().collect()
+    around
+        .difference(set)
+        .iter()
+        .filter(|&w| set.iter().all(|m| !conflicts.between(ctx, m, w)))
+        .collect()
 }
 
 #[cfg(test)]

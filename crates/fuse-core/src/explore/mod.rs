@@ -65,7 +65,7 @@ pub use rules::{Rule, Violation};
 pub use timing::{library_checksum, TimingError, TimingTable};
 
 use crate::library::Library;
-use crate::program::{CallId, Program};
+use crate::program::Program;
 use crate::shape::Sizes;
 
 /// Bounds that keep exploration finite on any script. They are counts, not clocks, so the same
@@ -80,6 +80,9 @@ pub struct Limits {
     pub max_orders: usize,
     /// Partial plans expanded by the best-first search before it completes plans greedily.
     pub max_search_nodes: usize,
+    /// Partial plans expanded times the program's calls, at most: each partial plan holds a
+    /// few numbers per call, so a long program gets fewer nodes and bounded memory.
+    pub max_search_cells: usize,
     /// Partial plans visited when counting plans before the count becomes a lower bound.
     pub max_count_nodes: usize,
     /// Plans listed at most when all are asked for.
@@ -93,6 +96,7 @@ impl Default for Limits {
             max_fusions: 4096,
             max_orders: 256,
             max_search_nodes: 20_000,
+            max_search_cells: 20_000 * 256,
             max_count_nodes: 100_000,
             max_plans: 10_000,
         }
@@ -156,8 +160,13 @@ pub fn explore<'p>(
         .iter()
         .map(|f| implementation::implement(&context, &f.calls, &predictor, &limits))
         .collect();
-    let single = |c: CallId| found.list.iter().position(|f| f.calls == [c]);
-    if let Some(c) = (0..context.calls()).find(|&c| single(c).is_none_or(|f| implementations[f].list.is_empty())) {
+    let mut single = vec![None; context.calls()];
+    for (f, fusion) in found.list.iter().enumerate() {
+        if let [c] = fusion.calls[..] {
+            single[c] = Some(f);
+        }
+    }
+    if let Some(c) = (0..context.calls()).find(|&c| single[c].is_none_or(|f| implementations[f].list.is_empty())) {
         return Err(ExploreError::Unlaunchable {
             call: context.text(c).to_string(),
             device: table.device.name.clone(),

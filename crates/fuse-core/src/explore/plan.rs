@@ -188,35 +188,95 @@ impl std::fmt::Display for PlanCount {
 /// Which fusions a search may use.
 pub type FusionFilter<'e> = Box<dyn Fn(&[CallId]) -> bool + 'e>;
 
-/// A partial plan: the fusions chosen so far, one kernel each. Which implementation each
-/// kernel gets is chosen only once the plan is complete.
+/// Which kernel covers each call: the part of a partial plan that decides which fusions may
+/// come next. Counting plans walks it in place, adding and removing kernels.
 #[derive(Debug, Clone)]
-struct Partial {
+struct Cover {
     covered: CallSet,
     /// For each call, the index in `kernels` of the kernel covering it, or `NONE`.
     kernel_of: Vec<u32>,
     /// The fusion of each kernel, in the order chosen.
     kernels: Vec<u32>,
-    /// For each uncovered call, the index in `Search::shares` of its first entry free of
-    /// covered calls (the list's length if none is): covering more only moves it on.
-    picks: Vec<u32>,
+    /// The lowest uncovered call (the number of calls once all are covered).
+    first: CallId,
+    /// One past the highest covered call: no path from an uncovered call beyond it (and
+    /// beyond a new fusion) can come back (see [`Search::closes_cycle`]).
+    reach: CallId,
+    /// Calls covered.
+    size: usize,
 }
 
 const NONE: u32 = u32::MAX;
 
-impl Partial {
+impl Cover {
     fn empty(calls: usize) -> Self {
-        Partial {
+        Cover {
             covered: CallSet::empty(calls),
             kernel_of: vec![NONE; calls],
             kernels: Vec::new(),
-            picks: vec![0; calls],
+            first: 0,
+            reach: 0,
+            size: 0,
         }
     }
 
     fn first_uncovered(&self) -> Option<CallId> {
-        self.kernel_of.iter().position(|&k| k == NONE)
+        (self.first < self.kernel_of.len()).then_some(self.first)
     }
+
+    /// Covers `calls` (fusion `f`, free of covered calls) with a new kernel.
+    fn add(&mut self, f: usize, calls: &[CallId]) {
+        let k = self.kernels.len() as u32;
+        for &c in calls {
+            self.covered.insert(c);
+            self.kernel_of[c] = k;
+        }
+        self.kernels.push(f as u32);
+        self.size += calls.len();
+        self.reach = self.reach.max(calls[calls.len() - 1] + 1);
+        while self.first < self.kernel_of.len() && self.kernel_of[self.first] != NONE {
+            self.first += 1;
+        }
+    }
+
+    /// Undoes [`Cover::add`] of the last kernel, `calls`, added when the reach was `reach`.
+    fn remove_last(&mut self, calls: &[CallId], reach: CallId) {
+        for &c in calls {
+            self.covered.remove(c);
+            self.kernel_of[c] = NONE;
+        }
+        self.kernels.pop();
+        self.size -= calls.len();
+        self.reach = reach;
+        // The removed kernel held the lowest uncovered call when it was added.
+        self.first = calls[0];
+    }
+}
+
+/// A partial plan: the fusions chosen so far, one kernel each. Which implementation each
+/// kernel gets is chosen only once the plan is complete.
+#[derive(Debug, Clone)]
+struct Partial {
+    cover: Cover,
+    /// For each uncovered call, the index in `Search::shares` of its first entry free of
+    /// covered calls (the list's length if none is): covering more only moves it on.
+    picks: Vec<u32>,
+    /// The heuristic: the picked shares of the uncovered calls summed in [`Units`], kept up to
+    /// date as calls are covered — exactly, since the units are integers.
+    bound: Units,
+    /// Uncovered calls left with no fusion free of covered calls: nothing completes the plan.
+    stranded: usize,
+}
+
+/// A time in fixed point, [`UNITS_PER_US`] to the microsecond.
+type Units = u128;
+
+/// Fixed-point units per µs of the heuristic. Each share is rounded down, so the sum stays a
+/// lower bound; 1e6 loses at most a picosecond per call.
+const UNITS_PER_US: f64 = 1e6;
+
+fn units(us: f64) -> Units {
+    (us * UNITS_PER_US).floor().max(0.0) as Units
 }
 
 /// The search over an exploration's fusions.
@@ -231,6 +291,9 @@ struct Search<'e, 'p> {
     /// A fusion whose calls include those of one listed before it is left out: it is free of
     /// covered calls only when that one is too, and its share is no less.
     shares: Vec<Vec<(f64, u32)>>,
+    /// For each call `d`, the entries `(c, i)` of `shares` whose fusion holds `d`: the picks
+    /// that covering `d` can move on.
+    holders: Vec<Vec<(u32, u32)>>,
 }
 
 impl<'e, 'p> Search<'e, 'p> {
@@ -250,7 +313,7 @@ impl<'e, 'p> Search<'e, 'p> {
                 candidates[c].push((per_call, f as u32));
             }
         }
-        let shares = candidates
+        let shares: Vec<Vec<(f64, u32)>> = candidates
             .into_iter()
             .map(|mut list| {
                 list.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
@@ -263,12 +326,26 @@ impl<'e, 'p> Search<'e, 'p> {
                 kept
             })
             .collect();
+        let mut holders = vec![Vec::new(); n];
+        for (c, list) in shares.iter().enumerate() {
+            for (i, &(_, f)) in list.iter().enumerate() {
+                for &d in &ex.fusions[f as usize].calls {
+                    holders[d].push((c as u32, i as u32));
+                }
+            }
+        }
         Search {
             ex,
             by_first,
             sets,
             shares,
+            holders,
         }
+    }
+
+    /// The calls of fusion `f`.
+    fn calls(&self, f: usize) -> &'e [CallId] {
+        &self.ex.fusions[f].calls
     }
 
     /// The predicted time of the fastest implementation of fusion `f`.
@@ -276,69 +353,124 @@ impl<'e, 'p> Search<'e, 'p> {
         self.ex.implementations[f].list[0].time.total_us
     }
 
-    /// The index of the first entry of `shares[c]`, from `from` on, free of `covered` calls;
-    /// the list's length if there is none.
-    fn pick(&self, c: CallId, covered: &CallSet, from: u32) -> u32 {
-        let shares = &self.shares[c];
-        (from as usize..shares.len())
-            .find(|&i| !self.sets[shares[i].1 as usize].intersects(covered))
-            .unwrap_or(shares.len()) as u32
-    }
-
-    /// A lower bound on the time of the kernels covering the calls not in `covered` (the
-    /// covered calls of a partial plan with `picks`, or more): each such call carries its least
-    /// share of an allowed fusion free of covered calls, since every completion covers it with
-    /// one. Infinite when some call has no such fusion: nothing completes the plan. Summed
-    /// afresh, never by difference, and shaved by a relative 1e-9 so that rounding never makes
-    /// it exceed the true cost.
-    fn heuristic(&self, covered: &CallSet, picks: &[u32]) -> f64 {
-        let mut h = 0.0;
-        for (c, shares) in self.shares.iter().enumerate() {
-            if covered.contains(c) {
-                continue;
-            }
-            match shares.get(self.pick(c, covered, picks[c]) as usize) {
-                Some(&(share, _)) => h += share,
-                None => return f64::INFINITY,
+    /// The empty partial plan: every call at its least share.
+    fn root(&self) -> Partial {
+        let n = self.ex.context.calls();
+        let mut p = Partial {
+            cover: Cover::empty(n),
+            picks: vec![0; n],
+            bound: 0,
+            stranded: 0,
+        };
+        for shares in &self.shares {
+            match shares.first() {
+                Some(&(share, _)) => p.bound += units(share),
+                None => p.stranded += 1,
             }
         }
-        h * (1.0 - 1e-9)
+        p
+    }
+
+    /// Whether fusion `g` has no call in `covered` nor in fusion `also`.
+    fn free(&self, g: usize, covered: &CallSet, also: usize) -> bool {
+        self.calls(g)
+            .iter()
+            .all(|&x| !covered.contains(x) && !self.sets[also].contains(x))
+    }
+
+    /// The picks of `p` that covering fusion `f` moves on: for each uncovered call outside `f`
+    /// whose picked fusion shares a call with `f`, its new pick — the first entry free of
+    /// covered calls and of `f`, or the list's length if there is none.
+    fn moved_picks(&self, p: &Partial, f: usize) -> Vec<(CallId, u32)> {
+        let mut moved: Vec<(CallId, u32)> = Vec::new();
+        for &d in self.calls(f) {
+            for &(c, i) in &self.holders[d] {
+                let c = c as usize;
+                let affected = p.picks[c] == i && !p.cover.covered.contains(c) && !self.sets[f].contains(c);
+                if affected && !moved.iter().any(|&(m, _)| m == c) {
+                    let shares = &self.shares[c];
+                    let next = (i as usize + 1..shares.len())
+                        .find(|&j| self.free(shares[j].1 as usize, &p.cover.covered, f))
+                        .unwrap_or(shares.len());
+                    moved.push((c, next as u32));
+                }
+            }
+        }
+        moved
+    }
+
+    /// The units call `c` carries at pick `i` (none past the end of its list).
+    fn share_units(&self, c: CallId, i: u32) -> Units {
+        self.shares[c].get(i as usize).map_or(0, |&(share, _)| units(share))
+    }
+
+    /// The bound of `p` with fusion `f` covered too, or `None` if that strands a call.
+    fn bound_with(&self, p: &Partial, f: usize) -> Option<Units> {
+        if p.stranded > 0 {
+            return None;
+        }
+        // The calls of f are uncovered and f is free of covered calls: each has a pick.
+        let mut bound = p.bound;
+        for &c in self.calls(f) {
+            bound -= self.share_units(c, p.picks[c]);
+        }
+        for (c, next) in self.moved_picks(p, f) {
+            if next as usize == self.shares[c].len() {
+                return None;
+            }
+            bound = bound - self.share_units(c, p.picks[c]) + self.share_units(c, next);
+        }
+        Some(bound)
+    }
+
+    /// The heuristic of a bound: a lower bound on the time of the kernels covering the
+    /// uncovered calls, since every completion covers each with a fusion free of covered calls
+    /// and that kernel's time is at least the call's least share of it. Shaved by a relative
+    /// 1e-9 so that converting from units never makes it exceed the true cost.
+    fn heuristic(bound: Units) -> f64 {
+        bound as f64 / UNITS_PER_US * (1.0 - 1e-9)
+    }
+
+    /// Adds fusion `f` to `p` as its next kernel.
+    fn apply(&self, p: &mut Partial, f: usize) {
+        let moved = self.moved_picks(p, f);
+        for &c in self.calls(f) {
+            p.bound -= self.share_units(c, p.picks[c]);
+        }
+        for (c, next) in moved {
+            p.bound = p.bound - self.share_units(c, p.picks[c]) + self.share_units(c, next);
+            p.stranded += (next as usize == self.shares[c].len()) as usize;
+            p.picks[c] = next;
+        }
+        p.cover.add(f, self.calls(f));
     }
 
     /// `p` with fusion `f` as its next kernel.
     fn with(&self, p: &Partial, f: usize) -> Partial {
         let mut next = p.clone();
-        let k = next.kernels.len() as u32;
-        for &c in &self.ex.fusions[f].calls {
-            next.covered.insert(c);
-            next.kernel_of[c] = k;
-        }
-        next.kernels.push(f as u32);
-        for c in 0..next.picks.len() {
-            if !next.covered.contains(c) {
-                next.picks[c] = self.pick(c, &next.covered, next.picks[c]);
-            }
-        }
+        self.apply(&mut next, f);
         next
     }
 
-    /// The fusions that may extend `p`.
-    fn extensions<'s>(&'s self, p: &'s Partial) -> impl Iterator<Item = usize> + 's {
-        let first = p.first_uncovered();
+    /// The fusions that may extend `cover`.
+    fn extensions<'s>(&'s self, cover: &'s Cover) -> impl Iterator<Item = usize> + 's {
+        let first = cover.first_uncovered();
         first.into_iter().flat_map(move |c| {
-            self.by_first[c]
-                .iter()
-                .copied()
-                .filter(move |&f| !self.sets[f].intersects(&p.covered) && !self.closes_cycle(p, f))
+            self.by_first[c].iter().copied().filter(move |&f| {
+                !self.calls(f).iter().any(|&x| cover.covered.contains(x)) && !self.closes_cycle(cover, f)
+            })
         })
     }
 
     /// Whether adding fusion `f` as one kernel makes some path leave it and come back, through
-    /// chosen kernels (each one node) and uncovered calls.
-    fn closes_cycle(&self, p: &Partial, f: usize) -> bool {
+    /// chosen kernels (each one node) and uncovered calls. Calls run in a topological order,
+    /// so a path at an uncovered call beyond every covered call and every call of `f` only
+    /// goes on to such calls: it is not followed.
+    fn closes_cycle(&self, cover: &Cover, f: usize) -> bool {
         let ctx = &self.ex.context;
-        let (calls, members) = (&self.ex.fusions[f].calls, &self.sets[f]);
-        let mut seen = CallSet::empty(ctx.calls());
+        let (calls, members) = (self.calls(f), &self.sets[f]);
+        let horizon = cover.reach.max(calls[calls.len() - 1] + 1);
+        let mut seen = std::collections::HashSet::new();
         let mut stack: Vec<CallId> = calls
             .iter()
             .flat_map(|&c| ctx.consumers[c].iter())
@@ -348,12 +480,12 @@ impl<'e, 'p> Search<'e, 'p> {
             if members.contains(x) {
                 return true;
             }
-            if seen.contains(x) {
+            if (x >= horizon && cover.kernel_of[x] == NONE) || !seen.insert(x) {
                 continue;
             }
-            let group = match p.kernel_of[x] {
+            let group = match cover.kernel_of[x] {
                 NONE => std::slice::from_ref(&x),
-                k => &self.ex.fusions[p.kernels[k as usize] as usize].calls[..],
+                k => self.calls(cover.kernels[k as usize] as usize),
             };
             for &y in group {
                 seen.insert(y);
@@ -363,21 +495,13 @@ impl<'e, 'p> Search<'e, 'p> {
         false
     }
 
-    /// The predicted time of complete plan `p` with implementation `choice[k]` for kernel `k`,
-    /// summed in the order the kernels were chosen, as the search sums it.
-    fn cost(&self, p: &Partial, choice: &[u32]) -> f64 {
-        p.kernels.iter().zip(choice).fold(0.0, |g, (&f, &i)| {
-            g + self.ex.implementations[f as usize].list[i as usize].time.total_us
-        })
-    }
-
     fn plan(&self, p: &Partial, choice: &[u32], rank: usize, cost: f64) -> Plan {
         let ctx = &self.ex.context;
-        let order = launch_order(self.ex, p);
+        let order = launch_order(self.ex, &p.cover);
         let kernels = order
             .iter()
             .map(|&k| {
-                let (f, i) = (p.kernels[k] as usize, choice[k] as usize);
+                let (f, i) = (p.cover.kernels[k] as usize, choice[k] as usize);
                 Kernel::new(ctx, &self.ex.implementations[f].list[i])
             })
             .collect();
@@ -390,7 +514,7 @@ impl<'e, 'p> Search<'e, 'p> {
 }
 
 /// Kernels in launch order: repeatedly the ready kernel with the lowest call.
-fn launch_order(ex: &Exploration, p: &Partial) -> Vec<usize> {
+fn launch_order(ex: &Exploration, p: &Cover) -> Vec<usize> {
     let first_call = |k: usize| ex.fusions[p.kernels[k] as usize].calls[0];
     let next = kernel_successors(ex, p);
     let mut waiting = vec![0usize; next.len()];
@@ -413,7 +537,7 @@ fn launch_order(ex: &Exploration, p: &Partial) -> Vec<usize> {
 }
 
 /// For each kernel of `p`, the other kernels that read its results.
-fn kernel_successors(ex: &Exploration, p: &Partial) -> Vec<Vec<usize>> {
+fn kernel_successors(ex: &Exploration, p: &Cover) -> Vec<Vec<usize>> {
     let count = p.kernels.len();
     let mut next = vec![Vec::new(); count];
     for (k, successors) in next.iter_mut().enumerate() {
@@ -447,14 +571,15 @@ enum Node {
     /// Only the cheapest unvisited child of each expanded plan is in the heap; popping it
     /// pushes its next sibling.
     Child { parent: Rc<Expanded>, k: usize },
-    /// A complete plan with implementation `choice[k]` of kernel `k`. Implementations are
-    /// listed fastest first, so raising one index never makes a plan faster. Every choice is
-    /// reached once, from the choice with its last raised index, `pivot`, one lower: popping
-    /// a choice pushes those raising one index at `pivot` or after.
+    /// A complete plan with implementation `choice[k]` of kernel `k`, where `choice` is `base`
+    /// with index `raise` raised by one. Implementations are listed fastest first, so raising
+    /// one index never makes a plan faster. Every choice is reached once, from the choice with
+    /// its last raised index one lower: popping a choice pushes those raising one index at
+    /// `raise` or after.
     Choice {
         plan: Rc<Partial>,
-        choice: Vec<u32>,
-        pivot: usize,
+        base: Rc<Vec<u32>>,
+        raise: Option<usize>,
     },
 }
 
@@ -518,9 +643,19 @@ impl<'e, 'p> Plans<'e, 'p> {
             rank: 0,
             budget_hit: false,
         };
-        let root = plans.expand(Partial::empty(ex.context.calls()), 0.0);
+        let root = plans.search.root();
+        let root = plans.expand(root, 0.0);
         plans.push_child(Rc::new(root), 0);
         plans
+    }
+
+    /// The partial plans beyond which the search completes plans greedily: the node budget,
+    /// less on long programs so that the partial plans held (each as long as the program)
+    /// stay within the cell budget.
+    fn node_budget(&self) -> usize {
+        let limits = &self.search.ex.limits;
+        let calls = self.search.ex.context.calls().max(1);
+        limits.max_search_nodes.min(limits.max_search_cells / calls)
     }
 
     /// Whether the node budget ran out: plans from then on are greedy completions, the best
@@ -531,17 +666,22 @@ impl<'e, 'p> Plans<'e, 'p> {
 
     /// `partial` with its children generated and sorted.
     fn expand(&self, partial: Partial, g: f64) -> Expanded {
-        let mut children = Vec::new();
-        for f in self.search.extensions(&partial) {
-            let mut covered = partial.covered.clone();
-            covered.union_with(&self.search.sets[f]);
-            let h = self.search.heuristic(&covered, &partial.picks);
-            if h.is_finite() {
-                children.push((g + self.search.best_us(f) + h, f as u32));
-            }
-        }
-        children.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        let children = self.children(&partial, g);
         Expanded { partial, g, children }
+    }
+
+    /// (f, fusion) of each child of `partial` that can be completed, by increasing f.
+    fn children(&self, partial: &Partial, g: f64) -> Vec<(f64, u32)> {
+        let mut children: Vec<(f64, u32)> = self
+            .search
+            .extensions(&partial.cover)
+            .filter_map(|f| {
+                let bound = self.search.bound_with(partial, f)?;
+                Some((g + self.search.best_us(f) + Search::heuristic(bound), f as u32))
+            })
+            .collect();
+        children.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        children
     }
 
     fn push(&mut self, f: f64, depth: usize, node: Node) {
@@ -556,28 +696,30 @@ impl<'e, 'p> Plans<'e, 'p> {
 
     fn push_child(&mut self, parent: Rc<Expanded>, k: usize) {
         if let Some(&(f, _)) = parent.children.get(k) {
-            let depth = parent.partial.covered.len();
+            let depth = parent.partial.cover.size;
             self.push(f, depth, Node::Child { parent, k });
         }
     }
 
     /// Plan `plan` with implementations `choice`, its successor choices pushed: the last
     /// kernel's first, so that of plans predicted equal, the one keeping the earlier kernels'
-    /// fastest implementations comes first.
+    /// fastest implementations comes first. A successor shares `choice` and names the one
+    /// index it raises, and its cost is this one's changed by difference (never below it):
+    /// summed afresh, or copied, each would cost as much as the plan is long.
     fn emit(&mut self, plan: Rc<Partial>, choice: Vec<u32>, pivot: usize, cost: f64) -> Plan {
-        let depth = plan.covered.len();
+        let depth = plan.cover.size;
+        let choice = Rc::new(choice);
         for k in (pivot..choice.len()).rev() {
-            let f = plan.kernels[k] as usize;
-            if choice[k] as usize + 1 < self.search.ex.implementations[f].list.len() {
-                let mut next = choice.clone();
-                next[k] += 1;
-                let cost = self.search.cost(&plan, &next);
+            let list = &self.search.ex.implementations[plan.cover.kernels[k] as usize].list;
+            let i = choice[k] as usize;
+            if i + 1 < list.len() {
+                let raised = (cost - list[i].time.total_us + list[i + 1].time.total_us).max(cost);
                 let node = Node::Choice {
                     plan: plan.clone(),
-                    choice: next,
-                    pivot: k,
+                    base: choice.clone(),
+                    raise: Some(k),
                 };
-                self.push(cost, depth, node);
+                self.push(raised, depth, node);
             }
         }
         self.rank += 1;
@@ -590,14 +732,14 @@ impl<'e, 'p> Plans<'e, 'p> {
         (self.search.with(&parent.partial, f), parent.g + self.search.best_us(f))
     }
 
-    /// Completes `partial` by always taking its cheapest child.
+    /// Completes `partial` by always taking its cheapest child, in place.
     fn greedy(&self, mut partial: Partial, mut g: f64) -> (Partial, f64) {
-        while partial.first_uncovered().is_some() {
-            let expanded = self.expand(partial, g);
-            if expanded.children.is_empty() {
-                return (expanded.partial, f64::INFINITY);
-            }
-            (partial, g) = self.child(&expanded, 0);
+        while partial.cover.first_uncovered().is_some() {
+            let Some(&(_, f)) = self.children(&partial, g).first() else {
+                return (partial, f64::INFINITY);
+            };
+            g += self.search.best_us(f as usize);
+            self.search.apply(&mut partial, f as usize);
         }
         (partial, g)
     }
@@ -609,22 +751,26 @@ impl Iterator for Plans<'_, '_> {
     fn next(&mut self) -> Option<Plan> {
         while let Some(entry) = self.heap.pop() {
             let (parent, k) = match entry.node {
-                Node::Choice { plan, choice, pivot } => return Some(self.emit(plan, choice, pivot, entry.f)),
+                Node::Choice { plan, base, raise } => {
+                    let mut choice = (*base).clone();
+                    raise.inspect(|&k| choice[k] += 1);
+                    return Some(self.emit(plan, choice, raise.unwrap_or(0), entry.f));
+                }
                 Node::Child { parent, k } => (parent, k),
             };
             self.push_child(parent.clone(), k + 1);
             let (partial, g) = self.child(&parent, k);
-            if partial.first_uncovered().is_none() {
+            if partial.cover.first_uncovered().is_none() {
                 // Its fastest implementations: no plan from it is faster, and `g` is its cost.
-                let depth = partial.covered.len();
-                let choice = vec![0; partial.kernels.len()];
+                let depth = partial.cover.size;
+                let choice = vec![0; partial.cover.kernels.len()];
                 let node = Node::Choice {
                     plan: Rc::new(partial),
-                    choice,
-                    pivot: 0,
+                    base: Rc::new(choice),
+                    raise: None,
                 };
                 self.push(g, depth, node);
-            } else if self.expanded < self.search.ex.limits.max_search_nodes {
+            } else if self.expanded < self.node_budget() {
                 self.expanded += 1;
                 let expanded = self.expand(partial, g);
                 self.push_child(Rc::new(expanded), 0);
@@ -632,7 +778,7 @@ impl Iterator for Plans<'_, '_> {
                 self.budget_hit = true;
                 let (partial, g) = self.greedy(partial, g);
                 if g.is_finite() {
-                    let choice = vec![0; partial.kernels.len()];
+                    let choice = vec![0; partial.cover.kernels.len()];
                     return Some(self.emit(Rc::new(partial), choice, 0, g));
                 }
             }
@@ -641,30 +787,64 @@ impl Iterator for Plans<'_, '_> {
     }
 }
 
-/// Counts plans by depth-first search over partial plans, up to `budget` partial plans.
+/// Counts plans by depth-first search over partial plans, up to `budget` partial plans. The
+/// search walks one [`Cover`] in place, with a stack of its own, so neither memory nor the
+/// call stack grows with the program beyond one partial plan.
 pub(crate) fn count(ex: &Exploration, budget: usize) -> PlanCount {
     let search = Search::new(ex, None);
-    let mut visited = 0usize;
-    let root = Partial::empty(ex.context.calls());
-    let count = count_from(&search, &root, budget, &mut visited);
-    PlanCount::new(count, visited <= budget)
+    let mut cover = Cover::empty(ex.context.calls());
+    let mut visited = 1usize;
+    if cover.first_uncovered().is_none() {
+        return PlanCount::new(1, true);
+    }
+    let frame = |cover: &Cover, fusion: usize, reach: CallId| CountFrame {
+        options: search.extensions(cover).collect(),
+        next: 0,
+        total: 0,
+        fusion,
+        reach,
+    };
+    let mut stack = vec![frame(&cover, usize::MAX, 0)];
+    loop {
+        let top = stack.last_mut().expect("the root frame stays until the end");
+        if top.next < top.options.len() && visited <= budget {
+            let f = top.options[top.next];
+            top.next += 1;
+            visited += 1;
+            let reach = cover.reach;
+            cover.add(f, search.calls(f));
+            if cover.first_uncovered().is_none() {
+                cover.remove_last(search.calls(f), reach);
+                top.total = top.total.saturating_add(implementations(ex, f));
+            } else {
+                let next = frame(&cover, f, reach);
+                stack.push(next);
+            }
+            continue;
+        }
+        let done = stack.pop().expect("the loop ends with the root frame");
+        let Some(parent) = stack.last_mut() else {
+            return PlanCount::new(done.total, visited <= budget);
+        };
+        cover.remove_last(search.calls(done.fusion), done.reach);
+        let plans = implementations(ex, done.fusion).saturating_mul(done.total);
+        parent.total = parent.total.saturating_add(plans);
+    }
 }
 
-fn count_from(search: &Search, p: &Partial, budget: usize, visited: &mut usize) -> u128 {
-    *visited += 1;
-    if p.first_uncovered().is_none() {
-        return 1;
-    }
-    let mut total: u128 = 0;
-    for f in search.extensions(p).collect::<Vec<_>>() {
-        if *visited > budget {
-            break;
-        }
-        let options = search.ex.implementations[f].list.len() as u128;
-        let next = search.with(p, f);
-        total = total.saturating_add(options.saturating_mul(count_from(search, &next, budget, visited)));
-    }
-    total
+/// A partial plan being counted: the fusions that may extend it and the plans counted so far.
+struct CountFrame {
+    options: Vec<usize>,
+    next: usize,
+    total: u128,
+    /// The fusion whose kernel made this partial plan, and the reach before it.
+    fusion: usize,
+    reach: CallId,
+}
+
+/// The implementations of fusion `f`.
+fn implementations(ex: &Exploration, f: usize) -> u128 {
+    ex.implementations[f].list.len() as u128
 }
 
 #[cfg(test)]

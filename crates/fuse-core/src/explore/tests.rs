@@ -295,3 +295,26 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_chain_of_20000_calls_is_explored_and_counted() {
+    // Plan search and counting once held a copy of every partial plan per node, took the
+    // square of the calls per plan and recursed once per kernel: 200 s, 4.4 GB and, on a
+    // test thread's stack, an overflow. Each is now bounded by the budgets, not the length.
+    let calls: String = (1..20_000)
+        .map(|k| format!("  - y{} = sscal(2.0, y{k})\n", k + 1))
+        .collect();
+    let text =
+        format!("sizes: {{n: 64}}\ninputs: {{x: [n]}}\noutputs: [y20000]\ncalls:\n  - y1 = sscal(2.0, x)\n{calls}");
+    let program = crate::script::parse("chain.yaml", &text, &library()).unwrap();
+    let ex = explored(&program, Limits::default());
+    let count = ex.count();
+    assert!(!count.exact, "{count}");
+    assert!(count.to_string().starts_with("more than "), "{count}");
+    let top: Vec<Plan> = ex.plans().take(2).collect();
+    assert_eq!(top.len(), 2);
+    assert!(top[0].predicted_us <= top[1].predicted_us);
+    for plan in &top {
+        check_plan(&program, plan);
+    }
+}

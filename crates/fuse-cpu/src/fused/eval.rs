@@ -46,10 +46,35 @@ pub(crate) enum Loc<'a, T> {
     Local(usize),
 }
 
+/// Where the values a kernel touches are, by value id. A kernel touches a few values, so they
+/// are a sorted list: a table of all the program's values would cost the program's length for
+/// every kernel.
+pub(crate) struct Locs<'a, T> {
+    /// (value, where it is), by increasing value.
+    pub entries: Vec<(ValueId, Loc<'a, T>)>,
+}
+
+impl<'a, T: Copy> Locs<'a, T> {
+    /// Where `v` is; absent when the kernel does not touch it.
+    pub fn get(&self, v: ValueId) -> Loc<'a, T> {
+        match self.entries.binary_search_by_key(&v, |&(id, _)| id) {
+            Ok(k) => self.entries[k].1,
+            Err(_) => Loc::Absent,
+        }
+    }
+
+    /// Puts `v` at `loc`; `v` must be one of the values listed.
+    pub fn set(&mut self, v: ValueId, loc: Loc<'a, T>) {
+        if let Ok(k) = self.entries.binary_search_by_key(&v, |&(id, _)| id) {
+            self.entries[k].1 = loc;
+        }
+    }
+}
+
 /// What a stage reads.
 pub(crate) struct Scope<'s, 'a, T> {
-    /// Every value, by id.
-    pub locs: &'s [Loc<'a, T>],
+    /// The values of the running kernel.
+    pub locs: &'s Locs<'a, T>,
     /// The thread's values of the running kernel.
     pub locals: &'s [Local<'a, T>],
     /// The finished sum, in the stage after a reduction's sum.
@@ -58,14 +83,14 @@ pub(crate) struct Scope<'s, 'a, T> {
 
 impl<'s, T: Real> Scope<'s, '_, T> {
     fn scalar(&self, v: ValueId) -> T {
-        match self.locs[v] {
+        match self.locs.get(v) {
             Loc::Scalar(s) => s,
             _ => unreachable!("the plan was checked: scalars read are inputs or computed earlier"),
         }
     }
 
     fn element(&self, v: ValueId, access: Access, seg: Seg) -> Piece<'s, T> {
-        let view = match self.locs[v] {
+        let view = match self.locs.get(v) {
             Loc::Array(view) => view,
             Loc::Local(k) => self.locals[k].view(),
             Loc::Scalar(s) => return Piece::Scalar(s),

@@ -18,7 +18,7 @@ use rayon::prelude::*;
 
 use fuse_core::{Bindings, Program, Shape, Sizes};
 
-use super::eval::{self, Loc, Piece, Scope, Seg};
+use super::eval::{self, Loc, Locs, Piece, Scope, Seg};
 use super::memory::{split_rows, Local, View, ViewMut};
 use super::prepare::{KernelPlan, Op, Prepared, SharedRows, Space};
 use super::{loops, Real};
@@ -87,7 +87,7 @@ struct KernelRun<'k> {
 /// What every part of a kernel shares.
 struct Shared<'s, 'a, T> {
     kernel: &'s KernelPlan,
-    locs: &'s [Loc<'a, T>],
+    locs: &'s Locs<'a, T>,
     dests: &'s [Dest],
     tile: Tile,
 }
@@ -160,20 +160,14 @@ impl KernelRun<'_> {
 
     /// Where every value is for this kernel: inputs and earlier results in memory, this
     /// kernel's results as locals (reductions: not readable until the kernel ends).
-    fn locations<'a, T: Real>(
-        &self,
-        input: &[Option<&'a [T]>],
-        buffers: &'a [Vec<T>],
-        dests: &[Dest],
-    ) -> Vec<Loc<'a, T>> {
-        let mut locs: Vec<Loc<T>> = self
-            .program
+    fn locations<'a, T: Real>(&self, input: &[Option<&'a [T]>], buffers: &'a [Vec<T>], dests: &[Dest]) -> Locs<'a, T> {
+        let entries = self
+            .kernel
             .values
             .iter()
-            .enumerate()
-            .map(|(v, value)| {
+            .map(|&v| {
                 let data = input[v].or_else(|| self.slots[v].map(|s| buffers[s].as_slice()));
-                match (data, &value.shape) {
+                let loc = match (data, &self.program.values[v].shape) {
                     (None, _) => Loc::Absent,
                     (Some(d), Shape::Scalar) => d.first().map_or(Loc::Absent, |&s| Loc::Scalar(s)),
                     (Some(d), Shape::Vector(_)) => Loc::Array(View::vector(d)),
@@ -181,14 +175,17 @@ impl KernelRun<'_> {
                         let cols = shape.extents(self.sizes).and_then(|e| e.last().copied()).unwrap_or(1);
                         Loc::Array(View::matrix(d, cols))
                     }
-                }
+                };
+                (v, loc)
             })
             .collect();
+        let mut locs = Locs { entries };
         for (call, dest) in self.kernel.calls.iter().zip(dests) {
-            locs[call.result] = match *dest {
+            let loc = match *dest {
                 Dest::Chip(l) | Dest::Parts(l, _) => Loc::Local(l),
                 Dest::End(_) => Loc::Absent,
             };
+            locs.set(call.result, loc);
         }
         locs
     }

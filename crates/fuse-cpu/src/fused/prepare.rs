@@ -97,6 +97,8 @@ pub(crate) struct KernelPlan {
     pub shared_rows: Vec<SharedRows>,
     /// Scratch buffers the generic evaluator needs for its deepest stage.
     pub depth: usize,
+    /// The values its calls read or compute, in increasing order.
+    pub values: Vec<ValueId>,
 }
 
 /// A whole plan, ready to run.
@@ -120,11 +122,12 @@ pub(crate) fn prepare(program: &Program, sizes: &Sizes, plan: &Plan) -> Result<P
         check_reads(&ctx, &kernel_of, k, &kernel.calls)?;
         kernels.push(lower_kernel(&ctx, k, &kernel.calls)?);
     }
-    let chip: Vec<ValueId> = kernels.iter().flat_map(|k| k.chip.iter().copied()).collect();
+    let mut on_chip = vec![false; program.values.len()];
+    kernels.iter().flat_map(|k| &k.chip).for_each(|&v| on_chip[v] = true);
     let mut slots = vec![None; program.values.len()];
     let mut slot_lens = Vec::new();
     for (v, value) in program.values.iter().enumerate() {
-        if value.producer.is_some() && !chip.contains(&v) {
+        if value.producer.is_some() && !on_chip[v] {
             slots[v] = Some(slot_lens.len());
             let extents = value.shape.extents(sizes).unwrap_or_default();
             slot_lens.push(extents.iter().product::<usize>().max(1));
@@ -209,6 +212,12 @@ fn lower_kernel(ctx: &Context, k: usize, calls: &[CallId]) -> Result<KernelPlan,
         }
         lowered.push(call);
     }
+    let mut values: Vec<ValueId> = calls
+        .iter()
+        .flat_map(|&c| program.calls[c].reads().into_iter().chain([program.calls[c].result]))
+        .collect();
+    values.sort_unstable();
+    values.dedup();
     let flow = dataflow(ctx, calls);
     let chip: Vec<ValueId> = lowered
         .iter()
@@ -233,6 +242,7 @@ fn lower_kernel(ctx: &Context, k: usize, calls: &[CallId]) -> Result<KernelPlan,
         calls: lowered,
         chip,
         depth,
+        values,
     })
 }
 
