@@ -8,6 +8,7 @@ mod devices;
 mod explore;
 mod failure;
 mod gpu;
+mod interrupt;
 mod npy;
 mod selftest;
 mod tune;
@@ -253,6 +254,7 @@ impl From<Backend> for fuse::Backend {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    interrupt::install();
     let alternative = cli.command.without_a_gpu();
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
@@ -336,7 +338,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
             arch,
         } => {
             let program = load(&script, &library)?;
-            let bound = program.bind_sizes(&sizes).map_err(bad_input)?;
+            let bound = args::bind_sizes(&program, &sizes)?;
             let args = compile::CompileArgs {
                 out,
                 rank: plan,
@@ -455,9 +457,7 @@ fn run_script(program: &Program, options: &RunOptions) -> Result<(), Failure> {
     let results = compiled.run(&Inputs::from(inputs)).map_err(failure)?.into_bindings();
     match &options.outputs {
         Some(dir) => {
-            let written =
-                npy::write_outputs(&results, program.precision, dir, &read, options.force).map_err(bad_input)?;
-            for path in written {
+            for path in write_outputs(program, &results, dir, &read, options.force)? {
                 println!("wrote {}", path.display());
             }
         }
@@ -473,6 +473,26 @@ fn run_script(program: &Program, options: &RunOptions) -> Result<(), Failure> {
         }
     }
     Ok(())
+}
+
+/// Writes `results` to `dir`, all or nothing; Ctrl-C meanwhile leaves `dir` as it was and
+/// exits with status 130.
+fn write_outputs(
+    program: &Program,
+    results: &Bindings,
+    dir: &std::path::Path,
+    inputs: &[PathBuf],
+    force: bool,
+) -> Result<Vec<PathBuf>, Failure> {
+    let (written, interrupted) =
+        interrupt::deferred(|stop| npy::write_outputs(results, program.precision, dir, inputs, force, stop));
+    match (written, interrupted) {
+        (Err(_), true) => Err(Failure {
+            code: interrupt::EXIT_INTERRUPTED,
+            message: format!("interrupted: nothing written to {}", dir.display()),
+        }),
+        (written, _) => written.map_err(bad_input),
+    }
 }
 
 fn functions(library: &Library) {

@@ -1,9 +1,9 @@
 //! Reading inputs from and writing outputs to `.npy` files (numpy's format), one per name.
 
-use std::io::Read;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
-use ndarray::{ArrayD, IxDyn};
+use ndarray::{ArrayD, ArrayViewD, IxDyn};
 use ndarray_npy::{ReadNpyExt, WriteNpyExt};
 
 use fuse::stages::fuse_core::wording::{closest, list_or_none};
@@ -86,20 +86,39 @@ fn read_array(path: &Path, precision: Precision) -> Result<HostArray, String> {
 
 /// Writes each array as `DIR/<name>.npy` in `precision`, creating `DIR`: all or nothing. Every
 /// array is written to a temporary file in `DIR` first, and only when all are written are they
-/// renamed into place, so a failure leaves the folder as it was. A file listed in `protected`
-/// (an input just read) is never overwritten, nor — unless `force` — a file in the way that is
-/// not a `.npy` array.
+/// renamed into place, so a failure — or `stop()` turning true while they are written (Ctrl-C)
+/// — leaves the folder as it was (and removes it if this call created it). A file listed in
+/// `protected` (an input just read) is never overwritten, nor — unless `force` — a file in the
+/// way that is not a `.npy` array.
 pub fn write_outputs(
     outputs: &Bindings,
     precision: Precision,
     dir: &Path,
     protected: &[PathBuf],
     force: bool,
+    stop: &dyn Fn() -> bool,
 ) -> Result<Vec<PathBuf>, String> {
     if dir.exists() && !dir.is_dir() {
         return Err(format!("--outputs {}: is a file, not a folder", dir.display()));
     }
+    let created = !dir.exists();
     std::fs::create_dir_all(dir).map_err(|e| format!("--outputs {}: {e}", dir.display()))?;
+    let written = write_all_or_none(outputs, precision, dir, protected, force, stop);
+    if written.is_err() && created {
+        // Empty again: every temporary file was removed when dropped.
+        let _ = std::fs::remove_dir(dir);
+    }
+    written
+}
+
+fn write_all_or_none(
+    outputs: &Bindings,
+    precision: Precision,
+    dir: &Path,
+    protected: &[PathBuf],
+    force: bool,
+    stop: &dyn Fn() -> bool,
+) -> Result<Vec<PathBuf>, String> {
     let targets: Vec<(PathBuf, &HostArray)> = outputs
         .iter()
         .map(|(name, a)| (dir.join(format!("{name}.npy")), a))
@@ -109,7 +128,11 @@ pub fn write_outputs(
     }
     let mut staged = Vec::new();
     for (path, array) in &targets {
-        staged.push(stage_array(dir, path, &array.to_precision(precision))?);
+        staged.push(stage_array(dir, path, array, precision, stop)?);
+    }
+    // The last moment to stop: renaming is quick and not interrupted, so all land or none.
+    if stop() {
+        return Err(INTERRUPTED.to_string());
     }
     let mut written = Vec::new();
     for ((path, _), file) in targets.into_iter().zip(staged) {
@@ -119,6 +142,9 @@ pub fn write_outputs(
     }
     Ok(written)
 }
+
+/// Why [`write_outputs`] stopped when asked to.
+const INTERRUPTED: &str = "interrupted";
 
 /// Whether an output may replace what is at `path`.
 fn check_target(path: &Path, protected: &[PathBuf], force: bool) -> Result<(), String> {
@@ -154,24 +180,73 @@ fn same_file(a: &Path, b: &Path) -> bool {
     }
 }
 
-/// `array` in `.npy` format in a temporary file of `dir`, to be renamed to `path`; removed if
-/// dropped instead.
-fn stage_array(dir: &Path, path: &Path, array: &HostArray) -> Result<tempfile::NamedTempFile, String> {
+/// `array` in `.npy` format and `precision` in a temporary file of `dir`, to be renamed to
+/// `path`; removed if dropped instead.
+fn stage_array(
+    dir: &Path,
+    path: &Path,
+    array: &HostArray,
+    precision: Precision,
+    stop: &dyn Fn() -> bool,
+) -> Result<tempfile::NamedTempFile, String> {
     let err = |e: String| format!("cannot write {}: {e}", path.display());
     let staged = tempfile::Builder::new()
         .prefix(".fuse-output-")
+        // As a file written in place would be (less the umask), not private like a temporary.
+        .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666))
         .tempfile_in(dir)
         .map_err(|e| err(e.to_string()))?;
-    let file = staged.reopen().map_err(|e| err(e.to_string()))?;
+    let mut file = Stoppable {
+        file: std::io::BufWriter::new(staged.reopen().map_err(|e| err(e.to_string()))?),
+        stop,
+    };
+    // Converted only where the precision differs: an output can be most of memory.
+    let converted;
+    let array = match array.precision() == precision {
+        true => array,
+        false => {
+            converted = array.to_precision(precision);
+            &converted
+        }
+    };
     let shape = IxDyn(&array.dims);
     let written = match &array.data {
-        HostData::F32(v) => ArrayD::from_shape_vec(shape, v.clone())
+        HostData::F32(v) => ArrayViewD::from_shape(shape, v)
             .map_err(|e| e.to_string())?
-            .write_npy(file),
-        HostData::F64(v) => ArrayD::from_shape_vec(shape, v.clone())
+            .write_npy(&mut file),
+        HostData::F64(v) => ArrayViewD::from_shape(shape, v)
             .map_err(|e| e.to_string())?
-            .write_npy(file),
-    };
-    written.map_err(|e| err(e.to_string()))?;
-    Ok(staged)
+            .write_npy(&mut file),
+    }
+    .map_err(|e| e.to_string())
+    .and_then(|()| file.flush().map_err(|e| e.to_string()));
+    match written {
+        Err(_) if stop() => Err(INTERRUPTED.to_string()),
+        Err(e) => Err(err(e)),
+        Ok(()) => Ok(staged),
+    }
+}
+
+/// A file that fails the next write once `stop()` is true. Writes go through in pieces of at
+/// most [`PIECE`] bytes, so a large array is stopped within one piece.
+struct Stoppable<'a, W> {
+    file: W,
+    stop: &'a dyn Fn() -> bool,
+}
+
+/// Bytes written between two looks at `stop`.
+const PIECE: usize = 1 << 20;
+
+impl<W: Write> Write for Stoppable<'_, W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if (self.stop)() {
+            // Not `ErrorKind::Interrupted`, which `write_all` retries.
+            return Err(std::io::Error::other(INTERRUPTED));
+        }
+        self.file.write(&buf[..buf.len().min(PIECE)])
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.file.flush()
+    }
 }
