@@ -11,6 +11,7 @@ mod gpu;
 mod interrupt;
 mod npy;
 mod selftest;
+mod sizes;
 mod tune;
 
 use std::path::PathBuf;
@@ -384,18 +385,10 @@ struct RunOptions<'a> {
     random_rest: bool,
 }
 
-/// The inputs of a run read from `--inputs` (every input must have its file there, except those
-/// the user asked to draw), the files read, and the names of the inputs still to draw.
-fn gather_inputs<'p>(
-    program: &'p Program,
-    sizes: &Sizes,
-    options: &RunOptions,
-) -> Result<(Bindings, Vec<PathBuf>, Vec<&'p str>), Failure> {
-    let names: Vec<&str> = program
-        .inputs
-        .iter()
-        .map(|&v| program.values[v].variable.as_str())
-        .collect();
+/// The arrays read from `--inputs` (every input's file there, except those named by
+/// `--random`) and the files read.
+fn read_input_files(program: &Program, options: &RunOptions) -> Result<(Bindings, Vec<PathBuf>), Failure> {
+    let names = input_names(program);
     if let Some(name) = options.random.iter().find(|n| !names.contains(&n.as_str())) {
         return Err(bad_input(format!(
             "--random {name}: {} has no input `{name}` (its inputs are {})",
@@ -403,28 +396,51 @@ fn gather_inputs<'p>(
             list_or_none(&names)
         )));
     }
-    let (mut inputs, read) = match &options.inputs {
-        Some(dir) => npy::read_inputs(program, dir).map_err(bad_input)?,
-        None => Default::default(),
+    let Some(dir) = &options.inputs else {
+        return Ok(Default::default());
     };
+    let (mut inputs, read) = npy::read_inputs(program, dir).map_err(bad_input)?;
     for name in &options.random {
         inputs.remove(name);
     }
-    let drawn: Vec<&str> = names.iter().copied().filter(|n| !inputs.contains_key(*n)).collect();
+    Ok((inputs, read))
+}
+
+fn input_names(program: &Program) -> Vec<&str> {
+    (program.inputs.iter())
+        .map(|&v| program.values[v].variable.as_str())
+        .collect()
+}
+
+/// The inputs of a run: those read from files, checked against `sizes`, and the names of the
+/// inputs still to draw — with `--inputs`, only those the user asked to draw.
+fn gather_inputs<'p>(
+    program: &'p Program,
+    sizes: &Sizes,
+    options: &RunOptions,
+    inputs: Bindings,
+) -> Result<(Bindings, Vec<&'p str>), Failure> {
+    let drawn: Vec<&str> = (input_names(program).into_iter())
+        .filter(|n| !inputs.contains_key(*n))
+        .collect();
     if let Some(dir) = &options.inputs {
         let asked = |n: &&str| options.random_rest || options.random.iter().any(|r| r == n);
         let missing: Vec<&str> = drawn.iter().copied().filter(|n| !asked(n)).collect();
         if !missing.is_empty() {
             return Err(bad_input(npy::missing_inputs(dir, &missing)));
         }
+        for warning in npy::unused_files(program, dir) {
+            eprintln!("warning: {warning}");
+        }
     }
     check_inputs_given(program, sizes, &inputs).map_err(bad_input)?;
-    Ok((inputs, read, drawn))
+    Ok((inputs, drawn))
 }
 
 fn run_script(program: &Program, options: &RunOptions) -> Result<(), Failure> {
-    let sizes = program.bind_sizes(&options.sizes).map_err(bad_input)?;
-    let (mut inputs, read, drawn) = gather_inputs(program, &sizes, options)?;
+    let (files, read) = read_input_files(program, options)?;
+    let sizes = sizes::bind_run_sizes(program, &options.sizes, &files, options.inputs.as_deref())?;
+    let (mut inputs, drawn) = gather_inputs(program, &sizes, options, files)?;
     let backend = match options.backend {
         Some(b) if !options.plan_sizes.is_empty() && !matches!(b, Backend::Cuda) => {
             return Err(bad_input("--plan-size applies to --backend cuda only"))

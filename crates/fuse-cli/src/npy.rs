@@ -29,19 +29,46 @@ pub fn read_inputs(program: &Program, dir: &Path) -> Result<(Bindings, Vec<PathB
     Ok((arrays, read))
 }
 
+/// A warning for each `.npy` file in `dir` that is no input of `program` (a misspelt name, or
+/// a file of another script), with a did-you-mean for the input it is closest to.
+pub fn unused_files(program: &Program, dir: &Path) -> Vec<String> {
+    let inputs: Vec<String> = (program.inputs.iter())
+        .map(|&v| format!("{}.npy", program.values[v].variable))
+        .collect();
+    npy_files(dir)
+        .into_iter()
+        .filter(|file| !inputs.contains(file))
+        .map(|file| {
+            let near = closest(&file, inputs.iter().cloned())
+                .map(|n| format!(" (did you mean `{n}`?)"))
+                .unwrap_or_default();
+            format!(
+                "--inputs {}: `{file}` is no input of {}{near}; not read",
+                dir.display(),
+                program.file
+            )
+        })
+        .collect()
+}
+
+/// The names of the `.npy` files in `dir`, sorted.
+fn npy_files(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .filter_map(|e| e.ok()?.file_name().into_string().ok())
+                .filter(|n| n.ends_with(".npy"))
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
 /// Why a run with `--inputs dir` cannot start: the files of `missing` are not there. Names the
 /// `.npy` files that are, with a did-you-mean where one is close to a missing name.
 pub fn missing_inputs(dir: &Path, missing: &[&str]) -> String {
-    let found: Vec<String> = std::fs::read_dir(dir)
-        .map(|entries| {
-            let mut names: Vec<String> = entries
-                .filter_map(|e| e.ok()?.file_name().into_string().ok())
-                .filter(|n| n.ends_with(".npy"))
-                .collect();
-            names.sort();
-            names
-        })
-        .unwrap_or_default();
+    let found = npy_files(dir);
     let files: Vec<String> = missing.iter().map(|n| format!("{n}.npy")).collect();
     let mut message = format!(
         "--inputs {}: no {} for input{} {}",
