@@ -56,13 +56,9 @@ fn disagreeing_sizes_name_both_sources() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     bicgk_inputs(d, 37, 23);
+    let bicgk = script("bicgk.yaml");
     let run = |extra: &[&str]| {
-        let mut args = vec![
-            "run",
-            &*Box::leak(script("bicgk.yaml").into_boxed_str()),
-            "--inputs",
-            d.to_str().unwrap(),
-        ];
+        let mut args = vec!["run", &bicgk, "--inputs", d.to_str().unwrap()];
         args.extend(extra);
         fuse(&args)
     };
@@ -144,8 +140,9 @@ fn empty_arrays_are_refused_by_name() {
 
 #[test]
 fn a_size_given_twice_is_an_error() {
+    let bicgk = script("bicgk.yaml");
     for command in ["run", "compile", "explore", "explain", "bench"] {
-        let mut args = vec![command, &*Box::leak(script("bicgk.yaml").into_boxed_str())];
+        let mut args = vec![command, &bicgk];
         args.extend(["--size", "m=5", "--size", "n=4", "--size", "m=7"]);
         if command == "compile" {
             args.extend(["-o", "/nonexistent/never-written"]);
