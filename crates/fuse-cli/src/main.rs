@@ -33,9 +33,11 @@ use failure::{bad_input, failure, Failure, EXIT_NO_DEVICE};
     name = "fuse",
     version,
     about = "Kernel fusion for sequences of BLAS calls",
-    long_about = "fuse reads a short YAML script of BLAS calls (sgemv, sdot, saxpy, …), builds \
-the data-dependency graph between the calls, and runs them — on the way to fusing calls that \
-share data into single GPU kernels.\n\nA script looks like this (scripts/bicgk.yaml):\n\n  \
+    long_about = "fuse is a kernel-fusion compiler and runtime for sequences of BLAS calls. It reads \
+a short YAML script of calls (sgemv, sdot, saxpy, …), builds the data-dependency graph between \
+them, finds which calls can share one kernel so that each matrix and vector is read from memory \
+as few times as possible, and runs the fused plan: on an NVIDIA GPU, or on every core of the \
+CPU.\n\nA script looks like this (scripts/bicgk.yaml):\n\n  \
 name: bicgk\n  precision: f32\n  sizes: {m: 4096, n: 4096}\n  inputs: {A: [m, n], p: [n], r: [m]}\n  \
 outputs: [q, s]\n  calls:\n    - q = sgemv(A, p)\n    - s = sgemtv(A, r)\n\nStart with \
 `fuse check scripts/*.yaml`, then `fuse run scripts/bicgk.yaml`.",
@@ -180,7 +182,7 @@ with other work, the speedup and the percentage are medians of each run's own ra
 baseline and the copy timed beside it).",
         after_help = "Examples:\n  fuse bench scripts/bicgk.yaml scripts/gemver.yaml --size m=8192 --size n=8192\n  \
 fuse bench scripts/vadd.yaml --size n=67108864 --json\n  \
-fuse bench scripts/*.yaml --backend cuda --size m=16384 --size n=16384 --runs 30"
+fuse bench scripts/*.yaml --size m=16384 --size n=16384 --runs 30"
     )]
     Bench(bench::BenchArgs),
     /// Measure this machine and write a timing table for the explorer.
@@ -195,9 +197,10 @@ find it for that GPU. `--backend cpu` measures the CPU: the copy bandwidth of me
 arithmetic peaks, the cost of a parallel section, and the compute time of every library function \
 on data in cache; it works on any machine. The table records the library's checksum: after the \
 library changes, calibrate again (a stale table is refused with that advice).",
-        after_help = "Examples:\n  fuse calibrate                      # the GPU, installed for it (a minute or two)\n  \
+        after_help = "Examples:\n  fuse calibrate              # this GPU, installed for it (a minute or two)\n  \
 fuse calibrate --device 1 -o gpu1.yaml\n  \
-fuse calibrate --backend cpu -o my-cpu.yaml && FUSE_CPU_TIMINGS=my-cpu.yaml fuse run scripts/bicgk.yaml"
+fuse calibrate --backend cpu -o my-cpu.yaml\n  \
+FUSE_CPU_TIMINGS=my-cpu.yaml fuse run scripts/bicgk.yaml"
     )]
     Calibrate(calibrate::CalibrateArgs),
     /// Time the best predicted plans on the GPU and remember the fastest for `fuse run`.
@@ -222,9 +225,10 @@ line per plan; exit status 1 if any plan is wrong.",
     Selftest(selftest::SelftestArgs),
     /// List the GPUs and the CUDA libraries fuse finds here.
     #[command(
-        long_about = "Print each GPU the NVIDIA driver reports (name, compute capability, SMs, memory, L2), \
-the CUDA libraries fuse loads (driver, NVRTC, cuBLAS) and where its caches live. Exit status 3 when \
-there is no usable GPU."
+        long_about = "Print the CUDA libraries fuse loads (driver, NVRTC, cuBLAS), where its caches \
+live, and each GPU the NVIDIA driver reports (name, compute capability, SMs, memory, L2) with its \
+timing table. Without a usable GPU the rest is printed all the same, then why there is none. Exit \
+status 3 when there is no usable GPU."
     )]
     Devices,
 }

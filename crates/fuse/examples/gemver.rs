@@ -12,6 +12,7 @@
 
 use std::error::Error;
 use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 use std::time::Instant;
 
 use fuse::{Backend, Element, HostArray, Inputs, Script};
@@ -22,7 +23,19 @@ use rand_chacha::ChaCha8Rng;
 
 type Result<T> = std::result::Result<T, Box<dyn Error>>;
 
-fn main() -> Result<()> {
+/// Errors as the message alone (`main` returning an error would print its `Debug` form), with
+/// exit status 2.
+fn main() -> ExitCode {
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run() -> Result<()> {
     let mut args = std::env::args().skip(1);
     let dir = PathBuf::from(args.next().ok_or("usage: gemver DIR [m=SIZE] [n=SIZE]")?);
     let script = Script::from_file(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/gemver.yaml"))?;
