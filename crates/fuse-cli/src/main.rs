@@ -504,8 +504,15 @@ fn write_outputs(
     inputs: &[PathBuf],
     force: bool,
 ) -> Result<Vec<PathBuf>, Failure> {
-    let (written, interrupted) =
-        interrupt::deferred(|stop| npy::write_outputs(results, program.precision, dir, inputs, force, stop));
+    let (written, interrupted) = interrupt::deferred(|stop| {
+        let options = npy::WriteOptions {
+            precision: program.precision,
+            protected: inputs,
+            force,
+            stop,
+        };
+        npy::write_outputs(results, dir, &options)
+    });
     match (written, interrupted) {
         (Err(_), true) => Err(Failure {
             code: interrupt::EXIT_INTERRUPTED,

@@ -111,26 +111,30 @@ fn read_array(path: &Path, precision: Precision) -> Result<HostArray, String> {
     })
 }
 
-/// Writes each array as `DIR/<name>.npy` in `precision`, creating `DIR`: all or nothing. Every
-/// array is written to a temporary file in `DIR` first, and only when all are written are they
-/// renamed into place, so a failure — or `stop()` turning true while they are written (Ctrl-C)
-/// — leaves the folder as it was (and removes it if this call created it). A file listed in
-/// `protected` (an input just read) is never overwritten, nor — unless `force` — a file in the
-/// way that is not a `.npy` array.
-pub fn write_outputs(
-    outputs: &Bindings,
-    precision: Precision,
-    dir: &Path,
-    protected: &[PathBuf],
-    force: bool,
-    stop: &dyn Fn() -> bool,
-) -> Result<Vec<PathBuf>, String> {
+/// How [`write_outputs`] writes.
+pub struct WriteOptions<'a> {
+    /// Of every file written.
+    pub precision: Precision,
+    /// Files never overwritten (the inputs just read).
+    pub protected: &'a [PathBuf],
+    /// Whether a file in the way that is not a `.npy` array may be replaced.
+    pub force: bool,
+    /// Turns true when the writing must stop and be undone (Ctrl-C).
+    pub stop: &'a dyn Fn() -> bool,
+}
+
+/// Writes each array as `DIR/<name>.npy`, creating `DIR`: all or nothing. Every array is
+/// written to a temporary file in `DIR` first, and only when all are written are they renamed
+/// into place, so a failure — or `stop()` turning true while they are written — leaves the
+/// folder as it was (and removes it if this call created it). A `protected` file is never
+/// overwritten, nor — unless `force` — a file in the way that is not a `.npy` array.
+pub fn write_outputs(outputs: &Bindings, dir: &Path, options: &WriteOptions) -> Result<Vec<PathBuf>, String> {
     if dir.exists() && !dir.is_dir() {
         return Err(format!("--outputs {}: is a file, not a folder", dir.display()));
     }
     let created = !dir.exists();
     std::fs::create_dir_all(dir).map_err(|e| format!("--outputs {}: {e}", dir.display()))?;
-    let written = write_all_or_none(outputs, precision, dir, protected, force, stop);
+    let written = write_all_or_none(outputs, dir, options);
     if written.is_err() && created {
         // Empty again: every temporary file was removed when dropped.
         let _ = std::fs::remove_dir(dir);
@@ -138,14 +142,13 @@ pub fn write_outputs(
     written
 }
 
-fn write_all_or_none(
-    outputs: &Bindings,
-    precision: Precision,
-    dir: &Path,
-    protected: &[PathBuf],
-    force: bool,
-    stop: &dyn Fn() -> bool,
-) -> Result<Vec<PathBuf>, String> {
+fn write_all_or_none(outputs: &Bindings, dir: &Path, options: &WriteOptions) -> Result<Vec<PathBuf>, String> {
+    let WriteOptions {
+        precision,
+        protected,
+        force,
+        stop,
+    } = *options;
     let targets: Vec<(PathBuf, &HostArray)> = outputs
         .iter()
         .map(|(name, a)| (dir.join(format!("{name}.npy")), a))

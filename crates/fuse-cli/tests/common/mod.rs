@@ -31,24 +31,31 @@ pub fn stdout(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// Writes `data` as a float32 `.npy` array of `shape` in numpy's format 1.0 layout.
-pub fn write_f32(path: &Path, shape: &[usize], data: &[f32]) {
-    assert_eq!(shape.iter().product::<usize>(), data.len());
+/// Writes a `.npy` file of numpy type `descr` (`<f4`, `<f8`), `shape` and raw little-endian
+/// `bytes`, in numpy's format 1.0 layout.
+pub fn write_npy(path: &Path, descr: &str, shape: &[usize], bytes: &[u8]) {
     let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
     let shape = match dims.len() {
         1 => format!("({},)", dims[0]),
         _ => format!("({})", dims.join(", ")),
     };
-    let mut header = format!("{{'descr': '<f4', 'fortran_order': False, 'shape': {shape}, }}");
+    let mut header = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape}, }}");
     while (10 + header.len() + 1) % 64 != 0 {
         header.push(' ');
     }
     header.push('\n');
-    let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
-    bytes.extend((header.len() as u16).to_le_bytes());
-    bytes.extend(header.as_bytes());
-    bytes.extend(data.iter().flat_map(|x| x.to_le_bytes()));
-    std::fs::write(path, bytes).unwrap();
+    let mut out = b"\x93NUMPY\x01\x00".to_vec();
+    out.extend((header.len() as u16).to_le_bytes());
+    out.extend(header.as_bytes());
+    out.extend(bytes);
+    std::fs::write(path, out).unwrap();
+}
+
+/// Writes `data` as a float32 `.npy` array of `shape`.
+pub fn write_f32(path: &Path, shape: &[usize], data: &[f32]) {
+    assert_eq!(shape.iter().product::<usize>(), data.len());
+    let bytes: Vec<u8> = data.iter().flat_map(|x| x.to_le_bytes()).collect();
+    write_npy(path, "<f4", shape, &bytes);
 }
 
 /// The numbers of a float32 `.npy` file (header skipped).
