@@ -113,13 +113,14 @@ fn input_file_errors_are_clear() {
         args.extend(sizes);
         fuse(&args)
     };
-    // Wrong shape: p must be [n] = [2].
-    write_npy(&inputs.join("p.npy"), "<f4", &[3], &[0; 12]);
+    // Wrong shape: p must be [n] = [2]. (A vector of another length disagrees with --size:
+    // tests/inputs.rs.)
+    write_npy(&inputs.join("p.npy"), "<f4", &[3, 2], &[0; 24]);
     let out = run();
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        stderr.contains("input `p` has shape [3] but") && stderr.contains("[n] = [2]"),
+        stderr.contains("input `p` has shape [3, 2] but") && stderr.contains("[n] = [2]"),
         "{stderr}"
     );
     // Wrong precision: float64 in an f32 script.
