@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use fuse::stages::fuse_core::script;
-use fuse::{Library, Program};
+use fuse::{Library, Program, Sizes};
 
 use crate::failure::{bad_input, Failure};
 
@@ -22,4 +22,23 @@ pub fn parse_size(s: &str) -> Result<(String, usize), String> {
 /// Loads and checks the script at `path`.
 pub fn load(path: &Path, library: &Library) -> Result<Program, Failure> {
     script::load(path, library).map_err(bad_input)
+}
+
+/// `--size` given twice for one symbol (`--size m=5 --size m=7`): which one was meant is not
+/// for fuse to guess.
+pub fn check_distinct_sizes(sizes: &[(String, usize)]) -> Result<(), Failure> {
+    for (k, (name, value)) in sizes.iter().enumerate() {
+        if let Some((_, first)) = sizes[..k].iter().find(|(n, _)| n == name) {
+            return Err(bad_input(format!(
+                "--size {name}={first} and --size {name}={value}: size `{name}` is given twice"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The sizes of `program` with the `--size` values given.
+pub fn bind_sizes(program: &Program, sizes: &[(String, usize)]) -> Result<Sizes, Failure> {
+    check_distinct_sizes(sizes)?;
+    program.bind_sizes(sizes).map_err(bad_input)
 }

@@ -3,6 +3,7 @@
 //! timing loops and the baselines are the backends' own tools (`fuse::stages`).
 
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
 use clap::{Args, ValueEnum};
@@ -21,6 +22,7 @@ use crate::calibrate::progress_bar;
 use crate::failure::failure;
 use crate::failure::{bad_input, internal, Failure};
 use crate::gpu;
+use crate::interrupt;
 
 /// Bytes of each buffer of the GPU's copy-bandwidth measurement.
 const GPU_COPY_BYTES: usize = 512 << 20;
@@ -155,7 +157,9 @@ impl Target {
 
 /// One script's measurement.
 struct Measured {
+    /// The script's file, and its name for the table.
     script: String,
+    name: String,
     sizes: Sizes,
     kernels: (usize, usize),
     fused_us: f64,
@@ -172,21 +176,39 @@ struct Measured {
     copy: Option<(f64, f64)>,
 }
 
-/// `fuse bench`.
+/// `fuse bench`. Ctrl-C prints the measurements finished so far.
 pub fn run(args: &BenchArgs, library: &Library) -> Result<(), Failure> {
     let programs = args
         .scripts
         .iter()
         .map(|p| load(p, library))
         .collect::<Result<Vec<_>, _>>()?;
+    crate::args::check_distinct_sizes(&args.sizes)?;
     check_sizes_used(&programs, &args.sizes)?;
     let target = Target::new(args, library)?;
     let bar = progress_bar(1 + 3 * programs.len());
     bar.set_message("copy bandwidth");
     let copy = target.copy_bandwidth()?;
     bar.inc(1);
-    let mut results = Vec::new();
-    for program in &programs {
+    let report = Arc::new(Mutex::new(Report {
+        copy,
+        table: target.table().describe(),
+        baseline: target.baseline_name(),
+        backend: target.name(),
+        runs: target.runs(args),
+        json: args.json,
+        results: Vec::new(),
+    }));
+    let _on_interrupt = interrupt::report_on_interrupt({
+        let (report, bar, scripts) = (Arc::clone(&report), bar.clone(), programs.len());
+        move || {
+            bar.finish_and_clear();
+            let report = report.lock().unwrap_or_else(PoisonError::into_inner);
+            eprintln!("interrupted: {} of {scripts} scripts measured", report.results.len());
+            report.print();
+        }
+    });
+    for (done, program) in programs.iter().enumerate() {
         let bench = Bench {
             program,
             library,
@@ -194,13 +216,19 @@ pub fn run(args: &BenchArgs, library: &Library) -> Result<(), Failure> {
             args,
             bar: &bar,
         };
-        results.push(bench.run()?);
+        let measured = bench.run()?;
+        if bar.is_hidden() {
+            // No progress bar (standard error is not a terminal): a line per script instead.
+            eprintln!("measured {} ({} of {})", program.name, done + 1, programs.len());
+        }
+        report
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .results
+            .push(measured);
     }
     bar.finish_and_clear();
-    match args.json {
-        true => print_json(&results, copy.0, &target),
-        false => print_table(&results, &copy, &target, target.runs(args)),
-    }
+    report.lock().unwrap_or_else(PoisonError::into_inner).print();
     Ok(())
 }
 
@@ -259,6 +287,7 @@ impl Bench<'_> {
         self.bar.inc(2);
         Ok(Measured {
             script: program.file.clone(),
+            name: program.name.clone(),
             kernels: (m.kernels, m.baseline_calls),
             bytes: program.compulsory_bytes(&sizes),
             sizes,
@@ -293,6 +322,7 @@ impl Bench<'_> {
         self.bar.inc(1);
         Ok(Measured {
             script: program.file.clone(),
+            name: program.name.clone(),
             kernels: (fused_plan.kernels.len(), baseline_plan.kernels.len()),
             bytes,
             sizes,
@@ -419,70 +449,152 @@ impl Measured {
     }
 }
 
-fn print_table(results: &[Measured], copy: &(f64, String), target: &Target, runs: u32) {
-    let (gbps, how) = copy;
-    println!("copy bandwidth: {gbps:.1} GB/s (bytes read + written by {how})");
-    if results.iter().any(|r| r.copy.is_some()) {
-        println!("% copy: of the copy bandwidth timed after each run (`copy_gbps` in --json); speedup and % copy: medians of the runs' own ratios");
+/// What `fuse bench` prints: how it measured, and each script's measurement.
+struct Report {
+    /// The copy bandwidth (GB/s) and how it was measured.
+    copy: (f64, String),
+    /// The timing table plans are ranked by.
+    table: String,
+    baseline: &'static str,
+    backend: &'static str,
+    runs: u32,
+    json: bool,
+    results: Vec<Measured>,
+}
+
+impl Report {
+    fn print(&self) {
+        match self.json {
+            true => self.print_json(),
+            false => self.print_table(),
+        }
     }
-    println!("plans ranked by: {}", target.table().describe());
-    println!("times: median of {runs} runs after warm-up; GB/s: compulsory bytes (inputs read once, outputs written once) over the fused time");
-    let baseline = format!("{} µs", target.baseline_name());
-    println!(
-        "{:<22} {:<16} {:>9} {:>12} {:>12} {:>8} {:>7} {:>9}",
-        "script", "sizes", "kernels", "fused µs", baseline, "speedup", "GB/s", "% copy"
-    );
-    for r in results {
+
+    fn print_table(&self) {
+        let (gbps, how) = &self.copy;
+        println!("copy bandwidth: {gbps:.1} GB/s (bytes read + written by {how})");
+        if self.results.iter().any(|r| r.copy.is_some()) {
+            println!("% copy: of the copy bandwidth timed after each run (`copy_gbps` in --json); speedup and % copy: medians of the runs' own ratios");
+        }
+        println!("plans ranked by: {}", self.table);
         println!(
-            "{:<22} {:<16} {:>9} {:>12.1} {:>12.1} {:>7.2}× {:>7.1} {:>8.1}%",
-            r.script,
-            r.sizes.to_string(),
-            format!("{} / {}", r.kernels.0, r.kernels.1),
-            r.fused_us,
-            r.baseline_us,
-            r.speedup,
-            r.gbps(),
-            r.pct_of_copy(*gbps)
+            "times: median of {} runs after warm-up; GB/s: compulsory bytes (inputs read once, outputs written once) over the fused time",
+            self.runs
         );
+        let header = [
+            "script",
+            "sizes",
+            "kernels",
+            "fused µs",
+            &format!("{} µs", self.baseline),
+            "speedup",
+            "GB/s",
+            "% copy",
+        ];
+        let rows = self.results.iter().map(|r| {
+            vec![
+                r.name.clone(),
+                r.sizes.to_string(),
+                format!("{} / {}", r.kernels.0, r.kernels.1),
+                format!("{:.1}", r.fused_us),
+                format!("{:.1}", r.baseline_us),
+                format!("{:.2}×", r.speedup),
+                format!("{:.1}", r.gbps()),
+                format!("{:.1}%", r.pct_of_copy(*gbps)),
+            ]
+        });
+        let header = header.map(String::from).to_vec();
+        // Names and sizes to the left, numbers to the right.
+        print!("{}", aligned(std::iter::once(header).chain(rows).collect(), 2));
+        let written: Vec<&Measured> = self.results.iter().filter(|r| r.baseline_calls.is_some()).collect();
+        if !written.is_empty() {
+            println!("{0} versions (kernels: fused / {0} calls):", self.baseline);
+        }
+        for r in written {
+            println!("  {}: {}", r.name, r.baseline_calls.as_deref().unwrap_or_default());
+        }
     }
-    let written: Vec<&Measured> = results.iter().filter(|r| r.baseline_calls.is_some()).collect();
-    if !written.is_empty() {
-        println!(
-            "{} versions (kernels: fused / {} calls):",
-            target.baseline_name(),
-            target.baseline_name()
-        );
-    }
-    for r in written {
-        println!("  {}: {}", r.script, r.baseline_calls.as_deref().unwrap_or_default());
+
+    fn print_json(&self) {
+        let copy = self.copy.0;
+        let rows: Vec<serde_json::Value> = self
+            .results
+            .iter()
+            .map(|r| {
+                json!({
+                    "script": r.script,
+                    "name": r.name,
+                    "sizes": r.sizes.iter().collect::<std::collections::BTreeMap<_, _>>(),
+                    "kernels": r.kernels.0,
+                    "baseline_kernels": r.kernels.1,
+                    "baseline_calls": r.baseline_calls,
+                    "fused_us": r.fused_us,
+                    "baseline_us": r.baseline_us,
+                    "speedup": r.speedup,
+                    "gbps": r.gbps(),
+                    "copy_gbps": r.copy.map_or(copy, |c| c.0),
+                    "pct_of_copy": r.pct_of_copy(copy),
+                })
+            })
+            .collect();
+        let object = json!({
+            "backend": self.backend,
+            "baseline": self.baseline,
+            "timings": self.table,
+            "copy_gbps": copy,
+            "results": rows,
+        });
+        println!("{object}");
     }
 }
 
-fn print_json(results: &[Measured], copy: f64, target: &Target) {
-    let rows: Vec<serde_json::Value> = results
-        .iter()
-        .map(|r| {
-            json!({
-                "script": r.script,
-                "sizes": r.sizes.iter().collect::<std::collections::BTreeMap<_, _>>(),
-                "kernels": r.kernels.0,
-                "baseline_kernels": r.kernels.1,
-                "baseline_calls": r.baseline_calls,
-                "fused_us": r.fused_us,
-                "baseline_us": r.baseline_us,
-                "speedup": r.speedup,
-                "gbps": r.gbps(),
-                "copy_gbps": r.copy.map_or(copy, |c| c.0),
-                "pct_of_copy": r.pct_of_copy(copy),
+/// `rows` as lines of columns two spaces apart, each as wide as its widest cell: the first
+/// `left` columns aligned left, the others right.
+fn aligned(rows: Vec<Vec<String>>, left: usize) -> String {
+    let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let width = |c: usize| {
+        rows.iter()
+            .filter_map(|r| r.get(c))
+            .map(|s| s.chars().count())
+            .max()
+            .unwrap_or(0)
+    };
+    let widths: Vec<usize> = (0..columns).map(width).collect();
+    let mut out = String::new();
+    for row in &rows {
+        let cells: Vec<String> = row
+            .iter()
+            .zip(&widths)
+            .enumerate()
+            .map(|(c, (cell, &w))| {
+                let pad = " ".repeat(w - cell.chars().count());
+                match c < left {
+                    true => format!("{cell}{pad}"),
+                    false => format!("{pad}{cell}"),
+                }
             })
-        })
-        .collect();
-    let object = json!({
-        "backend": target.name(),
-        "baseline": target.baseline_name(),
-        "timings": target.table().describe(),
-        "copy_gbps": copy,
-        "results": rows,
-    });
-    println!("{object}");
+            .collect();
+        out += cells.join("  ").trim_end();
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::aligned;
+
+    #[test]
+    fn columns_line_up_whatever_their_width() {
+        let rows = vec![
+            vec!["script".to_string(), "µs".to_string()],
+            vec!["a-very-long-name".to_string(), "1.5".to_string()],
+            vec!["b".to_string(), "12345.0".to_string()],
+        ];
+        let text = aligned(rows, 1);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], "script                 µs");
+        assert_eq!(lines[1], "a-very-long-name      1.5");
+        assert_eq!(lines[2], "b                 12345.0");
+    }
 }

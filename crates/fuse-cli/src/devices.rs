@@ -1,22 +1,18 @@
 //! `fuse devices`: what the CUDA backend finds on this machine.
 
 use fuse::stages::fuse_codegen::nvrtc;
-use fuse::stages::fuse_cuda::{cache, device_count, probe, timings, DeviceInfo};
+use fuse::stages::fuse_cuda::{cache, device_count, probe, timings, CudaError, DeviceInfo};
 
 use crate::failure::failure;
 use crate::failure::Failure;
 
-/// Prints every GPU, the CUDA libraries and the cache folders; fails (status 3) without a GPU.
+/// Prints the CUDA libraries, the cache folder and every GPU. Without a GPU all but the GPUs are
+/// printed, and the reason is the error (status 3).
 pub fn run() -> Result<(), Failure> {
-    let count = device_count().map_err(failure)?;
-    if count == 0 {
-        return Err(failure(fuse::stages::fuse_cuda::CudaError::NoDevice {
-            ordinal: 0,
-            reason: "the driver sees no device".to_string(),
-        }));
+    match probe::driver() {
+        Ok(driver) => println!("driver: {}", driver.origin),
+        Err(_) => println!("driver: not found (see below)"),
     }
-    let driver = probe::driver().map_err(failure)?;
-    println!("driver: {}", driver.origin);
     match nvrtc::load().and_then(|origin| Ok((origin, nvrtc::version()?))) {
         Ok((origin, (major, minor))) => println!("nvrtc: {origin} (NVRTC {major}.{minor})"),
         Err(e) => println!("nvrtc: not found: {e}"),
@@ -26,6 +22,13 @@ pub fn run() -> Result<(), Failure> {
         Err(e) => println!("cublas: not found: {e}"),
     }
     println!("cache: {}", cache::cache_root().display());
+    let count = device_count().map_err(failure)?;
+    if count == 0 {
+        return Err(failure(CudaError::NoDevice {
+            ordinal: 0,
+            reason: "the driver sees no device".to_string(),
+        }));
+    }
     for ordinal in 0..count {
         let info = DeviceInfo::query(ordinal).map_err(failure)?;
         println!("{}", info.describe());

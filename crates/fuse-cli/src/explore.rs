@@ -52,7 +52,7 @@ pub struct ExplainArgs {
 fn prepare(inputs: &Inputs, library: &Library) -> Result<(Program, TimingTable), Failure> {
     let mut program = load(&inputs.script, library)?;
     // The sizes in force, so that the header says what was explored.
-    program.sizes = program.bind_sizes(&inputs.sizes).map_err(bad_input)?;
+    program.sizes = crate::args::bind_sizes(&program, &inputs.sizes)?;
     let table = crate::gpu::generator_table(library, inputs.timings.as_deref())?;
     Ok((program, table))
 }

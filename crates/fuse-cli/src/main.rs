@@ -8,8 +8,10 @@ mod devices;
 mod explore;
 mod failure;
 mod gpu;
+mod interrupt;
 mod npy;
 mod selftest;
+mod sizes;
 mod tune;
 
 use std::path::PathBuf;
@@ -31,9 +33,11 @@ use failure::{bad_input, failure, Failure, EXIT_NO_DEVICE};
     name = "fuse",
     version,
     about = "Kernel fusion for sequences of BLAS calls",
-    long_about = "fuse reads a short YAML script of BLAS calls (sgemv, sdot, saxpy, …), builds \
-the data-dependency graph between the calls, and runs them — on the way to fusing calls that \
-share data into single GPU kernels.\n\nA script looks like this (scripts/bicgk.yaml):\n\n  \
+    long_about = "fuse is a kernel-fusion compiler and runtime for sequences of BLAS calls. It reads \
+a short YAML script of calls (sgemv, sdot, saxpy, …), builds the data-dependency graph between \
+them, finds which calls can share one kernel so that each matrix and vector is read from memory \
+as few times as possible, and runs the fused plan: on an NVIDIA GPU, or on every core of the \
+CPU.\n\nA script looks like this (scripts/bicgk.yaml):\n\n  \
 name: bicgk\n  precision: f32\n  sizes: {m: 4096, n: 4096}\n  inputs: {A: [m, n], p: [n], r: [m]}\n  \
 outputs: [q, s]\n  calls:\n    - q = sgemv(A, p)\n    - s = sgemtv(A, r)\n\nStart with \
 `fuse check scripts/*.yaml`, then `fuse run scripts/bicgk.yaml`.",
@@ -182,7 +186,7 @@ with other work, the speedup and the percentage are medians of each run's own ra
 baseline and the copy timed beside it).",
         after_help = "Examples:\n  fuse bench scripts/bicgk.yaml scripts/gemver.yaml --size m=8192 --size n=8192\n  \
 fuse bench scripts/vadd.yaml --size n=67108864 --json\n  \
-fuse bench scripts/*.yaml --backend cuda --size m=16384 --size n=16384 --runs 30"
+fuse bench scripts/*.yaml --size m=16384 --size n=16384 --runs 30"
     )]
     Bench(bench::BenchArgs),
     /// Measure this machine and write a timing table for the explorer.
@@ -197,9 +201,10 @@ find it for that GPU. `--backend cpu` measures the CPU: the copy bandwidth of me
 arithmetic peaks, the cost of a parallel section, and the compute time of every library function \
 on data in cache; it works on any machine. The table records the library's checksum: after the \
 library changes, calibrate again (a stale table is refused with that advice).",
-        after_help = "Examples:\n  fuse calibrate                      # the GPU, installed for it (a minute or two)\n  \
+        after_help = "Examples:\n  fuse calibrate              # this GPU, installed for it (a minute or two)\n  \
 fuse calibrate --device 1 -o gpu1.yaml\n  \
-fuse calibrate --backend cpu -o my-cpu.yaml && FUSE_CPU_TIMINGS=my-cpu.yaml fuse run scripts/bicgk.yaml"
+fuse calibrate --backend cpu -o my-cpu.yaml\n  \
+FUSE_CPU_TIMINGS=my-cpu.yaml fuse run scripts/bicgk.yaml"
     )]
     Calibrate(calibrate::CalibrateArgs),
     /// Time the best predicted plans on the GPU and remember the fastest for `fuse run`.
@@ -224,9 +229,10 @@ line per plan; exit status 1 if any plan is wrong.",
     Selftest(selftest::SelftestArgs),
     /// List the GPUs and the CUDA libraries fuse finds here.
     #[command(
-        long_about = "Print each GPU the NVIDIA driver reports (name, compute capability, SMs, memory, L2), \
-the CUDA libraries fuse loads (driver, NVRTC, cuBLAS) and where its caches live. Exit status 3 when \
-there is no usable GPU."
+        long_about = "Print the CUDA libraries fuse loads (driver, NVRTC, cuBLAS), where its caches \
+live, and each GPU the NVIDIA driver reports (name, compute capability, SMs, memory, L2) with its \
+timing table. Without a usable GPU the rest is printed all the same, then why there is none. Exit \
+status 3 when there is no usable GPU."
     )]
     Devices,
 }
@@ -257,6 +263,7 @@ impl From<Backend> for fuse::Backend {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    interrupt::install();
     let alternative = cli.command.without_a_gpu();
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
@@ -342,7 +349,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
             arch,
         } => {
             let program = load(&script, &library)?;
-            let bound = program.bind_sizes(&sizes).map_err(bad_input)?;
+            let bound = args::bind_sizes(&program, &sizes)?;
             let args = compile::CompileArgs {
                 out,
                 rank: plan,
@@ -389,18 +396,10 @@ struct RunOptions<'a> {
     timing: bool,
 }
 
-/// The inputs of a run read from `--inputs` (every input must have its file there, except those
-/// the user asked to draw), the files read, and the names of the inputs still to draw.
-fn gather_inputs<'p>(
-    program: &'p Program,
-    sizes: &Sizes,
-    options: &RunOptions,
-) -> Result<(Bindings, Vec<PathBuf>, Vec<&'p str>), Failure> {
-    let names: Vec<&str> = program
-        .inputs
-        .iter()
-        .map(|&v| program.values[v].variable.as_str())
-        .collect();
+/// The arrays read from `--inputs` (every input's file there, except those named by
+/// `--random`) and the files read.
+fn read_input_files(program: &Program, options: &RunOptions) -> Result<(Bindings, Vec<PathBuf>), Failure> {
+    let names = input_names(program);
     if let Some(name) = options.random.iter().find(|n| !names.contains(&n.as_str())) {
         return Err(bad_input(format!(
             "--random {name}: {} has no input `{name}` (its inputs are {})",
@@ -408,28 +407,51 @@ fn gather_inputs<'p>(
             list_or_none(&names)
         )));
     }
-    let (mut inputs, read) = match &options.inputs {
-        Some(dir) => npy::read_inputs(program, dir).map_err(bad_input)?,
-        None => Default::default(),
+    let Some(dir) = &options.inputs else {
+        return Ok(Default::default());
     };
+    let (mut inputs, read) = npy::read_inputs(program, dir).map_err(bad_input)?;
     for name in &options.random {
         inputs.remove(name);
     }
-    let drawn: Vec<&str> = names.iter().copied().filter(|n| !inputs.contains_key(*n)).collect();
+    Ok((inputs, read))
+}
+
+fn input_names(program: &Program) -> Vec<&str> {
+    (program.inputs.iter())
+        .map(|&v| program.values[v].variable.as_str())
+        .collect()
+}
+
+/// The inputs of a run: those read from files, checked against `sizes`, and the names of the
+/// inputs still to draw — with `--inputs`, only those the user asked to draw.
+fn gather_inputs<'p>(
+    program: &'p Program,
+    sizes: &Sizes,
+    options: &RunOptions,
+    inputs: Bindings,
+) -> Result<(Bindings, Vec<&'p str>), Failure> {
+    let drawn: Vec<&str> = (input_names(program).into_iter())
+        .filter(|n| !inputs.contains_key(*n))
+        .collect();
     if let Some(dir) = &options.inputs {
         let asked = |n: &&str| options.random_rest || options.random.iter().any(|r| r == n);
         let missing: Vec<&str> = drawn.iter().copied().filter(|n| !asked(n)).collect();
         if !missing.is_empty() {
             return Err(bad_input(npy::missing_inputs(dir, &missing)));
         }
+        for warning in npy::unused_files(program, dir) {
+            eprintln!("warning: {warning}");
+        }
     }
     check_inputs_given(program, sizes, &inputs).map_err(bad_input)?;
-    Ok((inputs, read, drawn))
+    Ok((inputs, drawn))
 }
 
 fn run_script(program: &Program, options: &RunOptions) -> Result<(), Failure> {
-    let sizes = program.bind_sizes(&options.sizes).map_err(bad_input)?;
-    let (mut inputs, read, drawn) = gather_inputs(program, &sizes, options)?;
+    let (files, read) = read_input_files(program, options)?;
+    let sizes = sizes::bind_run_sizes(program, &options.sizes, &files, options.inputs.as_deref())?;
+    let (mut inputs, drawn) = gather_inputs(program, &sizes, options, files)?;
     let backend = match options.backend {
         Some(b) if !options.plan_sizes.is_empty() && !matches!(b, Backend::Cuda) => {
             return Err(bad_input("--plan-size applies to --backend cuda only"))
@@ -466,9 +488,7 @@ fn run_script(program: &Program, options: &RunOptions) -> Result<(), Failure> {
     let results = results.into_bindings();
     match &options.outputs {
         Some(dir) => {
-            let written =
-                npy::write_outputs(&results, program.precision, dir, &read, options.force).map_err(bad_input)?;
-            for path in written {
+            for path in write_outputs(program, &results, dir, &read, options.force)? {
                 println!("wrote {}", path.display());
             }
         }
@@ -500,6 +520,33 @@ fn timing_line(backend: &fuse::Backend, times: &fuse::RunTimes) -> String {
         ms(times.compute),
         ms(times.download)
     )
+}
+
+/// Writes `results` to `dir`, all or nothing; Ctrl-C meanwhile leaves `dir` as it was and
+/// exits with status 130.
+fn write_outputs(
+    program: &Program,
+    results: &Bindings,
+    dir: &std::path::Path,
+    inputs: &[PathBuf],
+    force: bool,
+) -> Result<Vec<PathBuf>, Failure> {
+    let (written, interrupted) = interrupt::deferred(|stop| {
+        let options = npy::WriteOptions {
+            precision: program.precision,
+            protected: inputs,
+            force,
+            stop,
+        };
+        npy::write_outputs(results, dir, &options)
+    });
+    match (written, interrupted) {
+        (Err(_), true) => Err(Failure {
+            code: interrupt::EXIT_INTERRUPTED,
+            message: format!("interrupted: nothing written to {}", dir.display()),
+        }),
+        (written, _) => written.map_err(bad_input),
+    }
 }
 
 fn functions(library: &Library) {

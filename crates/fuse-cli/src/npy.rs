@@ -1,9 +1,9 @@
 //! Reading inputs from and writing outputs to `.npy` files (numpy's format), one per name.
 
-use std::io::Read;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
-use ndarray::{ArrayD, IxDyn};
+use ndarray::{ArrayD, ArrayViewD, IxDyn};
 use ndarray_npy::{ReadNpyExt, WriteNpyExt};
 
 use fuse::stages::fuse_core::wording::{closest, list_or_none};
@@ -29,19 +29,46 @@ pub fn read_inputs(program: &Program, dir: &Path) -> Result<(Bindings, Vec<PathB
     Ok((arrays, read))
 }
 
+/// A warning for each `.npy` file in `dir` that is no input of `program` (a misspelt name, or
+/// a file of another script), with a did-you-mean for the input it is closest to.
+pub fn unused_files(program: &Program, dir: &Path) -> Vec<String> {
+    let inputs: Vec<String> = (program.inputs.iter())
+        .map(|&v| format!("{}.npy", program.values[v].variable))
+        .collect();
+    npy_files(dir)
+        .into_iter()
+        .filter(|file| !inputs.contains(file))
+        .map(|file| {
+            let near = closest(&file, inputs.iter().cloned())
+                .map(|n| format!(" (did you mean `{n}`?)"))
+                .unwrap_or_default();
+            format!(
+                "--inputs {}: `{file}` is no input of {}{near}; not read",
+                dir.display(),
+                program.file
+            )
+        })
+        .collect()
+}
+
+/// The names of the `.npy` files in `dir`, sorted.
+fn npy_files(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .filter_map(|e| e.ok()?.file_name().into_string().ok())
+                .filter(|n| n.ends_with(".npy"))
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
 /// Why a run with `--inputs dir` cannot start: the files of `missing` are not there. Names the
 /// `.npy` files that are, with a did-you-mean where one is close to a missing name.
 pub fn missing_inputs(dir: &Path, missing: &[&str]) -> String {
-    let found: Vec<String> = std::fs::read_dir(dir)
-        .map(|entries| {
-            let mut names: Vec<String> = entries
-                .filter_map(|e| e.ok()?.file_name().into_string().ok())
-                .filter(|n| n.ends_with(".npy"))
-                .collect();
-            names.sort();
-            names
-        })
-        .unwrap_or_default();
+    let found = npy_files(dir);
     let files: Vec<String> = missing.iter().map(|n| format!("{n}.npy")).collect();
     let mut message = format!(
         "--inputs {}: no {} for input{} {}",
@@ -84,22 +111,44 @@ fn read_array(path: &Path, precision: Precision) -> Result<HostArray, String> {
     })
 }
 
-/// Writes each array as `DIR/<name>.npy` in `precision`, creating `DIR`: all or nothing. Every
-/// array is written to a temporary file in `DIR` first, and only when all are written are they
-/// renamed into place, so a failure leaves the folder as it was. A file listed in `protected`
-/// (an input just read) is never overwritten, nor — unless `force` — a file in the way that is
-/// not a `.npy` array.
-pub fn write_outputs(
-    outputs: &Bindings,
-    precision: Precision,
-    dir: &Path,
-    protected: &[PathBuf],
-    force: bool,
-) -> Result<Vec<PathBuf>, String> {
+/// How [`write_outputs`] writes.
+pub struct WriteOptions<'a> {
+    /// Of every file written.
+    pub precision: Precision,
+    /// Files never overwritten (the inputs just read).
+    pub protected: &'a [PathBuf],
+    /// Whether a file in the way that is not a `.npy` array may be replaced.
+    pub force: bool,
+    /// Turns true when the writing must stop and be undone (Ctrl-C).
+    pub stop: &'a dyn Fn() -> bool,
+}
+
+/// Writes each array as `DIR/<name>.npy`, creating `DIR`: all or nothing. Every array is
+/// written to a temporary file in `DIR` first, and only when all are written are they renamed
+/// into place, so a failure — or `stop()` turning true while they are written — leaves the
+/// folder as it was (and removes it if this call created it). A `protected` file is never
+/// overwritten, nor — unless `force` — a file in the way that is not a `.npy` array.
+pub fn write_outputs(outputs: &Bindings, dir: &Path, options: &WriteOptions) -> Result<Vec<PathBuf>, String> {
     if dir.exists() && !dir.is_dir() {
         return Err(format!("--outputs {}: is a file, not a folder", dir.display()));
     }
+    let created = !dir.exists();
     std::fs::create_dir_all(dir).map_err(|e| format!("--outputs {}: {e}", dir.display()))?;
+    let written = write_all_or_none(outputs, dir, options);
+    if written.is_err() && created {
+        // Empty again: every temporary file was removed when dropped.
+        let _ = std::fs::remove_dir(dir);
+    }
+    written
+}
+
+fn write_all_or_none(outputs: &Bindings, dir: &Path, options: &WriteOptions) -> Result<Vec<PathBuf>, String> {
+    let WriteOptions {
+        precision,
+        protected,
+        force,
+        stop,
+    } = *options;
     let targets: Vec<(PathBuf, &HostArray)> = outputs
         .iter()
         .map(|(name, a)| (dir.join(format!("{name}.npy")), a))
@@ -109,7 +158,11 @@ pub fn write_outputs(
     }
     let mut staged = Vec::new();
     for (path, array) in &targets {
-        staged.push(stage_array(dir, path, &array.to_precision(precision))?);
+        staged.push(stage_array(dir, path, array, precision, stop)?);
+    }
+    // The last moment to stop: renaming is quick and not interrupted, so all land or none.
+    if stop() {
+        return Err(INTERRUPTED.to_string());
     }
     let mut written = Vec::new();
     for ((path, _), file) in targets.into_iter().zip(staged) {
@@ -119,6 +172,9 @@ pub fn write_outputs(
     }
     Ok(written)
 }
+
+/// Why [`write_outputs`] stopped when asked to.
+const INTERRUPTED: &str = "interrupted";
 
 /// Whether an output may replace what is at `path`.
 fn check_target(path: &Path, protected: &[PathBuf], force: bool) -> Result<(), String> {
@@ -154,24 +210,73 @@ fn same_file(a: &Path, b: &Path) -> bool {
     }
 }
 
-/// `array` in `.npy` format in a temporary file of `dir`, to be renamed to `path`; removed if
-/// dropped instead.
-fn stage_array(dir: &Path, path: &Path, array: &HostArray) -> Result<tempfile::NamedTempFile, String> {
+/// `array` in `.npy` format and `precision` in a temporary file of `dir`, to be renamed to
+/// `path`; removed if dropped instead.
+fn stage_array(
+    dir: &Path,
+    path: &Path,
+    array: &HostArray,
+    precision: Precision,
+    stop: &dyn Fn() -> bool,
+) -> Result<tempfile::NamedTempFile, String> {
     let err = |e: String| format!("cannot write {}: {e}", path.display());
     let staged = tempfile::Builder::new()
         .prefix(".fuse-output-")
+        // As a file written in place would be (less the umask), not private like a temporary.
+        .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666))
         .tempfile_in(dir)
         .map_err(|e| err(e.to_string()))?;
-    let file = staged.reopen().map_err(|e| err(e.to_string()))?;
+    let mut file = Stoppable {
+        file: std::io::BufWriter::new(staged.reopen().map_err(|e| err(e.to_string()))?),
+        stop,
+    };
+    // Converted only where the precision differs: an output can be most of memory.
+    let converted;
+    let array = match array.precision() == precision {
+        true => array,
+        false => {
+            converted = array.to_precision(precision);
+            &converted
+        }
+    };
     let shape = IxDyn(&array.dims);
     let written = match &array.data {
-        HostData::F32(v) => ArrayD::from_shape_vec(shape, v.clone())
+        HostData::F32(v) => ArrayViewD::from_shape(shape, v)
             .map_err(|e| e.to_string())?
-            .write_npy(file),
-        HostData::F64(v) => ArrayD::from_shape_vec(shape, v.clone())
+            .write_npy(&mut file),
+        HostData::F64(v) => ArrayViewD::from_shape(shape, v)
             .map_err(|e| e.to_string())?
-            .write_npy(file),
-    };
-    written.map_err(|e| err(e.to_string()))?;
-    Ok(staged)
+            .write_npy(&mut file),
+    }
+    .map_err(|e| e.to_string())
+    .and_then(|()| file.flush().map_err(|e| e.to_string()));
+    match written {
+        Err(_) if stop() => Err(INTERRUPTED.to_string()),
+        Err(e) => Err(err(e)),
+        Ok(()) => Ok(staged),
+    }
+}
+
+/// A file that fails the next write once `stop()` is true. Writes go through in pieces of at
+/// most [`PIECE`] bytes, so a large array is stopped within one piece.
+struct Stoppable<'a, W> {
+    file: W,
+    stop: &'a dyn Fn() -> bool,
+}
+
+/// Bytes written between two looks at `stop`.
+const PIECE: usize = 1 << 20;
+
+impl<W: Write> Write for Stoppable<'_, W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if (self.stop)() {
+            // Not `ErrorKind::Interrupted`, which `write_all` retries.
+            return Err(std::io::Error::other(INTERRUPTED));
+        }
+        self.file.write(&buf[..buf.len().min(PIECE)])
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.file.flush()
+    }
 }

@@ -13,7 +13,7 @@ use fuse::stages::fuse_cuda::tune::{tune, Entry, TuneCache, TuneOptions, Tuned};
 use crate::args::{load, parse_size};
 use crate::calibrate::progress_bar;
 use crate::failure::failure;
-use crate::failure::{bad_input, Failure};
+use crate::failure::Failure;
 use crate::gpu;
 
 /// Options of `fuse tune`.
@@ -47,7 +47,7 @@ pub struct TuneArgs {
 /// `fuse tune`.
 pub fn run(args: &TuneArgs, library: &Library) -> Result<(), Failure> {
     let program = load(&args.script, library)?;
-    let sizes = program.bind_sizes(&args.sizes).map_err(bad_input)?;
+    let sizes = crate::args::bind_sizes(&program, &args.sizes)?;
     let device = gpu::open(args.device)?;
     let table = gpu::table(device.info(), library, args.timings.as_deref())?;
     let options = TuneOptions {

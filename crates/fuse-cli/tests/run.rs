@@ -1,8 +1,12 @@
 //! `fuse run`: inputs from .npy files, outputs to .npy files, checked against numpy
 //! (tests/numpy_check.py), and clear errors for bad input files.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+
+use common::write_npy;
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -17,25 +21,6 @@ fn fuse(args: &[&str]) -> Output {
 
 fn script(name: &str) -> String {
     repo().join("scripts").join(name).display().to_string()
-}
-
-/// Writes a float32/float64 .npy file with numpy's header layout (format 1.0).
-fn write_npy(path: &Path, descr: &str, shape: &[usize], bytes: &[u8]) {
-    let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
-    let shape = match dims.len() {
-        1 => format!("({},)", dims[0]),
-        _ => format!("({})", dims.join(", ")),
-    };
-    let mut header = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape}, }}");
-    while (10 + header.len() + 1) % 64 != 0 {
-        header.push(' ');
-    }
-    header.push('\n');
-    let mut out = b"\x93NUMPY\x01\x00".to_vec();
-    out.extend((header.len() as u16).to_le_bytes());
-    out.extend(header.as_bytes());
-    out.extend(bytes);
-    std::fs::write(path, out).unwrap();
 }
 
 #[test]
@@ -128,13 +113,14 @@ fn input_file_errors_are_clear() {
         args.extend(sizes);
         fuse(&args)
     };
-    // Wrong shape: p must be [n] = [2].
-    write_npy(&inputs.join("p.npy"), "<f4", &[3], &[0; 12]);
+    // Wrong shape: p must be [n] = [2]. (A vector of another length disagrees with --size:
+    // tests/inputs.rs.)
+    write_npy(&inputs.join("p.npy"), "<f4", &[3, 2], &[0; 24]);
     let out = run();
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        stderr.contains("input `p` has shape [3] but") && stderr.contains("[n] = [2]"),
+        stderr.contains("input `p` has shape [3, 2] but") && stderr.contains("[n] = [2]"),
         "{stderr}"
     );
     // Wrong precision: float64 in an f32 script.

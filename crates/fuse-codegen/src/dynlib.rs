@@ -40,6 +40,9 @@ pub struct Spec {
     pub symbol: &'static [u8],
     /// File-name prefixes of libraries opened from the same folder before the library itself.
     pub companions: &'static [&'static str],
+    /// Where a pip wheel puts the library inside `site-packages` (`nvidia/cu13/lib`), searched
+    /// in the site-packages folders of `python3` when nothing else finds it.
+    pub wheel: Option<&'static str>,
     /// Whether one of cudarc's bare names loads (cudarc's `sys::is_culib_present`).
     pub cudarc_present: unsafe fn() -> bool,
     /// The address of a symbol in cudarc's copy; call only after `cudarc_present` said yes.
@@ -85,7 +88,8 @@ pub enum ProbeError {
 ///
 /// Search order: `spec.env` (a file or a folder; when set it is the only place looked at, so a
 /// wrong setting is an error rather than silently ignored), then each folder of
-/// `LD_LIBRARY_PATH`, then cudarc's own bare names through the system loader.
+/// `LD_LIBRARY_PATH`, then cudarc's own bare names through the system loader, then the pip
+/// wheel's folder in Python's site-packages.
 pub fn probe(spec: &Spec) -> Result<Pinned, ProbeError> {
     let mut searched = Vec::new();
     if let Some(value) = std::env::var_os(spec.env).filter(|v| !v.is_empty()) {
@@ -201,12 +205,19 @@ fn describe(spec: &Spec, file: &str, version: Option<(i32, i32)>) -> String {
     }
 }
 
-/// No explicit location: use whatever cudarc's bare names find.
+/// No explicit location: use whatever cudarc's bare names find, else the pip wheel.
 fn system_loader(spec: &Spec, mut searched: Vec<String>) -> Result<Pinned, ProbeError> {
     let Some(address) = cudarc_address(spec) else {
         let mut names = cudarc::get_lib_name_candidates(spec.cudarc_name);
         names.dedup();
         searched.push(format!("system loader: {}", names.join(", ")));
+        // Only now: a library the system has comes first, so that cudarc, which asks the
+        // system loader by bare names, finds the same one.
+        for dir in spec.wheel.map(wheel_dirs).unwrap_or_default() {
+            if let Some(found) = open_first(spec, &candidates(spec, &dir), &mut searched) {
+                return pin(spec, found);
+            }
+        }
         return Err(ProbeError::NotFound { searched });
     };
     Ok(Pinned {
@@ -215,6 +226,26 @@ fn system_loader(spec: &Spec, mut searched: Vec<String>) -> Result<Pinned, Probe
         // SAFETY: cudarc's copy loads (checked by `cudarc_address`).
         version: unsafe { (spec.cudarc_version)() },
     })
+}
+
+/// `<site-packages>/<wheel>` for each site-packages folder of the Python that pip installs into
+/// (`$PYTHON`, else `python3`), where it exists. None where there is no Python.
+fn wheel_dirs(wheel: &str) -> Vec<PathBuf> {
+    const SITE_PACKAGES: &str = "import site; print('\\n'.join(site.getsitepackages() + [site.getusersitepackages()]))";
+    let python = std::env::var_os("PYTHON").unwrap_or_else(|| "python3".into());
+    let Ok(out) = std::process::Command::new(python)
+        .args(["-c", SITE_PACKAGES])
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output()
+    else {
+        return Vec::new();
+    };
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|line| Path::new(line.trim()).join(wheel))
+        .filter(|dir| dir.is_dir())
+        .collect()
 }
 
 /// Address of the probe symbol in the copy cudarc loads, or `None` when cudarc would panic.
@@ -273,6 +304,7 @@ mod tests {
         files: &["libnothing.so.1", "libnothing.so"],
         symbol: b"nothing",
         companions: &[],
+        wheel: None,
         cudarc_present: absent,
         cudarc_symbol: no_symbol,
         version: no_version,

@@ -213,30 +213,60 @@ pub fn relative_error(got: &[f64], want: &[f64]) -> f64 {
 }
 
 impl fmt::Display for HostArray {
-    /// A short summary: shape, norm, range and the first elements.
+    /// A short summary: shape, norm, range (of the numbers that are not NaN, and how many are)
+    /// and the first elements; a scalar as its shortest exact decimal in its precision.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let v = self.to_f64();
         if self.dims.is_empty() {
+            let value = match &self.data {
+                HostData::F32(d) => d.first().map(|&x| readable(x)),
+                HostData::F64(d) => d.first().map(|&x| readable(x)),
+            };
             return write!(
                 f,
                 "scalar {}  {}",
                 self.precision(),
-                v.first().copied().unwrap_or(f64::NAN)
+                value.unwrap_or_else(|| "NaN".into())
             );
         }
         let dims: Vec<String> = self.dims.iter().map(|d| d.to_string()).collect();
         let norm = v.iter().map(|x| x * x).sum::<f64>().sqrt();
-        let min = v.iter().copied().fold(f64::INFINITY, f64::min);
-        let max = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-        let head: Vec<String> = v.iter().take(4).map(|x| format!("{x:.6}")).collect();
+        let numbers = || v.iter().copied().filter(|x| !x.is_nan());
+        let min = numbers().reduce(f64::min).unwrap_or(f64::NAN);
+        let max = numbers().reduce(f64::max).unwrap_or(f64::NAN);
+        let nans = match v.len() - numbers().count() {
+            0 => String::new(),
+            n => format!("  NaN: {n} of {}", v.len()),
+        };
+        let head: Vec<String> = v.iter().take(4).map(|&x| fixed(x)).collect();
         let more = if v.len() > 4 { ", …" } else { "" };
         write!(
             f,
-            "[{}] {}  ‖·‖₂={norm:.6e}  min={min:.6}  max={max:.6}  [{}{more}]",
+            "[{}] {}  ‖·‖₂={norm:.6e}  min={}  max={}{nans}  [{}{more}]",
             dims.join("×"),
             self.precision(),
+            fixed(min),
+            fixed(max),
             head.join(", ")
         )
+    }
+}
+
+/// `x` to six decimals where that is readable, else in scientific notation with seven
+/// significant digits: `0.500000`, `3.000000e20`, `4.000000e-25`.
+fn fixed(x: f64) -> String {
+    match x.abs() {
+        a if a == 0.0 || !a.is_finite() || (1e-4..1e9).contains(&a) => format!("{x:.6}"),
+        _ => format!("{x:.6e}"),
+    }
+}
+
+/// The shortest decimal that reads back as `x` (Rust's `Display`), in scientific notation when
+/// very large or very small: `0.1`, `3e20`, `4.0000001e-25`.
+fn readable<T: fmt::Display + fmt::LowerExp + Into<f64> + Copy>(x: T) -> String {
+    match x.into().abs() {
+        a if a == 0.0 || !a.is_finite() || (1e-4..1e9).contains(&a) => format!("{x}"),
+        _ => format!("{x:e}"),
     }
 }
 
@@ -249,6 +279,35 @@ mod tests {
         assert_eq!(relative_error(&[3.0, 4.0], &[3.0, 4.0]), 0.0);
         assert!((relative_error(&[3.0, 4.5], &[3.0, 4.0]) - 0.1).abs() < 1e-12);
         assert_eq!(relative_error(&[0.5], &[0.0]), 0.5);
+    }
+
+    #[test]
+    fn summaries_are_readable_at_any_magnitude() {
+        let scalar = |x: f32| HostArray::f32(vec![], vec![x]).to_string();
+        assert_eq!(scalar(3e20), "scalar f32  3e20");
+        assert_eq!(scalar(4e-25), "scalar f32  4e-25");
+        // Not a nice number: the shortest decimal that reads back exactly.
+        for x in [3e20f32, 4e-25, 1e-5, 7e12] {
+            let next = f32::from_bits(x.to_bits() + 1);
+            let text = scalar(next);
+            let number = text.strip_prefix("scalar f32  ").unwrap();
+            assert_eq!(number.parse::<f32>(), Ok(next), "{text}");
+            assert!(number.contains('e') && number.len() <= 14, "{text}");
+        }
+        assert_eq!(scalar(0.1), "scalar f32  0.1");
+        assert_eq!(scalar(-2.5), "scalar f32  -2.5");
+        assert_eq!(HostArray::f64(vec![], vec![1e300]).to_string(), "scalar f64  1e300");
+        let big = HostArray::f32(vec![2], vec![3e20, -1e-30]).to_string();
+        assert!(big.contains("min=-1.000000e-30  max=3.000000e20"), "{big}");
+        assert!(big.contains("[3.000000e20, -1.000000e-30]"), "{big}");
+    }
+
+    #[test]
+    fn nan_is_counted_not_a_range_of_infinities() {
+        let all = HostArray::f32(vec![3], vec![f32::NAN; 3]).to_string();
+        assert!(all.contains("min=NaN  max=NaN  NaN: 3 of 3"), "{all}");
+        let some = HostArray::f64(vec![3], vec![1.0, f64::NAN, -2.0]).to_string();
+        assert!(some.contains("min=-2.000000  max=1.000000  NaN: 1 of 3"), "{some}");
     }
 
     #[test]

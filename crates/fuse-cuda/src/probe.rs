@@ -28,6 +28,8 @@ const DRIVER: Spec = Spec {
     files: &["libcuda.so.1", "libcuda.so"],
     symbol: DRIVER_SYMBOL,
     companions: &[],
+    // The driver comes with the GPU's kernel module, never from pip.
+    wheel: None,
     cudarc_present: driver_present,
     cudarc_symbol: driver_symbol,
     version: driver_version_of,
@@ -43,6 +45,8 @@ const CUBLAS: Spec = Spec {
     // libcublas needs libcublasLt by soname: loaded first from the same folder, the loader
     // finds it even where that folder is not on its path.
     companions: &["libcublasLt.so"],
+    // pip install 'nvidia-cublas==13.*'.
+    wheel: Some("nvidia/cu13/lib"),
     cudarc_present: cublas_present,
     cudarc_symbol: cublas_symbol,
     version: cublas_version_of,

@@ -25,6 +25,8 @@ const SPEC: Spec = Spec {
     files: &["libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"],
     symbol: PROBE_SYMBOL,
     companions: &["libnvrtc-builtins.so"],
+    // pip install 'nvidia-cuda-nvrtc==13.0.*', as tests/run does.
+    wheel: Some("nvidia/cu13/lib"),
     cudarc_present,
     cudarc_symbol,
     version: version_of,

@@ -12,7 +12,8 @@
 //!
 //! `FUSE_NVRTC_LIB` may name the folder or the `libnvrtc.so.13` file in it. Without it, each
 //! folder of `LD_LIBRARY_PATH` is searched, then the system loader is asked for cudarc's
-//! usual names. When nothing loads, every entry point returns [`NvrtcError::NotFound`] listing
+//! usual names, then the wheel's folder is looked for in the site-packages of `python3` (or
+//! `$PYTHON`), so that the wheel works without the variable. When nothing loads, every entry point returns [`NvrtcError::NotFound`] listing
 //! what was tried; none of them panics (cudarc would, so it is never reached before the
 //! library is known to load — see [`load`]).
 //!
@@ -104,7 +105,8 @@ pub enum NvrtcError {
 ///
 /// Search order: `FUSE_NVRTC_LIB` (a file or a folder; when set it is the only place looked
 /// at, so a wrong setting is an error rather than silently ignored), then each folder of
-/// `LD_LIBRARY_PATH`, then cudarc's own bare names through the system loader.
+/// `LD_LIBRARY_PATH`, then cudarc's own bare names through the system loader, then the pip
+/// wheel in Python's site-packages.
 pub fn load() -> Result<&'static str, NvrtcError> {
     load::library().map_err(|e| match e {
         ProbeError::NotFound { searched } => NvrtcError::NotFound { searched },

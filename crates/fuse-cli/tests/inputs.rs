@@ -1,0 +1,176 @@
+//! `fuse run --inputs DIR`: sizes bound from the arrays' shapes, disagreements named, files that
+//! are no input warned of, and `--size` given once per symbol.
+
+mod common;
+
+use common::{fuse, numbers, read_f32, relative_error, script, stderr, write_f32};
+
+/// BiCGK inputs of an odd shape in `dir`: A (rows × cols), p (cols), r (rows).
+fn bicgk_inputs(dir: &std::path::Path, rows: usize, cols: usize) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+    let (a, p, r) = (numbers(rows * cols, 1), numbers(cols, 2), numbers(rows, 3));
+    write_f32(&dir.join("A.npy"), &[rows, cols], &a);
+    write_f32(&dir.join("p.npy"), &[cols], &p);
+    write_f32(&dir.join("r.npy"), &[rows], &r);
+    (a, p, r)
+}
+
+#[test]
+fn sizes_come_from_the_input_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let (inputs, outputs) = (dir.path().join("in"), dir.path().join("out"));
+    std::fs::create_dir(&inputs).unwrap();
+    let (rows, cols) = (37, 23);
+    let (a, p, r) = bicgk_inputs(&inputs, rows, cols);
+    for backend in ["cpu", "reference"] {
+        let out_dir = outputs.join(backend);
+        let out = fuse(&[
+            "run",
+            &script("bicgk.yaml"),
+            "--backend",
+            backend,
+            "--inputs",
+            inputs.to_str().unwrap(),
+            "--outputs",
+            out_dir.to_str().unwrap(),
+        ]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        // q = A·p, s = Aᵀ·r, in f64 from the same f32 numbers.
+        let q: Vec<f64> = (0..rows)
+            .map(|i| (0..cols).map(|j| a[i * cols + j] as f64 * p[j] as f64).sum())
+            .collect();
+        let s: Vec<f64> = (0..cols)
+            .map(|j| (0..rows).map(|i| a[i * cols + j] as f64 * r[i] as f64).sum())
+            .collect();
+        // f32 sums of at most 37 products of numbers in [-1, 1).
+        let tolerance = 1e-5;
+        for (name, want) in [("q", q), ("s", s)] {
+            let got = read_f32(&out_dir.join(format!("{name}.npy")));
+            let error = relative_error(&got, &want);
+            assert!(error < tolerance, "{backend}: {name} off by {error:e}");
+        }
+    }
+}
+
+#[test]
+fn disagreeing_sizes_name_both_sources() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    bicgk_inputs(d, 37, 23);
+    let bicgk = script("bicgk.yaml");
+    let run = |extra: &[&str]| {
+        let mut args = vec!["run", &bicgk, "--inputs", d.to_str().unwrap()];
+        args.extend(extra);
+        fuse(&args)
+    };
+    // A file against a file: p is [n] but has 22 numbers, A's n is 23.
+    write_f32(&d.join("p.npy"), &[22], &numbers(22, 2));
+    let out = run(&[]);
+    assert_eq!(out.status.code(), Some(2));
+    let message = stderr(&out);
+    assert!(message.contains("size `n` disagrees"), "{message}");
+    assert!(
+        message.contains("A.npy (input `A`: [m, n]) of shape [37, 23] gives n = 23"),
+        "{message}"
+    );
+    assert!(
+        message.contains("p.npy (input `p`: [n]) of shape [22] gives n = 22"),
+        "{message}"
+    );
+    // A file against the flag.
+    write_f32(&d.join("p.npy"), &[23], &numbers(23, 2));
+    let out = run(&["--size", "m=36"]);
+    assert_eq!(out.status.code(), Some(2));
+    let message = stderr(&out);
+    assert!(message.contains("--size m=36 gives m = 36, but"), "{message}");
+    assert!(
+        message.contains("A.npy (input `A`: [m, n]) of shape [37, 23] gives m = 37"),
+        "{message}"
+    );
+    // The flag agreeing with the files is fine.
+    let out = run(&["--size", "m=37"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+}
+
+#[test]
+fn sizes_of_inputs_drawn_at_random_keep_the_default_or_the_flag() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("two.yaml");
+    let text = "sizes: {n: 4, k: 3}\ninputs: {x: [n], y: [k]}\noutputs: [u, v]\ncalls:\n  - u = sscal(2.0, x)\n  - v = sscal(2.0, y)\n";
+    std::fs::write(&path, text).unwrap();
+    write_f32(&dir.path().join("x.npy"), &[6], &numbers(6, 1));
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "run",
+            path.to_str().unwrap(),
+            "--inputs",
+            dir.path().to_str().unwrap(),
+            "--random",
+            "y",
+        ];
+        args.extend(extra);
+        let out = fuse(&args);
+        assert!(out.status.success(), "{}", stderr(&out));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let summary = run(&[]);
+    assert!(
+        summary.contains("u  [6] f32") && summary.contains("v  [3] f32"),
+        "{summary}"
+    );
+    let summary = run(&["--size", "k=5"]);
+    assert!(
+        summary.contains("u  [6] f32") && summary.contains("v  [5] f32"),
+        "{summary}"
+    );
+}
+
+#[test]
+fn empty_arrays_are_refused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    write_f32(&dir.path().join("x.npy"), &[0], &[]);
+    write_f32(&dir.path().join("alpha.npy"), &[], &[2.0]);
+    let out = fuse(&["run", &script("sscal.yaml"), "--inputs", dir.path().to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    let message = stderr(&out);
+    assert!(
+        message.contains("x.npy (input `x`: [n]) of shape [0]: an empty array"),
+        "{message}"
+    );
+}
+
+#[test]
+fn a_size_given_twice_is_an_error() {
+    let bicgk = script("bicgk.yaml");
+    for command in ["run", "compile", "explore", "explain", "bench"] {
+        let mut args = vec![command, &bicgk];
+        args.extend(["--size", "m=5", "--size", "n=4", "--size", "m=7"]);
+        if command == "compile" {
+            args.extend(["-o", "/nonexistent/never-written"]);
+        }
+        let out = fuse(&args);
+        assert_eq!(out.status.code(), Some(2), "{command}: {}", stderr(&out));
+        let message = stderr(&out);
+        assert!(
+            message.contains("--size m=5 and --size m=7: size `m` is given twice"),
+            "{command}: {message}"
+        );
+    }
+}
+
+#[test]
+fn a_file_that_is_no_input_is_warned_of() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    bicgk_inputs(d, 5, 4);
+    write_f32(&d.join("R.npy"), &[5], &numbers(5, 4));
+    write_f32(&d.join("notes.npy"), &[1], &[0.0]);
+    let out = fuse(&["run", &script("bicgk.yaml"), "--inputs", d.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let message = stderr(&out);
+    assert!(
+        message.contains("`R.npy` is no input of") && message.contains("bicgk.yaml (did you mean `r.npy`?); not read"),
+        "{message}"
+    );
+    assert!(message.contains("`notes.npy` is no input of"), "{message}");
+    assert!(!message.contains("`A.npy` is no input"), "{message}");
+}
