@@ -10,7 +10,7 @@ use serde_json::json;
 
 use fuse::stages::fuse_core::data::{fill_random_inputs, relative_error};
 use fuse::stages::fuse_core::{Bindings, Library, Precision, Program, Sizes, TimingTable};
-use fuse::stages::fuse_cpu::fused::calibrate::{copy_bandwidth, CopyProbe, COPY_BYTES, COPY_REPS};
+use fuse::stages::fuse_cpu::fused::calibrate::{CopyProbe, COPY_BYTES};
 use fuse::stages::fuse_cpu::fused::{unfused_plan, FusedPlan};
 use fuse::stages::fuse_cuda::bench::BenchOptions;
 use fuse::stages::fuse_cuda::timer::TimingOptions;
@@ -118,12 +118,14 @@ impl Target {
         })
     }
 
-    /// The copy bandwidth (GB/s, bytes read + written) and how it was measured.
-    fn copy_bandwidth(&self) -> Result<(f64, String), Failure> {
+    /// The copy bandwidth (GB/s, bytes read + written) and how it was measured: on a GPU,
+    /// measured now; on the CPU, the median of the copies timed beside each script's runs
+    /// (`results`), sized to its problem, so that no copy buffer outgrows the problem.
+    fn copy_bandwidth(&self, results: &[Measured]) -> Result<(f64, String), Failure> {
         Ok(match self {
             Target::Cpu { .. } => (
-                copy_bandwidth(COPY_BYTES, COPY_REPS),
-                format!("a parallel streaming copy of {} MiB arrays", COPY_BYTES >> 20),
+                median(results.iter().filter_map(|r| r.copy.map(|c| c.0)).collect()),
+                "parallel streaming copies of each problem's bytes, timed between its runs".to_string(),
             ),
             Target::Cuda { device, .. } => {
                 let gbps = fuse::stages::fuse_cuda::calibrate::copy_bandwidth(
@@ -182,9 +184,6 @@ pub fn run(args: &BenchArgs, library: &Library) -> Result<(), Failure> {
     check_sizes_used(&programs, &args.sizes)?;
     let target = Target::new(args, library)?;
     let bar = progress_bar(1 + 3 * programs.len());
-    bar.set_message("copy bandwidth");
-    let copy = target.copy_bandwidth()?;
-    bar.inc(1);
     let mut results = Vec::new();
     for program in &programs {
         let bench = Bench {
@@ -196,6 +195,8 @@ pub fn run(args: &BenchArgs, library: &Library) -> Result<(), Failure> {
         };
         results.push(bench.run()?);
     }
+    bar.set_message("copy bandwidth");
+    let copy = target.copy_bandwidth(&results)?;
     bar.finish_and_clear();
     match args.json {
         true => print_json(&results, copy.0, &target),
@@ -358,8 +359,13 @@ struct Timed {
     copy_share: f64,
 }
 
-/// `runs` runs of each plan, each pair followed by a timed copy: all three alternate, so that
-/// they see the same machine, and ratios are taken run by run.
+/// `runs` rounds, each timing the fused plan, the baseline and a copy of as many bytes as the
+/// problem moves (arrays of half its compulsory bytes, at most [`COPY_BYTES`]), so that all
+/// three see the same machine and ratios are taken round by round. Each is timed right after an
+/// untimed run of itself, so each finds the caches as its own last run left them — the steady
+/// state of a loop — and none the other's data: timed straight after one another, the first
+/// would always start from caches the copy had emptied and the second find the inputs they
+/// share already in cache (which made the fused BiCGK look 0.6× at 512²).
 fn time_both(
     fused: &FusedPlan,
     baseline: &FusedPlan,
@@ -368,24 +374,22 @@ fn time_both(
     bytes: u64,
 ) -> Result<Timed, Failure> {
     let mut spaces = (fused.workspace(), baseline.workspace());
-    let mut probe = CopyProbe::new(COPY_BYTES);
+    let probe_bytes = usize::try_from(bytes / 2).unwrap_or(usize::MAX).clamp(1 << 12, COPY_BYTES);
+    let mut probe = CopyProbe::new(probe_bytes);
     for _ in 0..WARM_UP {
         fused.run_in(inputs, &mut spaces.0).map_err(internal)?;
         baseline.run_in(inputs, &mut spaces.1).map_err(internal)?;
         probe.copy();
     }
-    let micros = |start: Instant| start.elapsed().as_secs_f64() * 1e6;
     let mut times: Vec<[f64; 3]> = Vec::with_capacity(runs);
     for _ in 0..runs {
-        let start = Instant::now();
-        fused.run_in(inputs, &mut spaces.0).map_err(internal)?;
-        let f = micros(start);
-        let start = Instant::now();
-        baseline.run_in(inputs, &mut spaces.1).map_err(internal)?;
-        let b = micros(start);
-        let start = Instant::now();
-        probe.copy();
-        times.push([f, b, micros(start)]);
+        let f = second_run_us(|| fused.run_in(inputs, &mut spaces.0).map_err(internal))?;
+        let b = second_run_us(|| baseline.run_in(inputs, &mut spaces.1).map_err(internal))?;
+        let c = second_run_us(|| {
+            probe.copy();
+            Ok(())
+        })?;
+        times.push([f, b, c]);
     }
     let of = |stat: fn(&[f64; 3]) -> f64| median(times.iter().map(stat).collect());
     let copy_bytes = probe.bytes() as f64;
@@ -403,9 +407,18 @@ fn time_both(
     })
 }
 
+/// Runs `run` twice and times the second run, µs.
+fn second_run_us(mut run: impl FnMut() -> Result<(), Failure>) -> Result<f64, Failure> {
+    run()?;
+    let start = Instant::now();
+    run()?;
+    Ok(start.elapsed().as_secs_f64() * 1e6)
+}
+
+/// The median, NaN for none.
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
 impl Measured {
@@ -423,7 +436,7 @@ fn print_table(results: &[Measured], copy: &(f64, String), target: &Target, runs
     let (gbps, how) = copy;
     println!("copy bandwidth: {gbps:.1} GB/s (bytes read + written by {how})");
     if results.iter().any(|r| r.copy.is_some()) {
-        println!("% copy: of the copy bandwidth timed after each run (`copy_gbps` in --json); speedup and % copy: medians of the runs' own ratios");
+        println!("% copy: of the copy of the problem's bytes timed in each run (`copy_gbps` in --json); speedup and % copy: medians of the runs' own ratios");
     }
     println!("plans ranked by: {}", target.table().describe());
     println!("times: median of {runs} runs after warm-up; GB/s: compulsory bytes (inputs read once, outputs written once) over the fused time");
