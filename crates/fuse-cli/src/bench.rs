@@ -374,7 +374,9 @@ fn time_both(
     bytes: u64,
 ) -> Result<Timed, Failure> {
     let mut spaces = (fused.workspace(), baseline.workspace());
-    let probe_bytes = usize::try_from(bytes / 2).unwrap_or(usize::MAX).clamp(1 << 12, COPY_BYTES);
+    let probe_bytes = usize::try_from(bytes / 2)
+        .unwrap_or(usize::MAX)
+        .clamp(1 << 12, COPY_BYTES);
     let mut probe = CopyProbe::new(probe_bytes);
     for _ in 0..WARM_UP {
         fused.run_in(inputs, &mut spaces.0).map_err(internal)?;

@@ -154,13 +154,21 @@ source is still written, with a note.",
     #[command(
         long_about = "Enumerate the legal fusions of a script's calls, predict each implementation's \
 time from a timing table (transfers and compute summed per kernel, plus launch overhead), and \
-print the best plans. The header states how many plans exist and which timing table was used.",
+print the best plans. Plans are those of the backend `fuse run` would use (or --backend), ranked \
+by its timing table at the sizes given, and described in its words: on the CPU, passes of threads \
+over tiles; on a GPU (cuda, or emulate for GPU plans without one), kernels of blocks with shared \
+memory. The header states the sizes, the backend, the timing table and how many plans exist.",
         after_help = "Examples:\n  fuse explore scripts/bicgk.yaml\n  fuse explore scripts/gemver.yaml --all\n  \
-fuse explore scripts/atax.yaml --top 1 --json --timings my-gpu.yaml"
+fuse explore scripts/atax.yaml --backend emulate --top 1 --json --timings my-gpu.yaml"
     )]
     Explore(explore::ExploreArgs),
     /// For every pair of calls that share data: fused in the best plan, or which rule kept them apart.
-    #[command(after_help = "Example: fuse explain scripts/gemver.yaml")]
+    #[command(
+        long_about = "Print the best plan of the backend `fuse run` would use (or --backend) at the \
+sizes given, in its words, and for every pair of calls that share data whether that plan fuses \
+them or which rule (or prediction) keeps them apart.",
+        after_help = "Examples:\n  fuse explain scripts/gemver.yaml\n  fuse explain scripts/atax.yaml --backend emulate"
+    )]
     Explain(explore::ExplainArgs),
     /// Time fused plans against cuBLAS (GPU) or the same calls run one kernel each (CPU).
     #[command(
@@ -273,7 +281,11 @@ impl Command {
     /// What the subcommand can do instead when no GPU is usable.
     fn without_a_gpu(&self) -> Option<&'static str> {
         match self {
-            Command::Run { .. } | Command::Bench(_) | Command::Calibrate(_) => Some("use --backend cpu"),
+            Command::Run { .. }
+            | Command::Bench(_)
+            | Command::Calibrate(_)
+            | Command::Explore(_)
+            | Command::Explain(_) => Some("use --backend cpu"),
             Command::Selftest(_) => Some("use --backend emulate"),
             _ => None,
         }

@@ -55,7 +55,7 @@ fn check(program: &Program, plans: &[Plan], sizes: &[(usize, usize)]) {
                 assert!(
                     error < tolerance,
                     "{name} {precision} {m}x{n} {output}: error {error:e}\n{}",
-                    plan.describe(program)
+                    plan.describe(program, &fused)
                 );
             }
         }

@@ -8,6 +8,7 @@
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
 
+use fuse_core::explore::{TimingError, Vocabulary};
 use fuse_core::{explore, Library, Limits, Plan, Program, Sizes, TimingTable};
 use fuse_cpu::fused::timings as cpu_timings;
 use fuse_cuda::timings as gpu_timings;
@@ -15,6 +16,7 @@ use fuse_cuda::tune::TuneCache;
 use fuse_cuda::{CudaError, Device, DeviceInfo};
 
 use crate::error::Result;
+use crate::Backend;
 
 /// The built-in function library, loaded once per process.
 pub(crate) fn builtin_library() -> Result<Arc<Library>> {
@@ -40,7 +42,7 @@ pub struct Table {
 pub fn cpu_table(library: &Library, explicit: Option<&Path>) -> Result<Table> {
     let selected = cpu_timings::select(library, explicit)?;
     Ok(Table {
-        table: selected.table,
+        table: of_kind(selected.table, Vocabulary::Cpu)?,
         note: selected.note.map(|n| format!("note: {n}")),
     })
 }
@@ -50,7 +52,7 @@ pub fn cpu_table(library: &Library, explicit: Option<&Path>) -> Result<Table> {
 pub fn gpu_table(gpu: &DeviceInfo, library: &Library, explicit: Option<&Path>) -> Result<Table> {
     let selected = gpu_timings::select(gpu, library, explicit)?;
     Ok(Table {
-        table: selected.table,
+        table: of_kind(selected.table, Vocabulary::Gpu)?,
         note: selected.note.map(|n| format!("note: {n}")),
     })
 }
@@ -60,7 +62,7 @@ pub fn gpu_table(gpu: &DeviceInfo, library: &Library, explicit: Option<&Path>) -
 pub fn generator_table(library: &Library, explicit: Option<&Path>) -> Result<Table> {
     if let Some(path) = explicit {
         return Ok(Table {
-            table: TimingTable::load(path)?,
+            table: of_kind(TimingTable::load(path)?, Vocabulary::Gpu)?,
             note: None,
         });
     }
@@ -71,6 +73,37 @@ pub fn generator_table(library: &Library, explicit: Option<&Path>) -> Result<Tab
             note: None,
         }),
     }
+}
+
+/// The table `backend` ranks its plans by (see [`cpu_table`], [`gpu_table`] and
+/// [`generator_table`]); none for the reference interpreter, which runs call by call.
+pub fn backend_table(backend: &Backend, library: &Library, explicit: Option<&Path>) -> Result<Option<Table>> {
+    Ok(Some(match backend {
+        Backend::Reference => return Ok(None),
+        Backend::Cpu => cpu_table(library, explicit)?,
+        Backend::Emulate => generator_table(library, explicit)?,
+        Backend::Cuda { device } => gpu_table(&DeviceInfo::query(*device)?, library, explicit)?,
+    }))
+}
+
+/// `table`, if it was measured on the kind of machine `words` names: a GPU table ranks no CPU
+/// plans, nor a CPU table GPU ones.
+fn of_kind(table: TimingTable, words: Vocabulary) -> Result<TimingTable> {
+    if Vocabulary::of(&table.device) == words {
+        return Ok(table);
+    }
+    let (is, wanted, calibrate) = match words {
+        Vocabulary::Cpu => ("a GPU", "the CPU backend needs a CPU table", "--backend cpu"),
+        Vocabulary::Gpu => ("a CPU", "GPU plans need a GPU table", "--backend cuda"),
+    };
+    Err(TimingError {
+        message: format!(
+            "{is} timing table ({}): {wanted} (see `fuse calibrate {calibrate}`)",
+            table.device.name
+        ),
+        file: table.origin,
+    }
+    .into())
 }
 
 /// The best predicted plan of `program` at `sizes` by `table`.
@@ -145,5 +178,21 @@ mod tests {
         let chosen = generator_table(&library, Some(&path)).unwrap();
         assert_eq!(chosen.table.device.name, TimingTable::builtin().unwrap().device.name);
         assert!(generator_table(&library, Some(Path::new("/nonexistent/t.yaml"))).is_err());
+    }
+
+    #[test]
+    fn a_table_of_the_other_kind_of_machine_is_refused() {
+        let library = Library::builtin().unwrap();
+        let timings = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../library/timings");
+        let err = cpu_table(&library, Some(&timings.join("h100-analytic.yaml"))).unwrap_err();
+        assert!(err.is_bad_input());
+        let message = err.to_string();
+        assert!(message.contains("h100-analytic.yaml: a GPU timing table"), "{message}");
+        assert!(message.contains("fuse calibrate --backend cpu"), "{message}");
+        let err = generator_table(&library, Some(&timings.join("cpu-analytic.yaml"))).unwrap_err();
+        assert!(err.to_string().contains("a CPU timing table"), "{err}");
+        let cpu = backend_table(&Backend::Cpu, &library, None).unwrap().unwrap();
+        assert_eq!(Vocabulary::of(&cpu.table.device), Vocabulary::Cpu);
+        assert!(backend_table(&Backend::Reference, &library, None).unwrap().is_none());
     }
 }

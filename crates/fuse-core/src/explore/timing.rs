@@ -42,6 +42,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::explore::environment::Environment;
+use crate::explore::vocabulary::Vocabulary;
 use crate::library::Library;
 use crate::shape::Precision;
 
@@ -295,10 +296,10 @@ impl TimingTable {
             Source::Analytic => "analytic estimate — not measured".to_string(),
             Source::Measured => format!("{} measured routines", self.routines.len()),
         };
-        // CPU tables record compute capability 0.0: no CUDA architecture to name.
-        let arch = match self.device.compute_capability.as_str() {
-            "0.0" => "CPU".to_string(),
-            cc => format!("sm_{}", cc.replace('.', "")),
+        // CPU tables record no compute capability: no CUDA architecture to name.
+        let arch = match Vocabulary::of(&self.device) {
+            Vocabulary::Cpu => "CPU".to_string(),
+            Vocabulary::Gpu => format!("sm_{}", self.device.compute_capability.replace('.', "")),
         };
         format!("{}: {}, {arch}, {source}", self.origin, self.device.name)
     }

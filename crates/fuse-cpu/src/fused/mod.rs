@@ -56,7 +56,7 @@ pub mod timings;
 
 use fuse_core::data::check_inputs;
 use fuse_core::explore::implementation::{dataflow, Block, Finish, Launch, Reduction, DEFAULT_VARIANT};
-use fuse_core::explore::{Context, KernelTime};
+use fuse_core::explore::{Context, KernelTime, Layout, Vocabulary};
 use fuse_core::{Bindings, HostArray, HostData, Kernel, Plan, Precision, Program, Sizes};
 
 pub use error::CpuError;
@@ -165,6 +165,34 @@ impl FusedPlan {
                 Some((value.variable.clone(), array))
             })
             .collect()
+    }
+}
+
+/// The CPU's words for a plan (`fuse explore`, `fuse explain`): passes of threads over tiles.
+impl Layout for FusedPlan {
+    fn words(&self) -> Vocabulary {
+        Vocabulary::Cpu
+    }
+
+    fn layout(&self, index: usize, _: &Kernel) -> String {
+        let kernel = &self.prepared.kernels[index];
+        match self.program.precision {
+            Precision::F32 => exec::layout::<f32>(kernel),
+            Precision::F64 => exec::layout::<f64>(kernel),
+        }
+    }
+
+    /// Whatever the plan names: a thread owns whole rows, so it completes row sums; every other
+    /// reduction is summed from the threads' partials after the parallel section.
+    fn finish(&self, index: usize, reduction: &Reduction) -> String {
+        let row_sums = self.prepared.kernels[index]
+            .calls
+            .iter()
+            .any(|c| c.result == reduction.value && matches!(c.op, prepare::Op::RowSums { .. }));
+        match row_sums {
+            true => "complete in each thread, which owns whole rows".to_string(),
+            false => "threads' partials added at the end of the pass".to_string(),
+        }
     }
 }
 
