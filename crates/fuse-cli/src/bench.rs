@@ -8,7 +8,7 @@ use std::time::Instant;
 use clap::{Args, ValueEnum};
 use serde_json::json;
 
-use fuse::stages::fuse_core::data::{fill_random_inputs, relative_error};
+use fuse::stages::fuse_core::data::{fill_random_inputs, relative_error, try_fill_random_inputs};
 use fuse::stages::fuse_core::{Bindings, Library, Precision, Program, Sizes, TimingTable};
 use fuse::stages::fuse_cpu::fused::calibrate::{CopyProbe, COPY_BYTES};
 use fuse::stages::fuse_cpu::fused::{unfused_plan, FusedPlan};
@@ -276,6 +276,18 @@ impl Bench<'_> {
         let program = self.program;
         let fused_plan = fuse::select::best_plan(program, &sizes, table, self.library).map_err(failure)?;
         let baseline_plan = unfused_plan(program, &sizes);
+        let bytes = program.compulsory_bytes(&sizes);
+        let needed = program.input_bytes(&sizes)
+            + fused_plan.stored_bytes(program, &sizes)
+            + baseline_plan.stored_bytes(program, &sizes)
+            + copy_probe_bytes(bytes);
+        fuse::check_host_memory(needed, || {
+            format!(
+                "benchmarking {} at {sizes} (inputs, both plans' outputs and temporaries, a copy of as many bytes)",
+                program.file
+            )
+        })
+        .map_err(failure)?;
         self.step("checking");
         for plan in [&fused_plan, &baseline_plan] {
             check_against_reference(program, &sizes, plan, self.args.seed)?;
@@ -285,11 +297,10 @@ impl Bench<'_> {
         let fused = FusedPlan::new(program, &sizes, &fused_plan).map_err(internal)?;
         let baseline = FusedPlan::new(program, &sizes, &baseline_plan).map_err(internal)?;
         let mut inputs = Bindings::new();
-        fill_random_inputs(program, &sizes, self.args.seed, &mut inputs);
+        try_fill_random_inputs(program, &sizes, self.args.seed, &mut inputs).map_err(failure)?;
         self.bar.inc(1);
         self.step("timing");
         let runs = self.target.runs(self.args) as usize;
-        let bytes = program.compulsory_bytes(&sizes);
         let timed = time_both(&fused, &baseline, &inputs, runs, bytes)?;
         self.bar.inc(1);
         Ok(Measured {
@@ -360,7 +371,7 @@ struct Timed {
 }
 
 /// `runs` rounds, each timing the fused plan, the baseline and a copy of as many bytes as the
-/// problem moves (arrays of half its compulsory bytes, at most [`COPY_BYTES`]), so that all
+/// problem moves ([`copy_probe_bytes`]), so that all
 /// three see the same machine and ratios are taken round by round. Each is timed right after an
 /// untimed run of itself, so each finds the caches as its own last run left them — the steady
 /// state of a loop — and none the other's data: timed straight after one another, the first
@@ -373,11 +384,11 @@ fn time_both(
     runs: usize,
     bytes: u64,
 ) -> Result<Timed, Failure> {
-    let mut spaces = (fused.workspace(), baseline.workspace());
-    let probe_bytes = usize::try_from(bytes / 2)
-        .unwrap_or(usize::MAX)
-        .clamp(1 << 12, COPY_BYTES);
-    let mut probe = CopyProbe::new(probe_bytes);
+    let mut spaces = (
+        fused.workspace().map_err(failure)?,
+        baseline.workspace().map_err(failure)?,
+    );
+    let mut probe = CopyProbe::new(copy_probe_bytes(bytes) as usize / 2);
     for _ in 0..WARM_UP {
         fused.run_in(inputs, &mut spaces.0).map_err(internal)?;
         baseline.run_in(inputs, &mut spaces.1).map_err(internal)?;
@@ -407,6 +418,12 @@ fn time_both(
                 .collect(),
         ),
     })
+}
+
+/// Bytes of the two arrays of the copy timed beside a problem of `bytes` compulsory bytes:
+/// as many (at least 8 KiB, at most two of [`COPY_BYTES`]), so that one copy moves them.
+fn copy_probe_bytes(bytes: u64) -> u64 {
+    bytes.clamp(1 << 13, 2 * COPY_BYTES as u64)
 }
 
 /// Runs `run` twice and times the second run, µs.

@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
-use fuse::stages::fuse_core::data::{check_inputs_given, fill_random_inputs};
+use fuse::stages::fuse_core::data::{check_inputs_given, try_fill_random_inputs};
 use fuse::stages::fuse_core::wording::list_or_none;
 use fuse::stages::fuse_core::{script, DataGraph};
 use fuse::{Bindings, CompileOptions, Inputs, Library, Program, Sizes};
@@ -436,6 +436,12 @@ fn gather_inputs<'p>(
 
 fn run_script(program: &Program, options: &RunOptions) -> Result<(), Failure> {
     let sizes = program.bind_sizes(&options.sizes).map_err(bad_input)?;
+    // Before any array is read or drawn: a problem larger than the machine is an error naming
+    // the bytes, not an abort halfway through.
+    fuse::check_host_memory(program.compulsory_bytes(&sizes), || {
+        format!("the inputs and outputs of {} at {sizes}", program.file)
+    })
+    .map_err(failure)?;
     let (mut inputs, read, drawn) = gather_inputs(program, &sizes, options)?;
     let backend = match options.backend {
         Some(b) if !options.plan_sizes.is_empty() && !matches!(b, Backend::Cuda) => {
@@ -464,7 +470,7 @@ fn run_script(program: &Program, options: &RunOptions) -> Result<(), Failure> {
             list_or_none(&drawn),
             options.seed
         );
-        fill_random_inputs(program, &sizes, options.seed, &mut inputs);
+        try_fill_random_inputs(program, &sizes, options.seed, &mut inputs).map_err(failure)?;
     }
     let results = compiled.run(&Inputs::from(inputs)).map_err(failure)?.into_bindings();
     match &options.outputs {
@@ -481,8 +487,9 @@ fn run_script(program: &Program, options: &RunOptions) -> Result<(), Failure> {
             for name in program.outputs.iter().map(|&v| &program.values[v].variable) {
                 let Some(array) = results.get(name) else { continue };
                 // Padded by hand: a format width over 65535 panics, and names may be that long.
+                // Outputs come in the program's precision: printed as they are, not copied.
                 let pad = " ".repeat(width - name.chars().count());
-                println!("{name}{pad}  {}", array.to_precision(program.precision));
+                println!("{name}{pad}  {array}");
             }
         }
     }

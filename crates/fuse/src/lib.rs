@@ -5,6 +5,7 @@ mod backend;
 mod element;
 mod error;
 mod io;
+mod memory;
 mod script;
 pub mod select;
 mod session;
@@ -13,6 +14,7 @@ pub use backend::{Backend, CompileOptions, Compiled};
 pub use element::{array, Element};
 pub use error::{Error, Result};
 pub use io::{Inputs, Outputs};
+pub use memory::{available_host_memory, check_host_memory};
 pub use script::Script;
 pub use session::{Handle, Matrix, Scalar, ScalarArg, Session, Stats, Vector};
 

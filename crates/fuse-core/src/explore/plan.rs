@@ -77,6 +77,18 @@ pub struct Plan {
 }
 
 impl Plan {
+    /// Bytes of every value the plan stores to memory — outputs, and temporaries passed
+    /// between kernels — at `sizes`: what running it allocates beside its inputs.
+    pub fn stored_bytes(&self, program: &Program, sizes: &crate::shape::Sizes) -> u64 {
+        let stored: BTreeSet<ValueId> = self.kernels.iter().flat_map(|k| k.stores.iter().copied()).collect();
+        let bytes = |v: ValueId| {
+            sizes
+                .array_bytes(&program.values[v].shape, program.precision)
+                .unwrap_or(0)
+        };
+        stored.into_iter().map(bytes).sum()
+    }
+
     /// The plan as text in the words of the machine `layout` describes, calls and values named
     /// as in `program`.
     pub fn describe(&self, program: &Program, layout: &dyn Layout) -> String {

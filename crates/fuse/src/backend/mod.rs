@@ -22,6 +22,7 @@ use fuse_core::{Bindings, Plan, Program, Sizes};
 
 use crate::error::{list, Error, Result};
 use crate::io::{Inputs, Outputs};
+use crate::memory::check_host_memory;
 use executables::Executable;
 pub use options::CompileOptions;
 
@@ -209,11 +210,26 @@ pub struct Compiled {
 
 impl Compiled {
     /// Runs on `inputs`, an array per input name of the program's shape (at the compiled sizes)
-    /// and precision; returns every output by name, in the program's precision.
+    /// and precision; returns every output by name, in the program's precision. Where the
+    /// host cannot give the memory the run needs ([`Compiled::run_bytes`]), an
+    /// [`Error::HostMemory`] before anything is allocated.
     pub fn run(&self, inputs: &Inputs) -> Result<Outputs> {
         self.check_names(inputs)?;
         check_inputs(&self.program, &self.sizes, inputs)?;
+        check_host_memory(self.run_bytes(), || {
+            format!("the outputs and temporaries of {} at {}", self.program.name, self.sizes)
+        })?;
         Ok(Outputs::new(self.executable.run(inputs)?))
+    }
+
+    /// Host bytes a run allocates beside its inputs: every value the plan stores to memory
+    /// (outputs, and temporaries passed between kernels), or, without a plan, the outputs.
+    pub fn run_bytes(&self) -> u64 {
+        let p = &self.program;
+        match &self.plan {
+            Some(plan) => plan.stored_bytes(p, &self.sizes),
+            None => p.compulsory_bytes(&self.sizes) - p.input_bytes(&self.sizes),
+        }
     }
 
     /// The backend that compiled it.
