@@ -12,9 +12,8 @@ use fuse::stages::fuse_core::explore::{explore, Exploration, GpuLayout, Kernel, 
 use fuse::stages::fuse_core::{Library, Program};
 use fuse::stages::fuse_cpu::fused::FusedPlan;
 
-use crate::args::{load, parse_size};
+use crate::args::{load, parse_size, Backend};
 use crate::failure::{bad_input, failure, internal, Failure};
-use crate::Backend;
 
 /// Where the explorer's inputs come from, shared by both commands.
 #[derive(Args)]
@@ -70,7 +69,8 @@ impl Prepared {
         // The sizes in force, so that the header says what was explored.
         program.sizes = program.bind_sizes(&inputs.sizes).map_err(bad_input)?;
         let backend = inputs.backend.map_or_else(fuse::Backend::detect, fuse::Backend::from);
-        let chosen = fuse::select::backend_table(&backend, library, inputs.timings.as_deref())
+        let chosen = backend
+            .timing_table(library, inputs.timings.as_deref())
             .map_err(failure)?
             .ok_or_else(|| bad_input("--backend reference runs call by call: it has no plans to explore"))?;
         if let Some(note) = chosen.note {

@@ -16,14 +16,14 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Parser, Subcommand};
 
 use fuse::stages::fuse_core::data::{check_inputs_given, try_fill_random_inputs};
 use fuse::stages::fuse_core::wording::list_or_none;
 use fuse::stages::fuse_core::{script, DataGraph};
 use fuse::{Bindings, CompileOptions, Inputs, Library, Program, Sizes};
 
-use args::{load, parse_size};
+use args::{load, parse_size, Backend};
 use failure::{bad_input, failure, Failure, EXIT_NO_DEVICE};
 
 #[derive(Parser)]
@@ -235,30 +235,6 @@ the CUDA libraries fuse loads (driver, NVRTC, cuBLAS) and where its caches live.
 there is no usable GPU."
     )]
     Devices,
-}
-
-/// Where a script runs.
-#[derive(Clone, Copy, ValueEnum)]
-enum Backend {
-    /// The fused CPU backend: the best plan, run tile by tile on every core (rayon).
-    Cpu,
-    /// The f64 reference interpreter: call by call, no fusion, the ground truth.
-    Reference,
-    /// The generated CUDA of the best plan, run on host threads (slow; for testing kernels).
-    Emulate,
-    /// The generated CUDA on GPU 0 (NVIDIA, CUDA 13 driver): the tuned or best predicted plan.
-    Cuda,
-}
-
-impl From<Backend> for fuse::Backend {
-    fn from(b: Backend) -> Self {
-        match b {
-            Backend::Cpu => fuse::Backend::Cpu,
-            Backend::Reference => fuse::Backend::Reference,
-            Backend::Emulate => fuse::Backend::Emulate,
-            Backend::Cuda => fuse::Backend::Cuda { device: 0 },
-        }
-    }
 }
 
 fn main() -> ExitCode {

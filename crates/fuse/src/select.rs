@@ -16,7 +16,6 @@ use fuse_cuda::tune::TuneCache;
 use fuse_cuda::{CudaError, Device, DeviceInfo};
 
 use crate::error::Result;
-use crate::Backend;
 
 /// The built-in function library, loaded once per process.
 pub(crate) fn builtin_library() -> Result<Arc<Library>> {
@@ -73,17 +72,6 @@ pub fn generator_table(library: &Library, explicit: Option<&Path>) -> Result<Tab
             note: None,
         }),
     }
-}
-
-/// The table `backend` ranks its plans by (see [`cpu_table`], [`gpu_table`] and
-/// [`generator_table`]); none for the reference interpreter, which runs call by call.
-pub fn backend_table(backend: &Backend, library: &Library, explicit: Option<&Path>) -> Result<Option<Table>> {
-    Ok(Some(match backend {
-        Backend::Reference => return Ok(None),
-        Backend::Cpu => cpu_table(library, explicit)?,
-        Backend::Emulate => generator_table(library, explicit)?,
-        Backend::Cuda { device } => gpu_table(&DeviceInfo::query(*device)?, library, explicit)?,
-    }))
 }
 
 /// `table`, if it was measured on the kind of machine `words` names: a GPU table ranks no CPU
@@ -191,8 +179,5 @@ mod tests {
         assert!(message.contains("fuse calibrate --backend cpu"), "{message}");
         let err = generator_table(&library, Some(&timings.join("cpu-analytic.yaml"))).unwrap_err();
         assert!(err.to_string().contains("a CPU timing table"), "{err}");
-        let cpu = backend_table(&Backend::Cpu, &library, None).unwrap().unwrap();
-        assert_eq!(Vocabulary::of(&cpu.table.device), Vocabulary::Cpu);
-        assert!(backend_table(&Backend::Reference, &library, None).unwrap().is_none());
     }
 }

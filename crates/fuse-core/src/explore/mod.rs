@@ -61,11 +61,11 @@ pub use implementation::{
     implementation_with, Block, Dataflow, Finish, Implementation, Implemented, Launch, Reduction, RoutineShare,
 };
 pub use mapping::{Axis, CallMapping, Role, Space};
-pub use plan::{Kernel, Plan, PlanCount, Plans};
+pub use plan::{GpuLayout, Kernel, Layout, Plan, PlanCount, Plans};
 pub use predict::{KernelTime, Predictor, Work};
 pub use rules::{Rule, Violation};
-pub use timing::{library_checksum, TimingError, TimingTable};
-pub use vocabulary::{GpuLayout, Layout, Vocabulary, CPU_COMPUTE_CAPABILITY};
+pub use timing::{library_checksum, TimingError, TimingTable, CPU_COMPUTE_CAPABILITY};
+pub use vocabulary::Vocabulary;
 
 use crate::library::Library;
 use crate::program::{CallId, Program};

@@ -21,9 +21,9 @@ use std::rc::Rc;
 use serde::{Deserialize, Serialize};
 
 use crate::explore::callset::CallSet;
-use crate::explore::implementation::{dataflow, Implementation, Launch};
+use crate::explore::implementation::{dataflow, Implementation, Launch, Reduction};
 use crate::explore::predict::KernelTime;
-use crate::explore::vocabulary::Layout;
+use crate::explore::vocabulary::Vocabulary;
 use crate::explore::Exploration;
 use crate::program::{CallId, Program, ValueId};
 
@@ -153,6 +153,60 @@ fn describe_kernel(out: &mut String, program: &Program, index: usize, k: &Kernel
         words.on_chip(),
         names(&k.on_chip)
     );
+}
+
+/// How a machine runs the kernels of a plan, in its words: what
+/// [`Plan::describe`] prints under each kernel.
+pub trait Layout {
+    /// The words.
+    fn words(&self) -> Vocabulary;
+    /// One line: how the plan's kernel `index` (from 0) runs.
+    fn layout(&self, index: usize, kernel: &Kernel) -> String;
+    /// How `reduction` of kernel `index` is finished.
+    fn finish(&self, index: usize, reduction: &Reduction) -> String;
+}
+
+/// A GPU's layout: the launch configuration the explorer chose (blocks, threads, strips or
+/// instances, serial iterations, shared memory).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct GpuLayout;
+
+impl Layout for GpuLayout {
+    fn words(&self) -> Vocabulary {
+        Vocabulary::Gpu
+    }
+
+    fn finish(&self, _: usize, reduction: &Reduction) -> String {
+        reduction.finish.to_string()
+    }
+
+    fn layout(&self, _: usize, kernel: &Kernel) -> String {
+        let launch = &kernel.launch;
+        let plural = |n: u32| if n == 1 { "" } else { "s" };
+        let (instances, serial) = (launch.block.instances, launch.serial_iterations);
+        let arrangement = match launch.walk {
+            None => format!(
+                "{instances} instance{}, {serial} serial iteration{}",
+                plural(instances),
+                plural(serial)
+            ),
+            Some(walk) => format!(
+                "{} of {} columns, {serial} serial iteration{} {}",
+                if launch.block.whole_rows {
+                    "whole rows"
+                } else {
+                    "strips"
+                },
+                32 * instances,
+                plural(serial),
+                walk.walk()
+            ),
+        };
+        format!(
+            "{} blocks × {} threads ({arrangement}), {} B shared",
+            launch.blocks, launch.block.threads, launch.shared_bytes
+        )
+    }
 }
 
 /// How many plans exist; `exact` is false when counting stopped at its budget.

@@ -42,7 +42,6 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::explore::environment::Environment;
-use crate::explore::vocabulary::Vocabulary;
 use crate::library::Library;
 use crate::shape::Precision;
 
@@ -111,6 +110,16 @@ pub struct Hardware {
     /// backend (its blocks are threads walking row bands in cache), false for GPUs.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub row_barrier: bool,
+}
+
+/// Compute capability a CPU timing table records: there is none.
+pub const CPU_COMPUTE_CAPABILITY: &str = "0.0";
+
+impl Hardware {
+    /// Whether it is a CPU (the CPU backend's threads posing as a GPU).
+    pub fn is_cpu(&self) -> bool {
+        self.compute_capability == CPU_COMPUTE_CAPABILITY
+    }
 }
 
 /// The analytic model's figures.
@@ -297,9 +306,9 @@ impl TimingTable {
             Source::Measured => format!("{} measured routines", self.routines.len()),
         };
         // CPU tables record no compute capability: no CUDA architecture to name.
-        let arch = match Vocabulary::of(&self.device) {
-            Vocabulary::Cpu => "CPU".to_string(),
-            Vocabulary::Gpu => format!("sm_{}", self.device.compute_capability.replace('.', "")),
+        let arch = match self.device.is_cpu() {
+            true => "CPU".to_string(),
+            false => format!("sm_{}", self.device.compute_capability.replace('.', "")),
         };
         format!("{}: {}, {arch}, {source}", self.origin, self.device.name)
     }

@@ -5,12 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::explore::implementation::Reduction;
-use crate::explore::plan::Kernel;
 use crate::explore::timing::Hardware;
-
-/// Compute capability a CPU timing table records: there is none.
-pub const CPU_COMPUTE_CAPABILITY: &str = "0.0";
 
 /// Whose words: a GPU's (kernels, blocks, shared memory) or the CPU backend's (passes,
 /// threads, tiles).
@@ -26,7 +21,7 @@ pub enum Vocabulary {
 impl Vocabulary {
     /// The words for the machine a timing table was measured on.
     pub fn of(hardware: &Hardware) -> Vocabulary {
-        match hardware.compute_capability == CPU_COMPUTE_CAPABILITY {
+        match hardware.is_cpu() {
             true => Vocabulary::Cpu,
             false => Vocabulary::Gpu,
         }
@@ -80,59 +75,5 @@ impl Vocabulary {
             Vocabulary::Gpu => "blocks",
             Vocabulary::Cpu => "threads",
         }
-    }
-}
-
-/// How a machine runs the kernels of a plan, in its words: what
-/// [`Plan::describe`](crate::explore::Plan::describe) prints under each kernel.
-pub trait Layout {
-    /// The words.
-    fn words(&self) -> Vocabulary;
-    /// One line: how the plan's kernel `index` (from 0) runs.
-    fn layout(&self, index: usize, kernel: &Kernel) -> String;
-    /// How `reduction` of kernel `index` is finished.
-    fn finish(&self, index: usize, reduction: &Reduction) -> String;
-}
-
-/// A GPU's layout: the launch configuration the explorer chose (blocks, threads, strips or
-/// instances, serial iterations, shared memory).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct GpuLayout;
-
-impl Layout for GpuLayout {
-    fn words(&self) -> Vocabulary {
-        Vocabulary::Gpu
-    }
-
-    fn finish(&self, _: usize, reduction: &Reduction) -> String {
-        reduction.finish.to_string()
-    }
-
-    fn layout(&self, _: usize, kernel: &Kernel) -> String {
-        let launch = &kernel.launch;
-        let plural = |n: u32| if n == 1 { "" } else { "s" };
-        let (instances, serial) = (launch.block.instances, launch.serial_iterations);
-        let arrangement = match launch.walk {
-            None => format!(
-                "{instances} instance{}, {serial} serial iteration{}",
-                plural(instances),
-                plural(serial)
-            ),
-            Some(walk) => format!(
-                "{} of {} columns, {serial} serial iteration{} {}",
-                if launch.block.whole_rows {
-                    "whole rows"
-                } else {
-                    "strips"
-                },
-                32 * instances,
-                plural(serial),
-                walk.walk()
-            ),
-        };
-        format!(
-            "{} blocks × {} threads ({arrangement}), {} B shared",
-            launch.blocks, launch.block.threads, launch.shared_bytes
-        )
     }
 }

@@ -14,15 +14,18 @@ mod executables;
 mod options;
 
 use std::fmt;
+use std::path::Path;
 use std::str::FromStr;
 use std::sync::Arc;
 
 use fuse_core::data::check_inputs;
-use fuse_core::{Bindings, Plan, Program, Sizes};
+use fuse_core::{Bindings, Library, Plan, Program, Sizes};
+use fuse_cuda::DeviceInfo;
 
 use crate::error::{list, Error, Result};
 use crate::io::{Inputs, Outputs};
 use crate::memory::check_host_memory;
+use crate::select;
 use executables::Executable;
 pub use options::CompileOptions;
 
@@ -82,6 +85,28 @@ impl Backend {
             Ok(gpu) => (Backend::Cuda { device: 0 }, gpu.describe()),
             Err(why) => (Backend::Cpu, why),
         }
+    }
+
+    /// The timing table this backend ranks its plans by (see [`select::cpu_table`],
+    /// [`select::gpu_table`] and [`select::generator_table`]; `explicit` names one of its kind of
+    /// machine); none for the reference interpreter, which runs call by call.
+    ///
+    /// ```
+    /// use fuse::{Backend, Library};
+    ///
+    /// let library = Library::builtin()?;
+    /// let cpu = Backend::Cpu.timing_table(&library, None)?.unwrap();
+    /// assert!(cpu.table.device.is_cpu());
+    /// assert!(Backend::Reference.timing_table(&library, None)?.is_none());
+    /// # Ok::<(), fuse::Error>(())
+    /// ```
+    pub fn timing_table(&self, library: &Library, explicit: Option<&Path>) -> Result<Option<select::Table>> {
+        Ok(Some(match self {
+            Backend::Reference => return Ok(None),
+            Backend::Cpu => select::cpu_table(library, explicit)?,
+            Backend::Emulate => select::generator_table(library, explicit)?,
+            Backend::Cuda { device } => select::gpu_table(&DeviceInfo::query(*device)?, library, explicit)?,
+        }))
     }
 
     /// The backend's name, as `fuse run --backend` spells it.
