@@ -1,6 +1,8 @@
-//! What the subcommands share in reading their arguments: sizes and scripts.
+//! What the subcommands share in reading their arguments: sizes, scripts and backends.
 
 use std::path::Path;
+
+use clap::ValueEnum;
 
 use fuse::stages::fuse_core::script;
 use fuse::{Library, Program, Sizes};
@@ -41,4 +43,28 @@ pub fn check_distinct_sizes(sizes: &[(String, usize)]) -> Result<(), Failure> {
 pub fn bind_sizes(program: &Program, sizes: &[(String, usize)]) -> Result<Sizes, Failure> {
     check_distinct_sizes(sizes)?;
     program.bind_sizes(sizes).map_err(bad_input)
+}
+
+/// Where a script runs.
+#[derive(Clone, Copy, ValueEnum)]
+pub enum Backend {
+    /// The fused CPU backend: the best plan, run tile by tile on every core (rayon).
+    Cpu,
+    /// The f64 reference interpreter: call by call, no fusion, the ground truth.
+    Reference,
+    /// The generated CUDA of the best plan, run on host threads (slow; for testing kernels).
+    Emulate,
+    /// The generated CUDA on GPU 0 (NVIDIA, CUDA 13 driver): the tuned or best predicted plan.
+    Cuda,
+}
+
+impl From<Backend> for fuse::Backend {
+    fn from(b: Backend) -> Self {
+        match b {
+            Backend::Cpu => fuse::Backend::Cpu,
+            Backend::Reference => fuse::Backend::Reference,
+            Backend::Emulate => fuse::Backend::Emulate,
+            Backend::Cuda => fuse::Backend::Cuda { device: 0 },
+        }
+    }
 }

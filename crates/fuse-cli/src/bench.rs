@@ -9,9 +9,9 @@ use std::time::Instant;
 use clap::{Args, ValueEnum};
 use serde_json::json;
 
-use fuse::stages::fuse_core::data::{fill_random_inputs, relative_error};
+use fuse::stages::fuse_core::data::{fill_random_inputs, relative_error, try_fill_random_inputs};
 use fuse::stages::fuse_core::{Bindings, Library, Precision, Program, Sizes, TimingTable};
-use fuse::stages::fuse_cpu::fused::calibrate::{copy_bandwidth, CopyProbe, COPY_BYTES, COPY_REPS};
+use fuse::stages::fuse_cpu::fused::calibrate::{CopyProbe, COPY_BYTES};
 use fuse::stages::fuse_cpu::fused::{unfused_plan, FusedPlan};
 use fuse::stages::fuse_cuda::bench::BenchOptions;
 use fuse::stages::fuse_cuda::timer::TimingOptions;
@@ -120,12 +120,14 @@ impl Target {
         })
     }
 
-    /// The copy bandwidth (GB/s, bytes read + written) and how it was measured.
-    fn copy_bandwidth(&self) -> Result<(f64, String), Failure> {
+    /// The copy bandwidth (GB/s, bytes read + written) and how it was measured: on a GPU,
+    /// measured now; on the CPU, the median of the copies timed beside each script's runs
+    /// (`results`), sized to its problem, so that no copy buffer outgrows the problem.
+    fn copy_bandwidth(&self, results: &[Measured]) -> Result<(f64, String), Failure> {
         Ok(match self {
             Target::Cpu { .. } => (
-                copy_bandwidth(COPY_BYTES, COPY_REPS),
-                format!("a parallel streaming copy of {} MiB arrays", COPY_BYTES >> 20),
+                median(results.iter().filter_map(|r| r.copy.map(|c| c.0)).collect()),
+                "parallel streaming copies of each problem's bytes, timed between its runs".to_string(),
             ),
             Target::Cuda { device, .. } => {
                 let gbps = fuse::stages::fuse_cuda::calibrate::copy_bandwidth(
@@ -187,11 +189,8 @@ pub fn run(args: &BenchArgs, library: &Library) -> Result<(), Failure> {
     check_sizes_used(&programs, &args.sizes)?;
     let target = Target::new(args, library)?;
     let bar = progress_bar(1 + 3 * programs.len());
-    bar.set_message("copy bandwidth");
-    let copy = target.copy_bandwidth()?;
-    bar.inc(1);
     let report = Arc::new(Mutex::new(Report {
-        copy,
+        copy: None,
         table: target.table().describe(),
         baseline: target.baseline_name(),
         backend: target.name(),
@@ -227,8 +226,12 @@ pub fn run(args: &BenchArgs, library: &Library) -> Result<(), Failure> {
             .results
             .push(measured);
     }
+    bar.set_message("copy bandwidth");
+    let mut report = report.lock().unwrap_or_else(PoisonError::into_inner);
+    report.copy = Some(target.copy_bandwidth(&report.results)?);
+    bar.inc(1);
     bar.finish_and_clear();
-    report.lock().unwrap_or_else(PoisonError::into_inner).print();
+    report.print();
     Ok(())
 }
 
@@ -304,6 +307,18 @@ impl Bench<'_> {
         let program = self.program;
         let fused_plan = fuse::select::best_plan(program, &sizes, table, self.library).map_err(failure)?;
         let baseline_plan = unfused_plan(program, &sizes);
+        let bytes = program.compulsory_bytes(&sizes);
+        let needed = program.input_bytes(&sizes)
+            + fused_plan.stored_bytes(program, &sizes)
+            + baseline_plan.stored_bytes(program, &sizes)
+            + copy_probe_bytes(bytes);
+        fuse::check_host_memory(needed, || {
+            format!(
+                "benchmarking {} at {sizes} (inputs, both plans' outputs and temporaries, a copy of as many bytes)",
+                program.file
+            )
+        })
+        .map_err(failure)?;
         self.step("checking");
         for plan in [&fused_plan, &baseline_plan] {
             check_against_reference(program, &sizes, plan, self.args.seed)?;
@@ -313,11 +328,10 @@ impl Bench<'_> {
         let fused = FusedPlan::new(program, &sizes, &fused_plan).map_err(internal)?;
         let baseline = FusedPlan::new(program, &sizes, &baseline_plan).map_err(internal)?;
         let mut inputs = Bindings::new();
-        fill_random_inputs(program, &sizes, self.args.seed, &mut inputs);
+        try_fill_random_inputs(program, &sizes, self.args.seed, &mut inputs).map_err(failure)?;
         self.bar.inc(1);
         self.step("timing");
         let runs = self.target.runs(self.args) as usize;
-        let bytes = program.compulsory_bytes(&sizes);
         let timed = time_both(&fused, &baseline, &inputs, runs, bytes)?;
         self.bar.inc(1);
         Ok(Measured {
@@ -388,8 +402,13 @@ struct Timed {
     copy_share: f64,
 }
 
-/// `runs` runs of each plan, each pair followed by a timed copy: all three alternate, so that
-/// they see the same machine, and ratios are taken run by run.
+/// `runs` rounds, each timing the fused plan, the baseline and a copy of as many bytes as the
+/// problem moves ([`copy_probe_bytes`]), so that all
+/// three see the same machine and ratios are taken round by round. Each is timed right after an
+/// untimed run of itself, so each finds the caches as its own last run left them — the steady
+/// state of a loop — and none the other's data: timed straight after one another, the first
+/// would always start from caches the copy had emptied and the second find the inputs they
+/// share already in cache (which made the fused BiCGK look 0.6× at 512²).
 fn time_both(
     fused: &FusedPlan,
     baseline: &FusedPlan,
@@ -397,25 +416,25 @@ fn time_both(
     runs: usize,
     bytes: u64,
 ) -> Result<Timed, Failure> {
-    let mut spaces = (fused.workspace(), baseline.workspace());
-    let mut probe = CopyProbe::new(COPY_BYTES);
+    let mut spaces = (
+        fused.workspace().map_err(failure)?,
+        baseline.workspace().map_err(failure)?,
+    );
+    let mut probe = CopyProbe::new(copy_probe_bytes(bytes) as usize / 2);
     for _ in 0..WARM_UP {
         fused.run_in(inputs, &mut spaces.0).map_err(internal)?;
         baseline.run_in(inputs, &mut spaces.1).map_err(internal)?;
         probe.copy();
     }
-    let micros = |start: Instant| start.elapsed().as_secs_f64() * 1e6;
     let mut times: Vec<[f64; 3]> = Vec::with_capacity(runs);
     for _ in 0..runs {
-        let start = Instant::now();
-        fused.run_in(inputs, &mut spaces.0).map_err(internal)?;
-        let f = micros(start);
-        let start = Instant::now();
-        baseline.run_in(inputs, &mut spaces.1).map_err(internal)?;
-        let b = micros(start);
-        let start = Instant::now();
-        probe.copy();
-        times.push([f, b, micros(start)]);
+        let f = second_run_us(|| fused.run_in(inputs, &mut spaces.0).map_err(internal))?;
+        let b = second_run_us(|| baseline.run_in(inputs, &mut spaces.1).map_err(internal))?;
+        let c = second_run_us(|| {
+            probe.copy();
+            Ok(())
+        })?;
+        times.push([f, b, c]);
     }
     let of = |stat: fn(&[f64; 3]) -> f64| median(times.iter().map(stat).collect());
     let copy_bytes = probe.bytes() as f64;
@@ -433,9 +452,24 @@ fn time_both(
     })
 }
 
+/// Bytes of the two arrays of the copy timed beside a problem of `bytes` compulsory bytes:
+/// as many (at least 8 KiB, at most two of [`COPY_BYTES`]), so that one copy moves them.
+fn copy_probe_bytes(bytes: u64) -> u64 {
+    bytes.clamp(1 << 13, 2 * COPY_BYTES as u64)
+}
+
+/// Runs `run` twice and times the second run, µs.
+fn second_run_us(mut run: impl FnMut() -> Result<(), Failure>) -> Result<f64, Failure> {
+    run()?;
+    let start = Instant::now();
+    run()?;
+    Ok(start.elapsed().as_secs_f64() * 1e6)
+}
+
+/// The median, NaN for none.
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
 impl Measured {
@@ -451,8 +485,8 @@ impl Measured {
 
 /// What `fuse bench` prints: how it measured, and each script's measurement.
 struct Report {
-    /// The copy bandwidth (GB/s) and how it was measured.
-    copy: (f64, String),
+    /// The copy bandwidth (GB/s) and how it was measured, once measured (after the scripts).
+    copy: Option<(f64, String)>,
     /// The timing table plans are ranked by.
     table: String,
     baseline: &'static str,
@@ -470,11 +504,17 @@ impl Report {
         }
     }
 
+    /// The copy bandwidth, or NaN where Ctrl-C came before it was measured.
+    fn copy(&self) -> (f64, String) {
+        let interrupted = || (f64::NAN, "nothing: interrupted before it was timed".to_string());
+        self.copy.clone().unwrap_or_else(interrupted)
+    }
+
     fn print_table(&self) {
-        let (gbps, how) = &self.copy;
+        let (gbps, how) = &self.copy();
         println!("copy bandwidth: {gbps:.1} GB/s (bytes read + written by {how})");
         if self.results.iter().any(|r| r.copy.is_some()) {
-            println!("% copy: of the copy bandwidth timed after each run (`copy_gbps` in --json); speedup and % copy: medians of the runs' own ratios");
+            println!("% copy: of the copy of the problem's bytes timed in each run (`copy_gbps` in --json); speedup and % copy: medians of the runs' own ratios");
         }
         println!("plans ranked by: {}", self.table);
         println!(
@@ -516,7 +556,7 @@ impl Report {
     }
 
     fn print_json(&self) {
-        let copy = self.copy.0;
+        let copy = self.copy().0;
         let rows: Vec<serde_json::Value> = self
             .results
             .iter()

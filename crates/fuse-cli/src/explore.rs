@@ -1,23 +1,31 @@
-//! `fuse explore` (ranked fusion plans) and `fuse explain` (why calls share a kernel or not).
+//! `fuse explore` (ranked fusion plans) and `fuse explain` (why calls share a kernel or not),
+//! for the backend `fuse run` would use (or `--backend`): ranked by its timing table, at the
+//! sizes in force, in its words — passes, threads and tiles on the CPU; kernels, blocks and
+//! shared memory on a GPU.
 
 use std::path::PathBuf;
 
 use clap::Args;
 use serde_json::{json, Value};
 
-use fuse::stages::fuse_core::explore::{explore, Exploration, Kernel, Limits, Plan, TimingTable, Verdict};
+use fuse::stages::fuse_core::explore::{explore, Exploration, GpuLayout, Kernel, Limits, Plan, TimingTable, Verdict};
 use fuse::stages::fuse_core::{Library, Program};
+use fuse::stages::fuse_cpu::fused::FusedPlan;
 
-use crate::args::{load, parse_size};
-use crate::failure::{bad_input, Failure};
+use crate::args::{load, parse_size, Backend};
+use crate::failure::{bad_input, failure, internal, Failure};
 
 /// Where the explorer's inputs come from, shared by both commands.
 #[derive(Args)]
 pub struct Inputs {
     /// Script file.
     script: PathBuf,
-    /// Timing table (YAML) to predict with; without it, this GPU's (see `fuse calibrate`) or,
-    /// without a GPU, the built-in analytic H100 estimate.
+    /// The backend whose plans to rank, in its words; without it, the one `fuse run` would use
+    /// here (the GPU when one is usable, else the CPU).
+    #[arg(long, value_enum)]
+    backend: Option<Backend>,
+    /// Timing table (YAML) to predict with, of the backend's kind of machine; without it, the
+    /// one the backend ranks by (see `fuse calibrate`).
     #[arg(long, value_name = "FILE")]
     timings: Option<PathBuf>,
     /// Override a size of the script, e.g. --size m=1000 (repeatable).
@@ -48,29 +56,73 @@ pub struct ExplainArgs {
     inputs: Inputs,
 }
 
-/// The program and timing table an exploration needs.
-fn prepare(inputs: &Inputs, library: &Library) -> Result<(Program, TimingTable), Failure> {
-    let mut program = load(&inputs.script, library)?;
-    // The sizes in force, so that the header says what was explored.
-    program.sizes = crate::args::bind_sizes(&program, &inputs.sizes)?;
-    let table = crate::gpu::generator_table(library, inputs.timings.as_deref())?;
-    Ok((program, table))
+/// What an exploration needs: the program at the sizes in force, the backend and its table.
+struct Prepared {
+    program: Program,
+    backend: fuse::Backend,
+    table: TimingTable,
 }
 
-fn explored<'p>(program: &'p Program, table: &TimingTable, library: &Library) -> Result<Exploration<'p>, Failure> {
-    explore(program, &program.sizes, table, library, Limits::default()).map_err(bad_input)
+impl Prepared {
+    fn new(inputs: &Inputs, library: &Library) -> Result<Prepared, Failure> {
+        let mut program = load(&inputs.script, library)?;
+        // The sizes in force, so that the header says what was explored.
+        program.sizes = crate::args::bind_sizes(&program, &inputs.sizes)?;
+        let backend = inputs.backend.map_or_else(fuse::Backend::detect, fuse::Backend::from);
+        let chosen = backend
+            .timing_table(library, inputs.timings.as_deref())
+            .map_err(failure)?
+            .ok_or_else(|| bad_input("--backend reference runs call by call: it has no plans to explore"))?;
+        if let Some(note) = chosen.note {
+            eprintln!("{note}");
+        }
+        Ok(Prepared {
+            program,
+            backend,
+            table: chosen.table,
+        })
+    }
+
+    fn explored(&self, library: &Library) -> Result<Exploration<'_>, Failure> {
+        explore(
+            &self.program,
+            &self.program.sizes,
+            &self.table,
+            library,
+            Limits::default(),
+        )
+        .map_err(bad_input)
+    }
+
+    /// The header: the program, the backend and the table.
+    fn print_header(&self, ex: &Exploration) {
+        println!("{}", self.program);
+        println!("backend: {}", self.backend);
+        println!("timings: {}", ex.timings);
+    }
+
+    /// `plan` described in the words of the backend.
+    fn describe(&self, plan: &Plan) -> Result<String, Failure> {
+        Ok(match self.backend {
+            fuse::Backend::Cpu => {
+                let cpu = FusedPlan::new(&self.program, &self.program.sizes, plan).map_err(internal)?;
+                plan.describe(&self.program, &cpu)
+            }
+            _ => plan.describe(&self.program, &GpuLayout),
+        })
+    }
 }
 
 /// `fuse explore`: the best plans (or all), with the total number of plans.
 pub fn run_explore(args: &ExploreArgs, library: &Library) -> Result<(), Failure> {
-    let (program, table) = prepare(&args.inputs, library)?;
-    let ex = explored(&program, &table, library)?;
+    let prepared = Prepared::new(&args.inputs, library)?;
+    let program = &prepared.program;
+    let ex = prepared.explored(library)?;
     let count = ex.count();
     let wanted = if args.all { ex.limits.max_plans } else { args.top };
     if !args.json {
-        println!("{program}");
+        prepared.print_header(&ex);
         println!("plans: {count} in total");
-        println!("timings: {}", ex.timings);
         ex.notes.iter().for_each(|n| println!("note: {n}"));
     }
     // Plans are printed as they come, so that --all never holds them all.
@@ -78,8 +130,8 @@ pub fn run_explore(args: &ExploreArgs, library: &Library) -> Result<(), Failure>
     let mut listed = Vec::new();
     for plan in plans.by_ref().take(wanted) {
         match args.json {
-            true => listed.push(plan_json(&program, &plan)),
-            false => print!("\n{}", plan.describe(&program)),
+            true => listed.push(plan_json(program, &plan)),
+            false => print!("\n{}", prepared.describe(&plan)?),
         }
     }
     let mut notes = ex.notes.clone();
@@ -95,6 +147,8 @@ pub fn run_explore(args: &ExploreArgs, library: &Library) -> Result<(), Failure>
     if args.json {
         let object = json!({
             "script": args.inputs.script.display().to_string(),
+            "backend": prepared.backend.to_string(),
+            "sizes": program.sizes.iter().collect::<std::collections::BTreeMap<_, _>>(),
             "timings": ex.timings,
             "implementations": u64::try_from(count.count).unwrap_or(u64::MAX),
             "implementations_exact": count.exact,
@@ -148,14 +202,18 @@ fn kernel_json(program: &Program, k: &Kernel) -> Value {
 
 /// `fuse explain`: for every pair of calls that share data, fused in the best plan or why not.
 pub fn run_explain(args: &ExplainArgs, library: &Library) -> Result<(), Failure> {
-    let (program, table) = prepare(&args.inputs, library)?;
-    let ex = explored(&program, &table, library)?;
+    let prepared = Prepared::new(&args.inputs, library)?;
+    let program = &prepared.program;
+    let ex = prepared.explored(library)?;
+    let words = ex.words();
     let best = ex.best();
-    println!("{program}");
-    let kernels = best.kernels.len();
-    let s = if kernels == 1 { "" } else { "s" };
-    println!("best plan: {kernels} kernel{s}, {:.2} µs", best.predicted_us);
-    println!("timings: {}", ex.timings);
+    prepared.print_header(&ex);
+    println!(
+        "best plan: {}, {:.2} µs",
+        words.kernels(best.kernels.len()),
+        best.predicted_us
+    );
+    print!("{}", prepared.describe(&best)?);
     let pairs = ex.explain(&best);
     if pairs.is_empty() {
         println!("no two calls share data");
@@ -172,7 +230,9 @@ pub fn run_explain(args: &ExplainArgs, library: &Library) -> Result<(), Failure>
             program.calls[pair.first].text, program.calls[pair.second].text
         );
         match pair.verdict {
-            Verdict::Fused { kernel } => println!("  share {}: fused in kernel {kernel}", shared.join(", ")),
+            Verdict::Fused { kernel } => {
+                println!("  share {}: fused in {} {kernel}", shared.join(", "), words.kernel())
+            }
             Verdict::Apart { why, message } => {
                 println!("  share {}: apart ({why})", shared.join(", "));
                 println!("  {message}");

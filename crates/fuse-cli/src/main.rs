@@ -18,14 +18,14 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Parser, Subcommand};
 
-use fuse::stages::fuse_core::data::{check_inputs_given, fill_random_inputs};
+use fuse::stages::fuse_core::data::{check_inputs_given, try_fill_random_inputs};
 use fuse::stages::fuse_core::wording::list_or_none;
 use fuse::stages::fuse_core::{script, DataGraph};
 use fuse::{Bindings, CompileOptions, Inputs, Library, Program, Sizes};
 
-use args::{load, parse_size};
+use args::{load, parse_size, Backend};
 use failure::{bad_input, failure, Failure, EXIT_NO_DEVICE};
 
 #[derive(Parser)]
@@ -162,13 +162,21 @@ source is still written, with a note.",
     #[command(
         long_about = "Enumerate the legal fusions of a script's calls, predict each implementation's \
 time from a timing table (transfers and compute summed per kernel, plus launch overhead), and \
-print the best plans. The header states how many plans exist and which timing table was used.",
+print the best plans. Plans are those of the backend `fuse run` would use (or --backend), ranked \
+by its timing table at the sizes given, and described in its words: on the CPU, passes of threads \
+over tiles; on a GPU (cuda, or emulate for GPU plans without one), kernels of blocks with shared \
+memory. The header states the sizes, the backend, the timing table and how many plans exist.",
         after_help = "Examples:\n  fuse explore scripts/bicgk.yaml\n  fuse explore scripts/gemver.yaml --all\n  \
-fuse explore scripts/atax.yaml --top 1 --json --timings my-gpu.yaml"
+fuse explore scripts/atax.yaml --backend emulate --top 1 --json --timings my-gpu.yaml"
     )]
     Explore(explore::ExploreArgs),
     /// For every pair of calls that share data: fused in the best plan, or which rule kept them apart.
-    #[command(after_help = "Example: fuse explain scripts/gemver.yaml")]
+    #[command(
+        long_about = "Print the best plan of the backend `fuse run` would use (or --backend) at the \
+sizes given, in its words, and for every pair of calls that share data whether that plan fuses \
+them or which rule (or prediction) keeps them apart.",
+        after_help = "Examples:\n  fuse explain scripts/gemver.yaml\n  fuse explain scripts/atax.yaml --backend emulate"
+    )]
     Explain(explore::ExplainArgs),
     /// Time fused plans against cuBLAS (GPU) or the same calls run one kernel each (CPU).
     #[command(
@@ -179,7 +187,9 @@ copy/scal/axpy/dot, and the copies in-place BLAS forces), timed with CUDA events
 flushed before each run. On the CPU (--backend cpu): the best plan for the CPU against the unfused \
 plan (the same calls, one kernel each). Both versions are checked against the f64 reference at \
 small sizes first, then timed at the sizes given (median of --runs runs after warm-up, the two \
-alternating, on the CPU with a timed copy after each pair). Reported: both times, the speedup, \
+alternating; on the CPU each timed right after an untimed run of itself, so that each finds the \
+caches as its own last run left them, beside a parallel copy of the problem's bytes timed the same \
+way). Reported: both times, the speedup, \
 the effective GB/s (compulsory bytes — every input read once, every output written once — over \
 the fused time) and its percentage of the copy bandwidth. On the CPU, whose memory is shared \
 with other work, the speedup and the percentage are medians of each run's own ratios (to the \
@@ -237,30 +247,6 @@ status 3 when there is no usable GPU."
     Devices,
 }
 
-/// Where a script runs.
-#[derive(Clone, Copy, ValueEnum)]
-enum Backend {
-    /// The fused CPU backend: the best plan, run tile by tile on every core (rayon).
-    Cpu,
-    /// The f64 reference interpreter: call by call, no fusion, the ground truth.
-    Reference,
-    /// The generated CUDA of the best plan, run on host threads (slow; for testing kernels).
-    Emulate,
-    /// The generated CUDA on GPU 0 (NVIDIA, CUDA 13 driver): the tuned or best predicted plan.
-    Cuda,
-}
-
-impl From<Backend> for fuse::Backend {
-    fn from(b: Backend) -> Self {
-        match b {
-            Backend::Cpu => fuse::Backend::Cpu,
-            Backend::Reference => fuse::Backend::Reference,
-            Backend::Emulate => fuse::Backend::Emulate,
-            Backend::Cuda => fuse::Backend::Cuda { device: 0 },
-        }
-    }
-}
-
 fn main() -> ExitCode {
     let cli = Cli::parse();
     interrupt::install();
@@ -282,7 +268,11 @@ impl Command {
     /// What the subcommand can do instead when no GPU is usable.
     fn without_a_gpu(&self) -> Option<&'static str> {
         match self {
-            Command::Run { .. } | Command::Bench(_) | Command::Calibrate(_) => Some("use --backend cpu"),
+            Command::Run { .. }
+            | Command::Bench(_)
+            | Command::Calibrate(_)
+            | Command::Explore(_)
+            | Command::Explain(_) => Some("use --backend cpu"),
             Command::Selftest(_) => Some("use --backend emulate"),
             _ => None,
         }
@@ -451,6 +441,12 @@ fn gather_inputs<'p>(
 fn run_script(program: &Program, options: &RunOptions) -> Result<(), Failure> {
     let (files, read) = read_input_files(program, options)?;
     let sizes = sizes::bind_run_sizes(program, &options.sizes, &files, options.inputs.as_deref())?;
+    // Before any array is drawn or made: a problem larger than the machine is an error naming
+    // the bytes, not an abort halfway through.
+    fuse::check_host_memory(program.compulsory_bytes(&sizes), || {
+        format!("the inputs and outputs of {} at {sizes}", program.file)
+    })
+    .map_err(failure)?;
     let (mut inputs, drawn) = gather_inputs(program, &sizes, options, files)?;
     let backend = match options.backend {
         Some(b) if !options.plan_sizes.is_empty() && !matches!(b, Backend::Cuda) => {
@@ -479,7 +475,7 @@ fn run_script(program: &Program, options: &RunOptions) -> Result<(), Failure> {
             list_or_none(&drawn),
             options.seed
         );
-        fill_random_inputs(program, &sizes, options.seed, &mut inputs);
+        try_fill_random_inputs(program, &sizes, options.seed, &mut inputs).map_err(failure)?;
     }
     let (results, times) = compiled.run_timed(&Inputs::from(inputs)).map_err(failure)?;
     if options.timing {
@@ -498,8 +494,9 @@ fn run_script(program: &Program, options: &RunOptions) -> Result<(), Failure> {
             for name in program.outputs.iter().map(|&v| &program.values[v].variable) {
                 let Some(array) = results.get(name) else { continue };
                 // Padded by hand: a format width over 65535 panics, and names may be that long.
+                // Outputs come in the program's precision: printed as they are, not copied.
                 let pad = " ".repeat(width - name.chars().count());
-                println!("{name}{pad}  {}", array.to_precision(program.precision));
+                println!("{name}{pad}  {array}");
             }
         }
     }

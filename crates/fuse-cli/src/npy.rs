@@ -1,11 +1,13 @@
 //! Reading inputs from and writing outputs to `.npy` files (numpy's format), one per name.
 
-use std::io::{Read, Write};
+use std::fs::File;
+use std::io::{BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 
-use ndarray::{ArrayD, ArrayViewD, IxDyn};
-use ndarray_npy::{ReadNpyExt, WriteNpyExt};
+use ndarray::{ArrayViewD, IxDyn};
+use ndarray_npy::WriteNpyExt;
 
+use fuse::stages::fuse_core::data::try_vec;
 use fuse::stages::fuse_core::wording::{closest, list_or_none};
 use fuse::stages::fuse_core::{Bindings, HostArray, HostData, Precision, Program};
 
@@ -87,28 +89,182 @@ pub fn missing_inputs(dir: &Path, missing: &[&str]) -> String {
     message + ". Give every input as DIR/<name>.npy, or draw some at random with --random NAME or --random-rest"
 }
 
+/// Reads the `.npy` array at `path`, which must hold `precision`'s floats, straight into the
+/// vector it is used from: no second copy of the array on the way, and memory too short for it
+/// an error naming the bytes, not an abort. Big-endian files are converted, Fortran-ordered
+/// matrices transposed into row-major order (a second array for that).
 fn read_array(path: &Path, precision: Precision) -> Result<HostArray, String> {
-    let file = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let file = File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut reader = BufReader::with_capacity(READ_CHUNK, file);
     let dtype = match precision {
         Precision::F32 => "float32",
         Precision::F64 => "float64",
     };
-    let bad = |e: ndarray_npy::ReadNpyError| {
+    let bad = |e: String| {
         format!(
             "{}: expected a {dtype} .npy array (the script is {precision}): {e}",
             path.display()
         )
     };
-    Ok(match precision {
+    let header = Header::read(&mut reader).map_err(bad)?;
+    let (kind, big_endian) = header.float_kind().map_err(bad)?;
+    if kind != precision {
+        return Err(bad(format!("its dtype is {}", header.descr)));
+    }
+    let what = || format!("{}", path.display());
+    let count = header.count().ok_or_else(|| bad("its shape overflows".to_string()))?;
+    let data = match precision {
         Precision::F32 => {
-            let a = ArrayD::<f32>::read_npy(file).map_err(bad)?;
-            HostArray::f32(a.shape().to_vec(), a.iter().copied().collect())
+            let v = read_elements(&mut reader, count, what, |b| match big_endian {
+                true => f32::from_be_bytes(b),
+                false => f32::from_le_bytes(b),
+            })?;
+            HostData::F32(header.in_row_major(v, what)?)
         }
         Precision::F64 => {
-            let a = ArrayD::<f64>::read_npy(file).map_err(bad)?;
-            HostArray::f64(a.shape().to_vec(), a.iter().copied().collect())
+            let v = read_elements(&mut reader, count, what, |b| match big_endian {
+                true => f64::from_be_bytes(b),
+                false => f64::from_le_bytes(b),
+            })?;
+            HostData::F64(header.in_row_major(v, what)?)
         }
+    };
+    Ok(HostArray {
+        dims: header.shape,
+        data,
     })
+}
+
+/// Bytes read from a `.npy` file at a time.
+const READ_CHUNK: usize = 1 << 16;
+
+/// The header of a `.npy` file (numpy's format 1.0 to 3.0).
+struct Header {
+    descr: String,
+    fortran_order: bool,
+    shape: Vec<usize>,
+}
+
+impl Header {
+    fn read(reader: &mut impl Read) -> Result<Header, String> {
+        let mut magic = [0u8; 8];
+        reader
+            .read_exact(&mut magic)
+            .map_err(|_| "not a .npy file (too short)".to_string())?;
+        if &magic[..6] != b"\x93NUMPY" {
+            return Err("not a .npy file (no numpy magic)".to_string());
+        }
+        let len = match magic[6] {
+            1 => {
+                let mut len = [0u8; 2];
+                reader.read_exact(&mut len).map_err(|e| e.to_string())?;
+                u16::from_le_bytes(len) as usize
+            }
+            2 | 3 => {
+                let mut len = [0u8; 4];
+                reader.read_exact(&mut len).map_err(|e| e.to_string())?;
+                u32::from_le_bytes(len) as usize
+            }
+            v => return Err(format!(".npy format version {v} is not known")),
+        };
+        let mut text = vec![0u8; len];
+        reader.read_exact(&mut text).map_err(|e| e.to_string())?;
+        let text = String::from_utf8(text).map_err(|_| "its header is not text".to_string())?;
+        Header::parse(&text)
+    }
+
+    fn parse(text: &str) -> Result<Header, String> {
+        let bad = || format!("its header is not a numpy array header: {}", text.trim());
+        let Ok(py_literal::Value::Dict(entries)) = text.trim().parse::<py_literal::Value>() else {
+            return Err(bad());
+        };
+        let entry = |key: &str| {
+            entries
+                .iter()
+                .find(|(k, _)| matches!(k, py_literal::Value::String(s) if s == key))
+                .map(|(_, v)| v)
+        };
+        let descr = match entry("descr") {
+            Some(py_literal::Value::String(d)) => d.clone(),
+            _ => return Err(bad()),
+        };
+        let fortran_order = match entry("fortran_order") {
+            Some(py_literal::Value::Boolean(b)) => *b,
+            _ => return Err(bad()),
+        };
+        let Some(py_literal::Value::Tuple(dims)) = entry("shape") else {
+            return Err(bad());
+        };
+        let shape = dims
+            .iter()
+            .map(|d| match d {
+                py_literal::Value::Integer(n) => usize::try_from(n.clone()).ok(),
+                _ => None,
+            })
+            .collect::<Option<Vec<usize>>>()
+            .ok_or_else(bad)?;
+        Ok(Header {
+            descr,
+            fortran_order,
+            shape,
+        })
+    }
+
+    /// The precision of its floats and whether they are big-endian.
+    fn float_kind(&self) -> Result<(Precision, bool), String> {
+        let big_endian = self.descr.starts_with('>') || (self.descr.starts_with('=') && cfg!(target_endian = "big"));
+        match self.descr.trim_start_matches(['<', '>', '=', '|']) {
+            "f4" => Ok((Precision::F32, big_endian)),
+            "f8" => Ok((Precision::F64, big_endian)),
+            _ => Err(format!("its dtype is {}", self.descr)),
+        }
+    }
+
+    /// Elements it holds.
+    fn count(&self) -> Option<usize> {
+        self.shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d))
+    }
+
+    /// `data`, read in the file's order, in row-major order.
+    fn in_row_major<T: Copy>(&self, data: Vec<T>, what: impl Fn() -> String) -> Result<Vec<T>, String> {
+        match (self.fortran_order, self.shape.as_slice()) {
+            (false, _) | (true, [] | [_]) => Ok(data),
+            (true, &[rows, cols]) => {
+                let mut out =
+                    try_vec(data.len(), || format!("{} in row-major order", what())).map_err(|e| e.to_string())?;
+                out.extend((0..rows * cols).map(|k| data[(k % cols) * rows + k / cols]));
+                Ok(out)
+            }
+            (true, _) => Err(format!(
+                "{}: a Fortran-ordered array of more than two dimensions",
+                what()
+            )),
+        }
+    }
+}
+
+/// `count` elements of `N` bytes each from `reader`, converted by `from`, into memory reserved
+/// for them first (an error naming `what` where it cannot be had).
+fn read_elements<T, const N: usize>(
+    reader: &mut impl Read,
+    count: usize,
+    what: impl Fn() -> String,
+    from: impl Fn([u8; N]) -> T,
+) -> Result<Vec<T>, String> {
+    let mut out = try_vec(count, &what).map_err(|e| e.to_string())?;
+    let mut chunk = vec![0u8; READ_CHUNK / N * N];
+    while out.len() < count {
+        let take = ((count - out.len()) * N).min(chunk.len());
+        reader
+            .read_exact(&mut chunk[..take])
+            .map_err(|e| format!("{}: ends after {} of its {count} elements ({e})", what(), out.len()))?;
+        out.extend(
+            chunk[..take]
+                .chunks_exact(N)
+                .map(|b| from(b.try_into().expect("N bytes"))),
+        );
+    }
+    Ok(out)
 }
 
 /// How [`write_outputs`] writes.
@@ -278,5 +434,64 @@ impl<W: Write> Write for Stoppable<'_, W> {
 
     fn flush(&mut self) -> std::io::Result<()> {
         self.file.flush()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A `.npy` file of `descr` and `shape` holding `bytes`, in numpy's format 1.0.
+    fn npy(dir: &Path, descr: &str, fortran: bool, shape: &str, bytes: &[u8]) -> PathBuf {
+        let order = if fortran { "True" } else { "False" };
+        let header = format!("{{'descr': '{descr}', 'fortran_order': {order}, 'shape': {shape}, }}\n");
+        let mut out = b"\x93NUMPY\x01\x00".to_vec();
+        out.extend((header.len() as u16).to_le_bytes());
+        out.extend(header.as_bytes());
+        out.extend(bytes);
+        let path = dir.join("a.npy");
+        std::fs::write(&path, out).unwrap();
+        path
+    }
+
+    #[test]
+    fn fortran_order_is_transposed_and_big_endian_converted() {
+        let dir = tempfile::tempdir().unwrap();
+        // [[1, 2, 3], [4, 5, 6]] stored column by column.
+        let columns: Vec<u8> = [1.0f32, 4.0, 2.0, 5.0, 3.0, 6.0]
+            .iter()
+            .flat_map(|x| x.to_le_bytes())
+            .collect();
+        let a = read_array(&npy(dir.path(), "<f4", true, "(2, 3)", &columns), Precision::F32).unwrap();
+        assert_eq!(a, HostArray::f32(vec![2, 3], vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]));
+        let big: Vec<u8> = [0.5f64, -2.0].iter().flat_map(|x| x.to_be_bytes()).collect();
+        let v = read_array(&npy(dir.path(), ">f8", false, "(2,)", &big), Precision::F64).unwrap();
+        assert_eq!(v, HostArray::f64(vec![2], vec![0.5, -2.0]));
+        let s = read_array(
+            &npy(dir.path(), "<f8", false, "()", &7.0f64.to_le_bytes()),
+            Precision::F64,
+        )
+        .unwrap();
+        assert_eq!(s, HostArray::f64(vec![], vec![7.0]));
+    }
+
+    #[test]
+    fn a_short_or_foreign_file_is_named_with_what_is_wrong() {
+        let dir = tempfile::tempdir().unwrap();
+        let short = npy(dir.path(), "<f4", false, "(4,)", &[0; 12]);
+        let err = read_array(&short, Precision::F32).unwrap_err();
+        assert!(err.contains("a.npy: ends after 0 of its 4 elements"), "{err}");
+        let ints = npy(dir.path(), "<i8", false, "(1,)", &[0; 8]);
+        let err = read_array(&ints, Precision::F64).unwrap_err();
+        assert!(
+            err.contains("expected a float64 .npy array (the script is f64): its dtype is <i8"),
+            "{err}"
+        );
+        let huge = npy(dir.path(), "<f8", false, "(1000000000000000,)", &[]);
+        let err = read_array(&huge, Precision::F64).unwrap_err();
+        assert!(
+            err.contains("not enough host memory for") && err.contains("a.npy"),
+            "{err}"
+        );
     }
 }

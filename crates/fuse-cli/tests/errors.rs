@@ -349,3 +349,60 @@ fn compile_writes_a_consistent_folder_and_never_a_users() {
         assert_eq!(std::fs::read_dir(&out).unwrap().count(), 1);
     }
 }
+
+/// A problem larger than the machine's memory: exit status 2 at once, naming the bytes needed
+/// and available — never the abort (134) of a failed allocation.
+#[test]
+fn a_problem_larger_than_the_host_memory_is_bad_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bicgk.yaml");
+    std::fs::write(&path, BICGK).unwrap();
+    let script = path.to_str().unwrap();
+    // 200000² f32 is 149 GiB of A; f64 twice that.
+    let huge = ["--size", "m=200000", "--size", "n=200000"];
+    for command in [
+        &["run", script, "--backend", "cpu"][..],
+        &["bench", script, "--backend", "cpu"],
+    ] {
+        let started = std::time::Instant::now();
+        let out = fuse(&[command, &huge].concat());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{command:?}: {stderr}");
+        assert!(stderr.contains("not enough host memory for "), "{stderr}");
+        assert!(stderr.contains("at m=200000 n=200000"), "{stderr}");
+        // A alone is 149 GiB.
+        let needed = stderr.split("it needs ").nth(1).and_then(|t| t.split(" bytes").next());
+        let needed: u64 = needed.and_then(|n| n.parse().ok()).expect(&stderr);
+        assert!(needed >= 160_000_000_000, "{stderr}");
+        assert!(stderr.contains(" GiB) are available"), "{stderr}");
+        assert!(
+            started.elapsed().as_secs() < 30,
+            "{command:?} took {:?}",
+            started.elapsed()
+        );
+    }
+}
+
+/// `.npy` inputs too large for the memory: the same error, before anything is read.
+#[test]
+fn npy_inputs_larger_than_the_host_memory_are_bad_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bicgk.yaml");
+    std::fs::write(&path, BICGK).unwrap();
+    let inputs = dir.path().join("in");
+    std::fs::create_dir(&inputs).unwrap();
+    let out = fuse(&[
+        "run",
+        path.to_str().unwrap(),
+        "--inputs",
+        inputs.to_str().unwrap(),
+        "--random-rest",
+        "--size",
+        "m=300000",
+        "--size",
+        "n=300000",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("not enough host memory"), "{stderr}");
+}

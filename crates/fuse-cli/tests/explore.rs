@@ -22,9 +22,9 @@ fn json(args: &[&str]) -> Value {
     serde_json::from_str(&stdout(&fuse(args))).unwrap()
 }
 
-/// The calls of each kernel of the best plan.
+/// The calls of each kernel of the best GPU plan.
 fn best_kernels(script: &str) -> Vec<Vec<String>> {
-    let v = json(&["explore", script, "--top", "1", "--json"]);
+    let v = json(&["explore", script, "--backend", "emulate", "--top", "1", "--json"]);
     let kernels = v["plans"][0]["kernels"].as_array().unwrap();
     kernels
         .iter()
@@ -64,8 +64,18 @@ fn best_plans_have_the_expected_kernels() {
 
 #[test]
 fn json_has_the_documented_fields() {
-    let v = json(&["explore", "scripts/bicgk.yaml", "--json", "--top", "2"]);
+    let v = json(&[
+        "explore",
+        "scripts/bicgk.yaml",
+        "--backend",
+        "emulate",
+        "--json",
+        "--top",
+        "2",
+    ]);
     assert_eq!(v["script"], "scripts/bicgk.yaml");
+    assert_eq!(v["backend"], "emulate");
+    assert_eq!(v["sizes"]["m"], 4096);
     assert!(v["timings"].as_str().unwrap().contains("analytic estimate"));
     assert!(v["implementations"].as_u64().unwrap() >= 2);
     let plans = v["plans"].as_array().unwrap();
@@ -81,10 +91,17 @@ fn json_has_the_documented_fields() {
 
 #[test]
 fn all_lists_every_plan_and_the_header_counts_them() {
-    let v = json(&["explore", "scripts/gemver.yaml", "--all", "--json"]);
+    let v = json(&[
+        "explore",
+        "scripts/gemver.yaml",
+        "--backend",
+        "emulate",
+        "--all",
+        "--json",
+    ]);
     let total = v["implementations"].as_u64().unwrap();
     assert_eq!(v["plans"].as_array().unwrap().len() as u64, total);
-    let text = stdout(&fuse(&["explore", "scripts/gemver.yaml"]));
+    let text = stdout(&fuse(&["explore", "scripts/gemver.yaml", "--backend", "emulate"]));
     assert!(text.contains(&format!("plans: {total} in total\n")), "{text}");
     assert!(
         text.contains("timings: built-in library/timings/h100-analytic.yaml"),
@@ -104,13 +121,116 @@ fn the_same_input_gives_the_same_output() {
 
 #[test]
 fn explain_names_the_barrier() {
-    let text = stdout(&fuse(&["explain", "scripts/gemver.yaml"]));
+    let explain = |script: &str| stdout(&fuse(&["explain", script, "--backend", "emulate"]));
+    let text = explain("scripts/gemver.yaml");
     assert!(text.contains("share B1: fused in kernel 1"), "{text}");
     assert!(text.contains("apart (global-barrier)"), "{text}");
-    let text = stdout(&fuse(&["explain", "scripts/sgemvt.yaml"]));
+    assert!(text.contains("after a global barrier"), "{text}");
+    let text = explain("scripts/sgemvt.yaml");
     assert!(text.contains("`x = sgemtv(beta, A, y, 1.0, z)` reduces"), "{text}");
-    let text = stdout(&fuse(&["explain", "scripts/atax.yaml"]));
+    let text = explain("scripts/atax.yaml");
     assert!(text.contains("share A, t: fused in kernel 1"), "{text}");
+}
+
+/// Words that belong to a GPU's description of a plan.
+const GPU_WORDS: [&str; 6] = ["kernel", "block", "shared", "barrier", "on chip", "atomic"];
+
+#[test]
+fn on_the_cpu_plans_are_passes_of_threads_over_tiles() {
+    // ATAX on the CPU is one pass (a thread finishes its rows' sums, then walks them again),
+    // where the analytic H100 keeps two kernels at these sizes.
+    let sizes = ["--size", "m=2048", "--size", "n=1000"];
+    let explain = |backend: &str| {
+        stdout(&fuse(
+            &[&["explain", "scripts/atax.yaml", "--backend", backend][..], &sizes].concat(),
+        ))
+    };
+    let cpu = explain("cpu");
+    assert!(cpu.contains("backend: cpu\n") && cpu.contains("CPU, "), "{cpu}");
+    assert!(cpu.contains("best plan: 1 pass,"), "{cpu}");
+    assert!(cpu.contains("share A, t: fused in pass 1"), "{cpu}");
+    assert!(cpu.contains(" thread"), "{cpu}");
+    assert!(
+        cpu.contains("tiles of 32 rows × 1000 columns, each tile walked twice"),
+        "{cpu}"
+    );
+    assert!(cpu.contains("in cache t"), "{cpu}");
+    for word in GPU_WORDS {
+        assert!(!cpu.contains(word), "`{word}` in a CPU description:\n{cpu}");
+    }
+    let gpu = explain("emulate");
+    assert!(
+        gpu.contains("best plan: 2 kernels,") && gpu.contains("blocks ×"),
+        "{gpu}"
+    );
+    assert!(gpu.contains("B shared") && !gpu.contains("pass"), "{gpu}");
+    // A reduction whose result the next call needs: the end of a pass, not a global barrier.
+    let text = stdout(&fuse(&["explain", "scripts/sgemvt.yaml", "--backend", "cpu"]));
+    assert!(text.contains("must run in a later pass"), "{text}");
+    assert!(text.contains("when every thread has finished its share"), "{text}");
+    assert!(!text.contains("global barrier") && !text.contains("kernel"), "{text}");
+}
+
+#[test]
+fn explore_ranks_the_cpu_plans_by_the_cpu_table_at_the_sizes_given() {
+    let v = json(&[
+        "explore",
+        "scripts/vadd.yaml",
+        "--backend",
+        "cpu",
+        "--json",
+        "--size",
+        "n=1000",
+    ]);
+    assert_eq!(v["backend"], "cpu");
+    assert_eq!(v["sizes"]["n"], 1000);
+    assert!(v["timings"].as_str().unwrap().contains(", CPU, "), "{v}");
+    assert_eq!(v["plans"][0]["kernels"].as_array().unwrap().len(), 1);
+    let text = stdout(&fuse(&[
+        "explore",
+        "scripts/vadd.yaml",
+        "--backend",
+        "cpu",
+        "--size",
+        "n=100000",
+    ]));
+    assert!(text.contains("plan 1: ") && text.contains(", 1 pass\n"), "{text}");
+    assert!(text.contains("in chunks of 4096 elements"), "{text}");
+    assert!(text.contains("in cache t"), "{text}");
+    for word in GPU_WORDS {
+        assert!(!text.contains(word), "`{word}` in a CPU description:\n{text}");
+    }
+}
+
+#[test]
+fn without_backend_the_backend_run_would_use() {
+    let run = fuse(&["run", "scripts/vadd.yaml", "--size", "n=10"]);
+    let said = String::from_utf8_lossy(&run.stderr);
+    let line = said.lines().find(|l| l.starts_with("backend: ")).unwrap();
+    let name = line["backend: ".len()..].split(' ').next().unwrap().to_string();
+    let text = stdout(&fuse(&["explain", "scripts/vadd.yaml"]));
+    assert!(text.contains(&format!("backend: {name}\n")), "{text}");
+}
+
+#[test]
+fn a_table_of_the_wrong_machine_or_the_reference_backend_is_bad_input() {
+    let out = fuse(&[
+        "explore",
+        "scripts/bicgk.yaml",
+        "--backend",
+        "cpu",
+        "--timings",
+        "library/timings/h100-analytic.yaml",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("a GPU timing table") && err.contains("--backend cpu"),
+        "{err}"
+    );
+    let out = fuse(&["explain", "scripts/bicgk.yaml", "--backend", "reference"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no plans to explore"));
 }
 
 #[test]

@@ -180,9 +180,58 @@ pub fn check_inputs_given(program: &Program, sizes: &Sizes, inputs: &Bindings) -
     Ok(())
 }
 
-/// Draws every input of `program` that `given` lacks, uniformly from [-1, 1). Each input has
-/// its own stream of the seed, so a value does not change when another input is supplied.
-pub fn fill_random_inputs(program: &Program, sizes: &Sizes, seed: u64, given: &mut Bindings) {
+/// Host memory that a run needs and cannot have: an allocation refused, or more than the
+/// machine has available.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("not enough host memory for {what}: it needs {}{}", bytes(*needed), available.map_or(String::new(), |a| format!(" and {} are available", bytes(a))))]
+pub struct HostMemoryError {
+    /// What the memory is for (`input `A` of bicgk at m=100000 n=100000`).
+    pub what: String,
+    /// Bytes needed.
+    pub needed: u64,
+    /// Bytes available, where known.
+    pub available: Option<u64>,
+}
+
+/// `n` bytes in words: `80000000000 bytes (74.5 GiB)`.
+pub fn bytes(n: u64) -> String {
+    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
+    let mut value = n as f64;
+    let mut unit = None;
+    for u in UNITS {
+        if value < 1024.0 {
+            break;
+        }
+        value /= 1024.0;
+        unit = Some(u);
+    }
+    match unit {
+        None => format!("{n} bytes"),
+        Some(u) => format!("{n} bytes ({value:.1} {u})"),
+    }
+}
+
+/// An empty vector with room for `len` elements, or the error naming `what` when the memory
+/// cannot be had — an error, not the abort of a failed allocation.
+pub fn try_vec<T>(len: usize, what: impl FnOnce() -> String) -> Result<Vec<T>, HostMemoryError> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(len).map_err(|_| HostMemoryError {
+        what: what(),
+        needed: (len as u64).saturating_mul(std::mem::size_of::<T>() as u64),
+        available: None,
+    })?;
+    Ok(v)
+}
+
+/// Draws every input of `program` that `given` lacks, uniformly from [-1, 1), straight in the
+/// program's precision (an f32 element is the f64 draw rounded). Each input has its own stream
+/// of the seed, so a value does not change when another input is supplied.
+pub fn try_fill_random_inputs(
+    program: &Program,
+    sizes: &Sizes,
+    seed: u64,
+    given: &mut Bindings,
+) -> Result<(), HostMemoryError> {
     for (k, &id) in program.inputs.iter().enumerate() {
         let value = &program.values[id];
         if given.contains_key(&value.variable) {
@@ -192,11 +241,30 @@ pub fn fill_random_inputs(program: &Program, sizes: &Sizes, seed: u64, given: &m
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         rng.set_stream(k as u64);
         let count: usize = dims.iter().product();
-        let data: Vec<f64> = (0..count).map(|_| rng.random_range(-1.0..1.0)).collect();
-        given.insert(
-            value.variable.clone(),
-            HostArray::f64(dims, data).to_precision(program.precision),
-        );
+        let what = || format!("input `{}` of {} at {sizes}", value.variable, program.name);
+        let mut draw = || rng.random_range(-1.0..1.0);
+        let data = match program.precision {
+            Precision::F32 => {
+                let mut v = try_vec(count, what)?;
+                v.extend((0..count).map(|_| draw() as f32));
+                HostData::F32(v)
+            }
+            Precision::F64 => {
+                let mut v = try_vec(count, what)?;
+                v.extend((0..count).map(|_| draw()));
+                HostData::F64(v)
+            }
+        };
+        given.insert(value.variable.clone(), HostArray { dims, data });
+    }
+    Ok(())
+}
+
+/// [`try_fill_random_inputs`] for tests and benchmarks, whose inputs fit: panics where the
+/// memory cannot be had.
+pub fn fill_random_inputs(program: &Program, sizes: &Sizes, seed: u64, given: &mut Bindings) {
+    if let Err(e) = try_fill_random_inputs(program, sizes, seed, given) {
+        panic!("{e}");
     }
 }
 
@@ -279,6 +347,39 @@ mod tests {
         assert_eq!(relative_error(&[3.0, 4.0], &[3.0, 4.0]), 0.0);
         assert!((relative_error(&[3.0, 4.5], &[3.0, 4.0]) - 0.1).abs() < 1e-12);
         assert_eq!(relative_error(&[0.5], &[0.0]), 0.5);
+    }
+
+    /// Drawn straight in f32, an input is the f64 draw rounded: the same values as before
+    /// inputs were drawn without an f64 copy.
+    #[test]
+    fn f32_inputs_are_the_f64_draws_rounded() {
+        let library = crate::Library::builtin().unwrap();
+        let text = |p: &str| {
+            let prefix = if p == "f32" { "s" } else { "d" };
+            format!("precision: {p}\nsizes: {{n: 37}}\ninputs: {{x: [n]}}\noutputs: [y]\ncalls:\n  - y = {prefix}scal(2.0, x)\n")
+        };
+        let draw = |p: &str| {
+            let program = crate::script::parse("t.yaml", &text(p), &library).unwrap();
+            let mut given = Bindings::new();
+            try_fill_random_inputs(&program, &program.sizes, 5, &mut given).unwrap();
+            given.remove("x").unwrap()
+        };
+        let (single, double) = (draw("f32"), draw("f64"));
+        assert_eq!(single, double.to_precision(Precision::F32));
+        assert_eq!(single.dims, [37]);
+    }
+
+    #[test]
+    fn memory_that_cannot_be_had_is_an_error_naming_the_bytes() {
+        let err = try_vec::<f64>(usize::MAX / 4, || "a big one".to_string()).unwrap_err();
+        assert_eq!(err.what, "a big one");
+        assert!(
+            err.to_string()
+                .starts_with("not enough host memory for a big one: it needs "),
+            "{err}"
+        );
+        assert_eq!(bytes(80_000_000_000), "80000000000 bytes (74.5 GiB)");
+        assert_eq!(bytes(512), "512 bytes");
     }
 
     #[test]

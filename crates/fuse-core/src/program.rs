@@ -132,9 +132,17 @@ impl Program {
     /// Bytes that must cross memory at least once: every input read once, every output
     /// written once.
     pub fn compulsory_bytes(&self, sizes: &Sizes) -> u64 {
-        self.inputs
+        self.input_bytes(sizes) + self.bytes_of(&self.outputs, sizes)
+    }
+
+    /// Bytes of its inputs at `sizes`.
+    pub fn input_bytes(&self, sizes: &Sizes) -> u64 {
+        self.bytes_of(&self.inputs, sizes)
+    }
+
+    fn bytes_of(&self, values: &[ValueId], sizes: &Sizes) -> u64 {
+        values
             .iter()
-            .chain(&self.outputs)
             .map(|&v| sizes.array_bytes(&self.values[v].shape, self.precision).unwrap_or(0))
             .sum()
     }

@@ -75,7 +75,7 @@ fn sequences(c: &mut Criterion) {
         configure(&mut group);
         group.throughput(Throughput::Bytes(program.compulsory_bytes(&sizes)));
         for (label, plan) in [("fused", &fused), ("unfused", &unfused)] {
-            let mut workspace = plan.workspace();
+            let mut workspace = plan.workspace().expect("memory for the outputs");
             group.bench_function(label, |b| {
                 b.iter(|| plan.run_in(&inputs, &mut workspace).expect("runs"))
             });

@@ -55,7 +55,7 @@ fn check(program: &Program, plans: &[Plan], sizes: &[(usize, usize)]) {
                 assert!(
                     error < tolerance,
                     "{name} {precision} {m}x{n} {output}: error {error:e}\n{}",
-                    plan.describe(program)
+                    plan.describe(program, &fused)
                 );
             }
         }
@@ -265,7 +265,7 @@ fn a_workspace_is_reused_and_checked() {
     let fused = FusedPlan::new(&program, &sizes, &plans(&program, &cpu_table(), 1)[0]).unwrap();
     let mut inputs = Bindings::new();
     fill_random_inputs(&program, &sizes, 3, &mut inputs);
-    let mut workspace = fused.workspace();
+    let mut workspace = fused.workspace().unwrap();
     fused.run_in(&inputs, &mut workspace).unwrap();
     let first = fused.outputs(&workspace);
     fused.run_in(&inputs, &mut workspace).unwrap();
@@ -273,7 +273,7 @@ fn a_workspace_is_reused_and_checked() {
     let other = FusedPlan::new(&program, &sizes, &unfused_plan(&program, &sizes)).unwrap();
     let f64_program = load("bicgk", Precision::F64);
     let f64_plan = FusedPlan::new(&f64_program, &sizes, &unfused_plan(&f64_program, &sizes)).unwrap();
-    assert!(other.run_in(&inputs, &mut other.workspace()).is_ok());
+    assert!(other.run_in(&inputs, &mut other.workspace().unwrap()).is_ok());
     assert!(matches!(
         f64_plan.run_in(&inputs, &mut workspace),
         Err(CpuError::Bind(_))

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use fuse_core::data::BindError;
+use fuse_core::data::{BindError, HostMemoryError};
 use fuse_core::Precision;
 
 /// Anything that can go wrong in `fuse`: a bad script, arrays that do not fit, a shape mismatch
@@ -28,6 +28,9 @@ pub enum Error {
     /// Arrays bound to a program's inputs do not fit it: missing, wrong shape or wrong precision.
     #[error(transparent)]
     Bind(#[from] BindError),
+    /// A run needs more host memory than the machine can give (bytes needed and available).
+    #[error(transparent)]
+    HostMemory(#[from] HostMemoryError),
     /// A binding names no input of the program (a typo would otherwise be ignored).
     #[error("`{name}` is not an input of {program} (its inputs are {inputs})")]
     UnknownInput {

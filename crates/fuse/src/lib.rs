@@ -6,6 +6,7 @@ mod device;
 mod element;
 mod error;
 mod io;
+mod memory;
 mod script;
 pub mod select;
 mod session;
@@ -15,6 +16,7 @@ pub use device::RunTimes;
 pub use element::{array, Element};
 pub use error::{Error, Result};
 pub use io::{Inputs, Outputs};
+pub use memory::{available_host_memory, check_host_memory};
 pub use script::Script;
 pub use session::{Handle, Matrix, Scalar, ScalarArg, Session, Stats, Vector};
 

@@ -8,6 +8,7 @@
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
 
+use fuse_core::explore::{TimingError, Vocabulary};
 use fuse_core::{explore, Library, Limits, Plan, Program, Sizes, TimingTable};
 use fuse_cpu::fused::timings as cpu_timings;
 use fuse_cuda::timings as gpu_timings;
@@ -40,7 +41,7 @@ pub struct Table {
 pub fn cpu_table(library: &Library, explicit: Option<&Path>) -> Result<Table> {
     let selected = cpu_timings::select(library, explicit)?;
     Ok(Table {
-        table: selected.table,
+        table: of_kind(selected.table, Vocabulary::Cpu)?,
         note: selected.note.map(|n| format!("note: {n}")),
     })
 }
@@ -50,7 +51,7 @@ pub fn cpu_table(library: &Library, explicit: Option<&Path>) -> Result<Table> {
 pub fn gpu_table(gpu: &DeviceInfo, library: &Library, explicit: Option<&Path>) -> Result<Table> {
     let selected = gpu_timings::select(gpu, library, explicit)?;
     Ok(Table {
-        table: selected.table,
+        table: of_kind(selected.table, Vocabulary::Gpu)?,
         note: selected.note.map(|n| format!("note: {n}")),
     })
 }
@@ -60,7 +61,7 @@ pub fn gpu_table(gpu: &DeviceInfo, library: &Library, explicit: Option<&Path>) -
 pub fn generator_table(library: &Library, explicit: Option<&Path>) -> Result<Table> {
     if let Some(path) = explicit {
         return Ok(Table {
-            table: TimingTable::load(path)?,
+            table: of_kind(TimingTable::load(path)?, Vocabulary::Gpu)?,
             note: None,
         });
     }
@@ -71,6 +72,26 @@ pub fn generator_table(library: &Library, explicit: Option<&Path>) -> Result<Tab
             note: None,
         }),
     }
+}
+
+/// `table`, if it was measured on the kind of machine `words` names: a GPU table ranks no CPU
+/// plans, nor a CPU table GPU ones.
+fn of_kind(table: TimingTable, words: Vocabulary) -> Result<TimingTable> {
+    if Vocabulary::of(&table.device) == words {
+        return Ok(table);
+    }
+    let (is, wanted, calibrate) = match words {
+        Vocabulary::Cpu => ("a GPU", "the CPU backend needs a CPU table", "--backend cpu"),
+        Vocabulary::Gpu => ("a CPU", "GPU plans need a GPU table", "--backend cuda"),
+    };
+    Err(TimingError {
+        message: format!(
+            "{is} timing table ({}): {wanted} (see `fuse calibrate {calibrate}`)",
+            table.device.name
+        ),
+        file: table.origin,
+    }
+    .into())
 }
 
 /// The best predicted plan of `program` at `sizes` by `table`.
@@ -145,5 +166,18 @@ mod tests {
         let chosen = generator_table(&library, Some(&path)).unwrap();
         assert_eq!(chosen.table.device.name, TimingTable::builtin().unwrap().device.name);
         assert!(generator_table(&library, Some(Path::new("/nonexistent/t.yaml"))).is_err());
+    }
+
+    #[test]
+    fn a_table_of_the_other_kind_of_machine_is_refused() {
+        let library = Library::builtin().unwrap();
+        let timings = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../library/timings");
+        let err = cpu_table(&library, Some(&timings.join("h100-analytic.yaml"))).unwrap_err();
+        assert!(err.is_bad_input());
+        let message = err.to_string();
+        assert!(message.contains("h100-analytic.yaml: a GPU timing table"), "{message}");
+        assert!(message.contains("fuse calibrate --backend cpu"), "{message}");
+        let err = generator_table(&library, Some(&timings.join("cpu-analytic.yaml"))).unwrap_err();
+        assert!(err.to_string().contains("a CPU timing table"), "{err}");
     }
 }

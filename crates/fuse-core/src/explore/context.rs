@@ -3,6 +3,7 @@
 
 use crate::explore::callset::CallSet;
 use crate::explore::mapping::{call_mapping, Axis, CallMapping, Role, StripLayout, ELEMENT_SIDE, MAX_ROW_THREADS};
+use crate::explore::vocabulary::Vocabulary;
 use crate::program::{Arg, CallId, Program, ValueId};
 use crate::shape::{Shape, Sizes};
 
@@ -24,6 +25,8 @@ pub struct Context<'p> {
     /// Whether the target lets a row sum feed later calls of its own kernel
     /// ([`Hardware::row_barrier`](crate::explore::timing::Hardware::row_barrier)).
     pub row_barrier: bool,
+    /// The words of the target, for messages.
+    pub words: Vocabulary,
 }
 
 impl<'p> Context<'p> {
@@ -60,6 +63,7 @@ impl<'p> Context<'p> {
             consumers,
             array_neighbours,
             row_barrier: false,
+            words: Vocabulary::Gpu,
         }
     }
 
@@ -67,6 +71,12 @@ impl<'p> Context<'p> {
     /// kernel (see [`Context::row_barrier`]).
     pub fn with_row_barrier(mut self, row_barrier: bool) -> Self {
         self.row_barrier = row_barrier;
+        self
+    }
+
+    /// The same context for a target that speaks `words` (see [`Vocabulary`]).
+    pub fn with_words(mut self, words: Vocabulary) -> Self {
+        self.words = words;
         self
     }
 

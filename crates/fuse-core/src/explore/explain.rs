@@ -29,7 +29,7 @@ pub struct PairExplanation {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Verdict {
-    /// In the same kernel (1-based, in launch order).
+    /// In the same kernel (1-based, in launch order; a pass on the CPU).
     Fused {
         /// The kernel.
         kernel: usize,
@@ -135,7 +135,8 @@ fn apart(ex: &Exploration, best: &Plan, a: CallId, b: CallId) -> Verdict {
         return Verdict::Apart {
             why: Why::Rule(Rule::ResourceLimit),
             message: format!(
-                "no block of a kernel holding `{}` and `{}` fits the device's threads and shared memory per block",
+                "no implementation of a {} holding `{}` and `{}` fits the device's limits on threads and shared memory",
+                ex.context.words.kernel(),
                 ex.context.text(a),
                 ex.context.text(b)
             ),
@@ -146,7 +147,8 @@ fn apart(ex: &Exploration, best: &Plan, a: CallId, b: CallId) -> Verdict {
         Err(v) => Verdict::Apart {
             why: Why::Rule(v.rule),
             message: format!(
-                "a kernel holding both must hold the calls between them, and {}",
+                "a {} holding both must hold the calls between them, and {}",
+                ex.context.words.kernel(),
                 v.message
             ),
         },
@@ -195,7 +197,8 @@ fn slower(ex: &Exploration, best: &Plan, a: CallId, b: CallId) -> Verdict {
             best_us: best.predicted_us,
         },
         message: format!(
-            "they could share a kernel, but the best plan doing so is predicted {fused_us:.2} µs against {:.2} µs",
+            "they could share a {}, but the best plan doing so is predicted {fused_us:.2} µs against {:.2} µs",
+            ex.context.words.kernel(),
             best.predicted_us
         ),
     }

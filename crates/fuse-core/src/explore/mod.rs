@@ -11,7 +11,8 @@
 //!    iterations, finishing of partial reductions), predicted by [`predict`] from a
 //!    [`timing`] table, dominated ones pruned;
 //! 5. [`plan`]: whole plans, best predicted first, lazily;
-//! 6. [`explain`]: why two calls that share data are or are not in one kernel.
+//! 6. [`explain`]: why two calls that share data are or are not in one kernel, in the words
+//!    of the machine ([`vocabulary`]).
 //!
 //! ```
 //! use fuse_core::explore::{explore, Limits, TimingTable};
@@ -44,6 +45,7 @@ pub mod plan;
 pub mod predict;
 pub mod rules;
 pub mod timing;
+pub mod vocabulary;
 
 #[cfg(test)]
 mod tests;
@@ -59,10 +61,11 @@ pub use implementation::{
     implementation_with, Block, Dataflow, Finish, Implementation, Implemented, Launch, Reduction, RoutineShare,
 };
 pub use mapping::{Axis, CallMapping, Role, Space};
-pub use plan::{Kernel, Plan, PlanCount, Plans};
+pub use plan::{GpuLayout, Kernel, Layout, Plan, PlanCount, Plans};
 pub use predict::{KernelTime, Predictor, Work};
 pub use rules::{Rule, Violation};
-pub use timing::{library_checksum, TimingError, TimingTable};
+pub use timing::{library_checksum, TimingError, TimingTable, CPU_COMPUTE_CAPABILITY};
+pub use vocabulary::Vocabulary;
 
 use crate::library::Library;
 use crate::program::Program;
@@ -143,7 +146,9 @@ pub fn explore<'p>(
     library: &Library,
     limits: Limits,
 ) -> Result<Exploration<'p>, ExploreError> {
-    let context = Context::new(program, sizes).with_row_barrier(table.device.row_barrier);
+    let context = Context::new(program, sizes)
+        .with_row_barrier(table.device.row_barrier)
+        .with_words(Vocabulary::of(&table.device));
     let mut notes = Vec::new();
     let mismatch = table.mismatch(&library_checksum(library));
     notes.extend(mismatch.clone());
@@ -203,6 +208,11 @@ impl<'p> Exploration<'p> {
     /// For every pair of calls sharing data, whether `best` fuses them and, if not, why.
     pub fn explain(&self, best: &Plan) -> Vec<PairExplanation> {
         explain::explain(self, best)
+    }
+
+    /// The words of the machine explored for (its timing table's).
+    pub fn words(&self) -> Vocabulary {
+        self.context.words
     }
 
     /// The program explored.

@@ -21,8 +21,9 @@ use std::rc::Rc;
 use serde::{Deserialize, Serialize};
 
 use crate::explore::callset::CallSet;
-use crate::explore::implementation::{dataflow, Implementation, Launch};
+use crate::explore::implementation::{dataflow, Implementation, Launch, Reduction};
 use crate::explore::predict::KernelTime;
+use crate::explore::vocabulary::Vocabulary;
 use crate::explore::Exploration;
 use crate::program::{CallId, Program, ValueId};
 
@@ -76,25 +77,39 @@ pub struct Plan {
 }
 
 impl Plan {
-    /// The plan as text, calls and values named as in `program`.
-    pub fn describe(&self, program: &Program) -> String {
+    /// Bytes of every value the plan stores to memory — outputs, and temporaries passed
+    /// between kernels — at `sizes`: what running it allocates beside its inputs.
+    pub fn stored_bytes(&self, program: &Program, sizes: &crate::shape::Sizes) -> u64 {
+        let stored: BTreeSet<ValueId> = self.kernels.iter().flat_map(|k| k.stores.iter().copied()).collect();
+        let bytes = |v: ValueId| {
+            sizes
+                .array_bytes(&program.values[v].shape, program.precision)
+                .unwrap_or(0)
+        };
+        stored.into_iter().map(bytes).sum()
+    }
+
+    /// The plan as text in the words of the machine `layout` describes, calls and values named
+    /// as in `program`.
+    pub fn describe(&self, program: &Program, layout: &dyn Layout) -> String {
+        let words = layout.words();
         let mut out = String::new();
-        let kernels = self.kernels.len();
-        let s = if kernels == 1 { "" } else { "s" };
         let _ = writeln!(
             out,
-            "plan {}: {:.2} µs, {kernels} kernel{s}",
-            self.rank, self.predicted_us
+            "plan {}: {:.2} µs, {}",
+            self.rank,
+            self.predicted_us,
+            words.kernels(self.kernels.len())
         );
         for (k, kernel) in self.kernels.iter().enumerate() {
-            describe_kernel(&mut out, program, k + 1, kernel);
+            describe_kernel(&mut out, program, k, kernel, layout);
         }
         out
     }
 }
 
-fn describe_kernel(out: &mut String, program: &Program, number: usize, k: &Kernel) {
-    let (t, launch) = (&k.predicted, &k.launch);
+fn describe_kernel(out: &mut String, program: &Program, index: usize, k: &Kernel, layout: &dyn Layout) {
+    let (t, words) = (&k.predicted, layout.words());
     let names = |ids: &[ValueId]| match ids {
         [] => "—".to_string(),
         _ => ids
@@ -105,40 +120,24 @@ fn describe_kernel(out: &mut String, program: &Program, number: usize, k: &Kerne
     };
     let _ = writeln!(
         out,
-        "  kernel {number}: {:.2} µs = max(transfer {:.2}, compute {:.2}) + launch {:.2} + finish {:.2}",
-        t.total_us, t.transfer_us, t.compute_us, t.launch_us, t.finish_us
+        "  {} {}: {:.2} µs = max(transfer {:.2}, compute {:.2}) + {} {:.2} + finish {:.2}",
+        words.kernel(),
+        index + 1,
+        t.total_us,
+        t.transfer_us,
+        t.compute_us,
+        words.launch(),
+        t.launch_us,
+        t.finish_us
     );
-    let plural = |n: u32| if n == 1 { "" } else { "s" };
-    let (instances, serial) = (launch.block.instances, launch.serial_iterations);
-    let layout = match launch.walk {
-        None => format!(
-            "{instances} instance{}, {serial} serial iteration{}",
-            plural(instances),
-            plural(serial)
-        ),
-        Some(walk) => format!(
-            "{} of {} columns, {serial} serial iteration{} {}",
-            if launch.block.whole_rows {
-                "whole rows"
-            } else {
-                "strips"
-            },
-            32 * instances,
-            plural(serial),
-            walk.walk()
-        ),
-    };
-    let _ = writeln!(
-        out,
-        "    {} blocks × {} threads ({layout}), {} B shared",
-        launch.blocks, launch.block.threads, launch.shared_bytes
-    );
+    let _ = writeln!(out, "    {}", layout.layout(index, k));
     for (c, variant) in k.calls.iter().zip(&k.variants) {
-        let finish = launch
+        let finish = k
+            .launch
             .reductions
             .iter()
             .find(|r| r.call == *c)
-            .map(|r| format!("; {}", r.finish));
+            .map(|r| format!("; {}", layout.finish(index, r)));
         let _ = writeln!(
             out,
             "    {}  [{variant}{}]",
@@ -148,11 +147,66 @@ fn describe_kernel(out: &mut String, program: &Program, number: usize, k: &Kerne
     }
     let _ = writeln!(
         out,
-        "    loads {} · stores {} · on chip {}",
+        "    loads {} · stores {} · {} {}",
         names(&k.loads),
         names(&k.stores),
+        words.on_chip(),
         names(&k.on_chip)
     );
+}
+
+/// How a machine runs the kernels of a plan, in its words: what
+/// [`Plan::describe`] prints under each kernel.
+pub trait Layout {
+    /// The words.
+    fn words(&self) -> Vocabulary;
+    /// One line: how the plan's kernel `index` (from 0) runs.
+    fn layout(&self, index: usize, kernel: &Kernel) -> String;
+    /// How `reduction` of kernel `index` is finished.
+    fn finish(&self, index: usize, reduction: &Reduction) -> String;
+}
+
+/// A GPU's layout: the launch configuration the explorer chose (blocks, threads, strips or
+/// instances, serial iterations, shared memory).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct GpuLayout;
+
+impl Layout for GpuLayout {
+    fn words(&self) -> Vocabulary {
+        Vocabulary::Gpu
+    }
+
+    fn finish(&self, _: usize, reduction: &Reduction) -> String {
+        reduction.finish.to_string()
+    }
+
+    fn layout(&self, _: usize, kernel: &Kernel) -> String {
+        let launch = &kernel.launch;
+        let plural = |n: u32| if n == 1 { "" } else { "s" };
+        let (instances, serial) = (launch.block.instances, launch.serial_iterations);
+        let arrangement = match launch.walk {
+            None => format!(
+                "{instances} instance{}, {serial} serial iteration{}",
+                plural(instances),
+                plural(serial)
+            ),
+            Some(walk) => format!(
+                "{} of {} columns, {serial} serial iteration{} {}",
+                if launch.block.whole_rows {
+                    "whole rows"
+                } else {
+                    "strips"
+                },
+                32 * instances,
+                plural(serial),
+                walk.walk()
+            ),
+        };
+        format!(
+            "{} blocks × {} threads ({arrangement}), {} B shared",
+            launch.blocks, launch.block.threads, launch.shared_bytes
+        )
+    }
 }
 
 /// How many plans exist; `exact` is false when counting stopped at its budget.

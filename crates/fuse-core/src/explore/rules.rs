@@ -106,10 +106,12 @@ pub fn global_barrier(ctx: &Context, a: CallId, b: CallId) -> Result<(), Violati
                 calls: vec![producer, consumer],
                 value: Some(value),
                 message: format!(
-                    "`{}` reduces: `{}` is complete only after a global barrier, so `{}` must run in a later kernel",
+                    "`{}` reduces: `{}` is complete only {}, so `{}` must run in a later {}",
                     ctx.text(producer),
                     ctx.name(value),
-                    ctx.text(consumer)
+                    ctx.words.barrier(),
+                    ctx.text(consumer),
+                    ctx.words.kernel()
                 ),
             });
         }
@@ -128,9 +130,10 @@ pub fn same_block_mapping(ctx: &Context, a: CallId, b: CallId) -> Result<(), Vio
         calls: vec![a, b],
         value: None,
         message: format!(
-            "`{}` runs on {sa} but `{}` on {sb}: blocks would not hold the same data",
+            "`{}` runs on {sa} but `{}` on {sb}: {} would not hold the same data",
             ctx.text(a),
-            ctx.text(b)
+            ctx.text(b),
+            ctx.words.workers()
         ),
     })
 }
@@ -181,10 +184,11 @@ pub fn convex(ctx: &Context, members: &CallSet) -> Result<(), Violation> {
                     calls: vec![m, outside, back],
                     value: None,
                     message: format!(
-                        "`{}` reads `{}` and feeds `{}`: it would have to run inside the kernel",
+                        "`{}` reads `{}` and feeds `{}`: it would have to run inside the {}",
                         ctx.text(outside),
                         ctx.text(m),
-                        ctx.text(back)
+                        ctx.text(back),
+                        ctx.words.kernel()
                     ),
                 });
             }

@@ -6,7 +6,7 @@ use std::path::Path;
 use proptest::prelude::*;
 
 use crate::explore::rules::Rule;
-use crate::explore::{explore, Exploration, Limits, Plan, TimingTable, Verdict, Why};
+use crate::explore::{explore, Exploration, GpuLayout, Limits, Plan, TimingTable, Verdict, Why};
 use crate::testing::{programs, random_program};
 use crate::{script, Library, Program};
 
@@ -49,7 +49,7 @@ fn best_plans_of_the_papers_sequences() {
         let best = explored(&program, Limits::default()).best();
         let mut got = kernel_calls(&best);
         got.iter_mut().for_each(|k| k.sort());
-        assert_eq!(got, kernels, "{name}:\n{}", best.describe(&program));
+        assert_eq!(got, kernels, "{name}:\n{}", best.describe(&program, &GpuLayout));
     }
 }
 
@@ -140,7 +140,7 @@ fn explain_reports_a_fusion_predicted_slower() {
     let table = TimingTable::parse("small.yaml", &small).unwrap();
     let ex = explore(&program, &program.sizes, &table, &library(), Limits::default()).unwrap();
     let best = ex.best();
-    assert_eq!(best.kernels.len(), 2, "{}", best.describe(&program));
+    assert_eq!(best.kernels.len(), 2, "{}", best.describe(&program, &GpuLayout));
     let slower = ex.explain(&best).into_iter().find_map(|p| match p.verdict {
         Verdict::Apart {
             why: Why::PredictedSlower { fused_us, best_us },

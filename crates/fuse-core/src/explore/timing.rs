@@ -112,6 +112,16 @@ pub struct Hardware {
     pub row_barrier: bool,
 }
 
+/// Compute capability a CPU timing table records: there is none.
+pub const CPU_COMPUTE_CAPABILITY: &str = "0.0";
+
+impl Hardware {
+    /// Whether it is a CPU (the CPU backend's threads posing as a GPU).
+    pub fn is_cpu(&self) -> bool {
+        self.compute_capability == CPU_COMPUTE_CAPABILITY
+    }
+}
+
 /// The analytic model's figures.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -295,10 +305,10 @@ impl TimingTable {
             Source::Analytic => "analytic estimate — not measured".to_string(),
             Source::Measured => format!("{} measured routines", self.routines.len()),
         };
-        // CPU tables record compute capability 0.0: no CUDA architecture to name.
-        let arch = match self.device.compute_capability.as_str() {
-            "0.0" => "CPU".to_string(),
-            cc => format!("sm_{}", cc.replace('.', "")),
+        // CPU tables record no compute capability: no CUDA architecture to name.
+        let arch = match self.device.is_cpu() {
+            true => "CPU".to_string(),
+            false => format!("sm_{}", self.device.compute_capability.replace('.', "")),
         };
         format!("{}: {}, {arch}, {source}", self.origin, self.device.name)
     }

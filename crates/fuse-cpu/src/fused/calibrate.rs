@@ -264,7 +264,7 @@ fn compute_ns(
     let fused = FusedPlan::new(&program, &sizes, &unfused_plan(&program, &sizes))?;
     let mut inputs = Bindings::new();
     fill_random_inputs(&program, &sizes, 1, &mut inputs);
-    let mut workspace = fused.workspace();
+    let mut workspace = fused.workspace()?;
     let mut failed = None;
     let seconds = median_seconds(ROUTINE_REPS, || {
         if let Err(e) = fused.run_in(&inputs, &mut workspace) {

@@ -1,6 +1,6 @@
 //! The fused CPU backend's one error type.
 
-use fuse_core::data::BindError;
+use fuse_core::data::{BindError, HostMemoryError};
 use fuse_core::explore::{ExploreError, TimingError};
 
 /// Why the fused CPU backend cannot prepare or run a plan.
@@ -9,6 +9,9 @@ pub enum CpuError {
     /// The inputs do not fit the program.
     #[error(transparent)]
     Bind(#[from] BindError),
+    /// The host memory to compute into cannot be had.
+    #[error(transparent)]
+    HostMemory(#[from] HostMemoryError),
     /// A call's formula has a form the executor does not handle.
     #[error("{location}: the CPU backend cannot run `{call}`: {what}")]
     Unsupported {

@@ -211,6 +211,32 @@ fn tile<T>(space: Space, passes: usize) -> Tile {
     }
 }
 
+/// How `kernel` runs, in one line: threads, parts, tiles and walks over each tile.
+pub(crate) fn layout<T>(kernel: &KernelPlan) -> String {
+    let tile = tile::<T>(kernel.space, kernel.passes);
+    let (extent, per_tile, tiles) = match kernel.space {
+        Space::Vector(len) => (len, tile.cols, format!("chunks of {} elements", tile.cols.min(len))),
+        Space::Matrix(rows, _) => (
+            rows,
+            tile.rows,
+            format!("tiles of {} rows × {} columns", tile.rows.min(rows), tile.cols),
+        ),
+    };
+    let threads = rayon::current_num_threads();
+    let parts = part_bounds(extent, per_tile).len();
+    let walks = match kernel.passes {
+        1 => String::new(),
+        2 => ", each tile walked twice (its row sums finished in the first walk)".to_string(),
+        n => format!(", each tile walked {n} times (row sums finished in earlier walks)"),
+    };
+    let plural = |n: usize| if n == 1 { "" } else { "s" };
+    format!(
+        "{threads} thread{} sharing {parts} part{} in {tiles}{walks}",
+        plural(threads),
+        plural(parts)
+    )
+}
+
 /// Splits `0..extent`, in whole tiles of `per_tile`, into contiguous parts.
 fn part_bounds(extent: usize, per_tile: usize) -> Vec<(usize, usize)> {
     let tiles = extent.div_ceil(per_tile);

@@ -54,9 +54,11 @@ mod real;
 mod stage;
 pub mod timings;
 
-use fuse_core::data::check_inputs;
+use std::mem;
+
+use fuse_core::data::{check_inputs, try_vec};
 use fuse_core::explore::implementation::{dataflow, Block, Finish, Launch, Reduction, DEFAULT_VARIANT};
-use fuse_core::explore::{Context, KernelTime};
+use fuse_core::explore::{Context, KernelTime, Layout, Vocabulary};
 use fuse_core::{Bindings, HostArray, HostData, Kernel, Plan, Precision, Program, Sizes};
 
 pub use error::CpuError;
@@ -112,14 +114,32 @@ impl FusedPlan {
         &self.sizes
     }
 
-    /// A fresh workspace for this plan (zeroed buffers).
-    pub fn workspace(&self) -> Workspace {
-        let lens = &self.prepared.slot_lens;
+    /// A fresh workspace for this plan (zeroed buffers); an error, not an abort, where the host
+    /// memory cannot be had.
+    pub fn workspace(&self) -> Result<Workspace, CpuError> {
         let buffers = match self.program.precision {
-            Precision::F32 => Buffers::F32(lens.iter().map(|&n| vec![0.0; n]).collect()),
-            Precision::F64 => Buffers::F64(lens.iter().map(|&n| vec![0.0; n]).collect()),
+            Precision::F32 => Buffers::F32(self.zeroed()?),
+            Precision::F64 => Buffers::F64(self.zeroed()?),
         };
-        Workspace { buffers }
+        Ok(Workspace { buffers })
+    }
+
+    /// A zeroed buffer per slot.
+    fn zeroed<T: Real>(&self) -> Result<Vec<Vec<T>>, CpuError> {
+        let names = |slot: usize| {
+            let values = &self.program.values;
+            let value = self.prepared.slots.iter().position(|&s| s == Some(slot));
+            value.map_or_else(|| "a value".to_string(), |v| format!("`{}`", values[v].variable))
+        };
+        let mut buffers = Vec::with_capacity(self.prepared.slot_lens.len());
+        for (slot, &len) in self.prepared.slot_lens.iter().enumerate() {
+            let mut buffer = try_vec(len, || {
+                format!("{} of {} at {}", names(slot), self.program.name, self.sizes)
+            })?;
+            buffer.resize(len, T::ZERO);
+            buffers.push(buffer);
+        }
+        Ok(buffers)
     }
 
     /// Runs on `inputs` (checked against the program) into `workspace`; read the outputs with
@@ -136,7 +156,7 @@ impl FusedPlan {
     }
 
     /// The outputs held by `workspace` after [`FusedPlan::run_in`], by name, in the program's
-    /// precision.
+    /// precision (copied: the workspace is kept for the next run).
     pub fn outputs(&self, workspace: &Workspace) -> Bindings {
         match &workspace.buffers {
             Buffers::F32(b) => self.collect(|slot| HostData::F32(b[slot].clone())),
@@ -144,15 +164,19 @@ impl FusedPlan {
         }
     }
 
-    /// Runs on `inputs`; returns every output by name, in the program's precision.
+    /// Runs on `inputs`; returns every output by name, in the program's precision — the
+    /// buffers computed into, not copies of them.
     pub fn run(&self, inputs: &Bindings) -> Result<Bindings, CpuError> {
-        let mut workspace = self.workspace();
+        let mut workspace = self.workspace()?;
         self.run_in(inputs, &mut workspace)?;
-        Ok(self.outputs(&workspace))
+        Ok(match workspace.buffers {
+            Buffers::F32(mut b) => self.collect(|slot| HostData::F32(mem::take(&mut b[slot]))),
+            Buffers::F64(mut b) => self.collect(|slot| HostData::F64(mem::take(&mut b[slot]))),
+        })
     }
 
     /// Each output with the data of its slot.
-    fn collect(&self, data: impl Fn(usize) -> HostData) -> Bindings {
+    fn collect(&self, mut data: impl FnMut(usize) -> HostData) -> Bindings {
         self.program
             .outputs
             .iter()
@@ -165,6 +189,34 @@ impl FusedPlan {
                 Some((value.variable.clone(), array))
             })
             .collect()
+    }
+}
+
+/// The CPU's words for a plan (`fuse explore`, `fuse explain`): passes of threads over tiles.
+impl Layout for FusedPlan {
+    fn words(&self) -> Vocabulary {
+        Vocabulary::Cpu
+    }
+
+    fn layout(&self, index: usize, _: &Kernel) -> String {
+        let kernel = &self.prepared.kernels[index];
+        match self.program.precision {
+            Precision::F32 => exec::layout::<f32>(kernel),
+            Precision::F64 => exec::layout::<f64>(kernel),
+        }
+    }
+
+    /// Whatever the plan names: a thread owns whole rows, so it completes row sums; every other
+    /// reduction is summed from the threads' partials after the parallel section.
+    fn finish(&self, index: usize, reduction: &Reduction) -> String {
+        let row_sums = self.prepared.kernels[index]
+            .calls
+            .iter()
+            .any(|c| c.result == reduction.value && matches!(c.op, prepare::Op::RowSums { .. }));
+        match row_sums {
+            true => "complete in each thread, which owns whole rows".to_string(),
+            false => "threads' partials added at the end of the pass".to_string(),
+        }
     }
 }
 

@@ -24,8 +24,7 @@ use super::error::CpuError;
 /// Environment variable naming a CPU timing table to use instead of the shipped ones.
 pub const ENV: &str = "FUSE_CPU_TIMINGS";
 
-/// Compute capability recorded for a CPU: there is none.
-pub const CPU_COMPUTE_CAPABILITY: &str = "0.0";
+pub use fuse_core::explore::CPU_COMPUTE_CAPABILITY;
 
 /// The shipped tables: `cpu-*.yaml` are CPU tables.
 static SHIPPED: Dir<'static> = include_dir!("$CARGO_MANIFEST_DIR/../../library/timings");

@@ -14,15 +14,19 @@ mod executables;
 mod options;
 
 use std::fmt;
+use std::path::Path;
 use std::str::FromStr;
 use std::sync::Arc;
 
 use fuse_core::data::check_inputs;
-use fuse_core::{Bindings, Plan, Program, Sizes};
+use fuse_core::{Bindings, Library, Plan, Program, Sizes};
+use fuse_cuda::DeviceInfo;
 
 use crate::device::RunTimes;
 use crate::error::{list, Error, Result};
 use crate::io::{Inputs, Outputs};
+use crate::memory::check_host_memory;
+use crate::select;
 use executables::Executable;
 pub use options::CompileOptions;
 
@@ -82,6 +86,28 @@ impl Backend {
             Ok(gpu) => (Backend::Cuda { device: 0 }, gpu.describe()),
             Err(why) => (Backend::Cpu, why),
         }
+    }
+
+    /// The timing table this backend ranks its plans by (see [`select::cpu_table`],
+    /// [`select::gpu_table`] and [`select::generator_table`]; `explicit` names one of its kind of
+    /// machine); none for the reference interpreter, which runs call by call.
+    ///
+    /// ```
+    /// use fuse::{Backend, Library};
+    ///
+    /// let library = Library::builtin()?;
+    /// let cpu = Backend::Cpu.timing_table(&library, None)?.unwrap();
+    /// assert!(cpu.table.device.is_cpu());
+    /// assert!(Backend::Reference.timing_table(&library, None)?.is_none());
+    /// # Ok::<(), fuse::Error>(())
+    /// ```
+    pub fn timing_table(&self, library: &Library, explicit: Option<&Path>) -> Result<Option<select::Table>> {
+        Ok(Some(match self {
+            Backend::Reference => return Ok(None),
+            Backend::Cpu => select::cpu_table(library, explicit)?,
+            Backend::Emulate => select::generator_table(library, explicit)?,
+            Backend::Cuda { device } => select::gpu_table(&DeviceInfo::query(*device)?, library, explicit)?,
+        }))
     }
 
     /// The backend's name, as `fuse run --backend` spells it.
@@ -210,7 +236,9 @@ pub struct Compiled {
 
 impl Compiled {
     /// Runs on `inputs`, an array per input name of the program's shape (at the compiled sizes)
-    /// and precision; returns every output by name, in the program's precision.
+    /// and precision; returns every output by name, in the program's precision. Where the
+    /// host cannot give the memory the run needs ([`Compiled::run_bytes`]), an
+    /// [`Error::HostMemory`] before anything is allocated.
     pub fn run(&self, inputs: &Inputs) -> Result<Outputs> {
         self.run_timed(inputs).map(|(outputs, _)| outputs)
     }
@@ -220,6 +248,9 @@ impl Compiled {
     pub fn run_timed(&self, inputs: &Inputs) -> Result<(Outputs, RunTimes)> {
         self.check_names(inputs)?;
         check_inputs(&self.program, &self.sizes, inputs)?;
+        check_host_memory(self.run_bytes(), || {
+            format!("the outputs and temporaries of {} at {}", self.program.name, self.sizes)
+        })?;
         let (outputs, times) = self.executable.run(inputs)?;
         Ok((Outputs::new(outputs), times))
     }
@@ -228,6 +259,16 @@ impl Compiled {
     /// keeps its values there between runs.
     pub(crate) fn device(&self) -> Option<&dyn crate::device::DevicePlan> {
         self.executable.device()
+    }
+
+    /// Host bytes a run allocates beside its inputs: every value the plan stores to memory
+    /// (outputs, and temporaries passed between kernels), or, without a plan, the outputs.
+    pub fn run_bytes(&self) -> u64 {
+        let p = &self.program;
+        match &self.plan {
+            Some(plan) => plan.stored_bytes(p, &self.sizes),
+            None => p.compulsory_bytes(&self.sizes) - p.input_bytes(&self.sizes),
+        }
     }
 
     /// The backend that compiled it.

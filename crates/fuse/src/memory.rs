@@ -1,0 +1,52 @@
+//! Host memory: what a run needs against what the machine can give, checked before the big
+//! arrays are made, so that a problem too large for the machine is a clear error (bytes needed,
+//! bytes available) rather than the abort of a failed allocation. Allocations themselves are
+//! fallible too ([`fuse_core::data::try_vec`]): memory taken by others between the check and
+//! the allocation is still an error, not an abort.
+
+use std::path::Path;
+
+use fuse_core::data::HostMemoryError;
+
+use crate::error::Result;
+
+/// Bytes of memory the host can give this process now: `MemAvailable` of `/proc/meminfo`, or
+/// less where the process's control group (cgroup v2) allows less; `None` where unknown.
+pub fn available_host_memory() -> Option<u64> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let available = meminfo.lines().find_map(|l| {
+        let kib = l.strip_prefix("MemAvailable:")?.trim().strip_suffix("kB")?;
+        kib.trim().parse::<u64>().ok().map(|k| k * 1024)
+    })?;
+    Some(cgroup_room().map_or(available, |room| room.min(available)))
+}
+
+/// What the process's cgroup still allows (its `memory.max` less `memory.current`), if it
+/// sets a limit.
+fn cgroup_room() -> Option<u64> {
+    let membership = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let path = membership.lines().find_map(|l| l.strip_prefix("0::"))?;
+    let dir = Path::new("/sys/fs/cgroup").join(path.trim_start_matches('/'));
+    let read = |file: &str| std::fs::read_to_string(dir.join(file)).ok()?.trim().parse::<u64>().ok();
+    Some(read("memory.max")?.saturating_sub(read("memory.current")?))
+}
+
+/// Checks that `needed` bytes for `what` fit the host memory available now (where that is
+/// known).
+///
+/// ```
+/// let err = fuse::check_host_memory(u64::MAX, || "a huge matrix".to_string()).unwrap_err();
+/// assert!(err.to_string().starts_with("not enough host memory for a huge matrix: it needs 18446744073709551615 bytes"));
+/// assert!(fuse::check_host_memory(1, || "a byte".to_string()).is_ok());
+/// ```
+pub fn check_host_memory(needed: u64, what: impl FnOnce() -> String) -> Result<()> {
+    match available_host_memory() {
+        Some(available) if needed > available => Err(HostMemoryError {
+            what: what(),
+            needed,
+            available: Some(available),
+        }
+        .into()),
+        _ => Ok(()),
+    }
+}
