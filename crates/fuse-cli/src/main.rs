@@ -167,7 +167,8 @@ by its timing table at the sizes given, and described in its words: on the CPU, 
 over tiles; on a GPU (cuda, or emulate for GPU plans without one), kernels of blocks with shared \
 memory. The header states the sizes, the backend, the timing table and how many plans exist.",
         after_help = "Examples:\n  fuse explore scripts/bicgk.yaml\n  fuse explore scripts/gemver.yaml --all\n  \
-fuse explore scripts/atax.yaml --backend emulate --top 1 --json --timings my-gpu.yaml"
+fuse explore scripts/atax.yaml --backend emulate --top 1 --json\n  \
+fuse explore scripts/atax.yaml --backend cuda --timings my-gpu.yaml"
     )]
     Explore(explore::ExploreArgs),
     /// For every pair of calls that share data: fused in the best plan, or which rule kept them apart.
