@@ -172,7 +172,7 @@ pub fn variants(_ctx: &Context, _c: CallId) -> Vec<String> {
 
 /// Where the values of the calls in `order` live.
 pub fn dataflow(ctx: &Context, order: &[CallId]) -> Dataflow {
-    let members = CallSet::of(ctx.calls(), order);
+    let members = CallSet::of(order);
     let program = ctx.program;
     let inside = |v: ValueId| program.values[v].producer.is_some_and(|p| members.contains(p));
     let mut flow = Dataflow::default();
@@ -303,7 +303,7 @@ impl<'c> KernelRoutines<'c> {
         let read_inside = order
             .iter()
             .copied()
-            .filter(|&c| ctx.is_reduce(c) && order.iter().any(|&d| ctx.consumers[c].contains(d)))
+            .filter(|&c| ctx.is_reduce(c) && order.iter().any(|&d| ctx.consumes(c, d)))
             .collect();
         KernelRoutines {
             order: order.to_vec(),
@@ -802,7 +802,7 @@ fn best_order(ctx: &Context, calls: &[CallId], walk: Option<Axis>, cap: usize) -
 
 /// Up to `cap` orders of `calls` that respect their dependencies, lexicographically first.
 fn topological_orders(ctx: &Context, calls: &[CallId], cap: usize) -> Vec<Vec<CallId>> {
-    let members = CallSet::of(ctx.calls(), calls);
+    let members = CallSet::of(calls);
     let inner_producers: Vec<Vec<CallId>> = calls
         .iter()
         .map(|&c| {

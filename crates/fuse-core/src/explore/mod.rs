@@ -34,6 +34,7 @@
 //! ```
 
 mod callset;
+mod chunked;
 mod context;
 pub mod environment;
 pub mod explain;
