@@ -325,8 +325,8 @@ impl Bench<'_> {
         }
         self.bar.inc(1);
         self.step("inputs");
-        let fused = FusedPlan::new(program, &sizes, &fused_plan).map_err(internal)?;
-        let baseline = FusedPlan::new(program, &sizes, &baseline_plan).map_err(internal)?;
+        let fused = FusedPlan::new(program.clone(), &sizes, &fused_plan).map_err(internal)?;
+        let baseline = FusedPlan::new(program.clone(), &sizes, &baseline_plan).map_err(internal)?;
         let mut inputs = Bindings::new();
         try_fill_random_inputs(program, &sizes, self.args.seed, &mut inputs).map_err(failure)?;
         self.bar.inc(1);
@@ -365,7 +365,7 @@ fn check_against_reference(
         .map(|(k, v)| (k.to_string(), v.min(CHECK_EXTENT)))
         .collect();
     let small = program.bind_sizes(&small).map_err(bad_input)?;
-    let fused = FusedPlan::new(program, &small, plan).map_err(internal)?;
+    let fused = FusedPlan::new(program.clone(), &small, plan).map_err(internal)?;
     let mut inputs = Bindings::new();
     fill_random_inputs(program, &small, seed, &mut inputs);
     let got = fused.run(&inputs).map_err(internal)?;

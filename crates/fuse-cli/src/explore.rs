@@ -105,7 +105,7 @@ impl Prepared {
     fn describe(&self, plan: &Plan) -> Result<String, Failure> {
         Ok(match self.backend {
             fuse::Backend::Cpu => {
-                let cpu = FusedPlan::new(&self.program, &self.program.sizes, plan).map_err(internal)?;
+                let cpu = FusedPlan::new(self.program.clone(), &self.program.sizes, plan).map_err(internal)?;
                 plan.describe(&self.program, &cpu)
             }
             _ => plan.describe(&self.program, &GpuLayout),

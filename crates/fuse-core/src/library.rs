@@ -15,6 +15,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::Path;
+use std::sync::Arc;
 
 use include_dir::{include_dir, Dir};
 use serde::Deserialize;
@@ -92,15 +93,16 @@ pub struct ElementaryFunction {
     pub kind: HigherOrderKind,
     /// Precisions it exists in.
     pub precisions: Vec<Precision>,
-    /// Its forms, at most one per arity.
-    pub forms: Vec<Form>,
+    /// Its forms, at most one per arity, shared with every call of them (a long script
+    /// holds one copy of each form, not one per call).
+    pub forms: Vec<Arc<Form>>,
     /// The metadata file it came from.
     pub file: String,
 }
 
 impl ElementaryFunction {
     /// The form taking `arity` arguments.
-    pub fn form(&self, arity: usize) -> Option<&Form> {
+    pub fn form(&self, arity: usize) -> Option<&Arc<Form>> {
         self.forms.iter().find(|f| f.signature.params.len() == arity)
     }
 
@@ -296,14 +298,14 @@ fn parse_function(file: &str, text: &str) -> Result<ElementaryFunction, Diagnost
     if raw.forms.is_empty() {
         return Err(err(format!("function `{}` has no forms", raw.name)));
     }
-    let mut forms: Vec<Form> = Vec::new();
+    let mut forms: Vec<Arc<Form>> = Vec::new();
     for (k, rf) in raw.forms.iter().enumerate() {
         let form = parse_form(rf, raw.kind).map_err(|m| err(format!("`{}` form {}: {m}", raw.name, k + 1)))?;
         let arity = form.signature.params.len();
         if forms.iter().any(|f| f.signature.params.len() == arity) {
             return Err(err(format!("`{}` has two forms taking {arity} arguments", raw.name)));
         }
-        forms.push(form);
+        forms.push(Arc::new(form));
     }
     Ok(ElementaryFunction {
         name: raw.name,

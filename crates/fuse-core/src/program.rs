@@ -2,6 +2,7 @@
 //! every shape checked. Stages after parsing work on this type only.
 
 use std::fmt;
+use std::sync::Arc;
 
 use crate::error::{Error, Location, Result};
 use crate::library::{Form, HigherOrderKind};
@@ -44,8 +45,8 @@ pub struct Call {
     pub callee: String,
     /// Its higher-order kind.
     pub kind: HigherOrderKind,
-    /// The library form selected by the arity.
-    pub form: Form,
+    /// The library form selected by the arity, shared with the library.
+    pub form: Arc<Form>,
     /// Arguments in signature order.
     pub args: Vec<Arg>,
     /// The value it defines.

@@ -7,6 +7,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
+use std::sync::Arc;
 
 use marked_yaml::{loader::LoaderOptions, LoadError, Marker, Node};
 
@@ -440,11 +441,10 @@ impl<'a> Checker<'a> {
             ));
         }
         let precision = self.program.precision;
-        let function = self
-            .library
+        let library = self.library;
+        let function = library
             .lookup(func.text, precision)
-            .map_err(|e| here(func, lookup_message(func.text, precision, e)))?
-            .clone();
+            .map_err(|e| here(func, lookup_message(func.text, precision, e)))?;
         let form = function.form(args.len()).ok_or_else(|| {
             here(
                 func,
@@ -486,7 +486,7 @@ impl<'a> Checker<'a> {
             function: function.name.clone(),
             callee: func.text.to_string(),
             kind: function.kind,
-            form: form.clone(),
+            form: Arc::clone(form),
             args: resolved,
             result,
             location: at,

@@ -32,7 +32,7 @@ pub fn random_script(library: &Library, seed: u64, calls: usize) -> String {
     let forms: Vec<(&str, &Form)> = library
         .functions()
         .filter(|f| f.precisions.contains(&Precision::F32))
-        .flat_map(|f| f.forms.iter().map(move |form| (f.name.as_str(), form)))
+        .flat_map(|f| f.forms.iter().map(move |form| (f.name.as_str(), &**form)))
         .collect();
     let mut lines = Vec::new();
     let mut read = vec![false; pool.len()];

@@ -67,8 +67,8 @@ fn sequences(c: &mut Criterion) {
         let best = explore(&program, &sizes, &table, &library, Limits::default())
             .expect("explores")
             .best();
-        let fused = FusedPlan::new(&program, &sizes, &best).expect("the best plan runs on the CPU");
-        let unfused = FusedPlan::new(&program, &sizes, &unfused_plan(&program, &sizes)).expect("runs");
+        let fused = FusedPlan::new(program.clone(), &sizes, &best).expect("the best plan runs on the CPU");
+        let unfused = FusedPlan::new(program.clone(), &sizes, &unfused_plan(&program, &sizes)).expect("runs");
         let mut inputs = Bindings::new();
         fill_random_inputs(&program, &sizes, 0, &mut inputs);
         let mut group = c.benchmark_group(name);

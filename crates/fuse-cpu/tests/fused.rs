@@ -45,7 +45,7 @@ fn check(program: &Program, plans: &[Plan], sizes: &[(usize, usize)]) {
         fill_random_inputs(program, &sizes, seed as u64, &mut inputs);
         let want = evaluate(program, &sizes, &inputs).unwrap();
         for plan in plans {
-            let fused = FusedPlan::new(program, &sizes, plan).unwrap_or_else(|e| panic!("{name}: {e}"));
+            let fused = FusedPlan::new(program.clone(), &sizes, plan).unwrap_or_else(|e| panic!("{name}: {e}"));
             let got = fused.run(&inputs).unwrap_or_else(|e| panic!("{name} {m}x{n}: {e}"));
             assert_eq!(got.len(), want.len(), "{name}: outputs");
             for (output, w) in &want {
@@ -252,7 +252,7 @@ fn plans_that_do_not_fit_their_program_are_errors() {
         (reversed, "before it is computed"),
         (barrier, "complete only at the kernel's end"),
     ] {
-        let err = FusedPlan::new(&program, &sizes, &plan).unwrap_err();
+        let err = FusedPlan::new(program.clone(), &sizes, &plan).unwrap_err();
         assert!(matches!(err, CpuError::InvalidPlan(_)), "{err}");
         assert!(err.to_string().contains(want), "{want}: {err}");
     }
@@ -262,7 +262,7 @@ fn plans_that_do_not_fit_their_program_are_errors() {
 fn a_workspace_is_reused_and_checked() {
     let program = load("bicgk", Precision::F32);
     let sizes = program.bind_sizes(&[("m".into(), 40), ("n".into(), 30)]).unwrap();
-    let fused = FusedPlan::new(&program, &sizes, &plans(&program, &cpu_table(), 1)[0]).unwrap();
+    let fused = FusedPlan::new(program.clone(), &sizes, &plans(&program, &cpu_table(), 1)[0]).unwrap();
     let mut inputs = Bindings::new();
     fill_random_inputs(&program, &sizes, 3, &mut inputs);
     let mut workspace = fused.workspace().unwrap();
@@ -270,9 +270,9 @@ fn a_workspace_is_reused_and_checked() {
     let first = fused.outputs(&workspace);
     fused.run_in(&inputs, &mut workspace).unwrap();
     assert_eq!(first, fused.outputs(&workspace), "the same bits every run");
-    let other = FusedPlan::new(&program, &sizes, &unfused_plan(&program, &sizes)).unwrap();
+    let other = FusedPlan::new(program.clone(), &sizes, &unfused_plan(&program, &sizes)).unwrap();
     let f64_program = load("bicgk", Precision::F64);
-    let f64_plan = FusedPlan::new(&f64_program, &sizes, &unfused_plan(&f64_program, &sizes)).unwrap();
+    let f64_plan = FusedPlan::new(f64_program.clone(), &sizes, &unfused_plan(&f64_program, &sizes)).unwrap();
     assert!(other.run_in(&inputs, &mut other.workspace().unwrap()).is_ok());
     assert!(matches!(
         f64_plan.run_in(&inputs, &mut workspace),

@@ -1,97 +1,99 @@
-//! A set of calls as a bitset: fusions and search states are sets of calls, compared and hashed
-//! often, so they must be cheap and have a deterministic order.
+//! A small set of calls: fusions and fusion candidates hold a few calls (at most
+//! [`Limits::max_fusion_calls`](crate::explore::Limits::max_fusion_calls)) of programs that may
+//! have tens of thousands, so a set is its calls in increasing order, not a bitset as long as
+//! the program — thousands of those cost hundreds of megabytes on a long script.
+
+use std::cmp::Ordering;
 
 use crate::program::CallId;
 
-/// A set of call ids of one program.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+/// A set of call ids, in increasing order.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct CallSet {
-    words: Vec<u64>,
+    calls: Vec<CallId>,
 }
 
 impl CallSet {
-    /// The empty set over a program of `calls` calls.
-    pub fn empty(calls: usize) -> Self {
-        CallSet {
-            words: vec![0; calls.div_ceil(64)],
-        }
-    }
-
     /// The set holding exactly `ids`.
-    pub fn of(calls: usize, ids: &[CallId]) -> Self {
-        let mut set = CallSet::empty(calls);
-        for &id in ids {
-            set.insert(id);
-        }
-        set
+    pub fn of(ids: &[CallId]) -> Self {
+        let mut calls = ids.to_vec();
+        calls.sort_unstable();
+        calls.dedup();
+        CallSet { calls }
     }
 
     /// Adds `id`.
     pub fn insert(&mut self, id: CallId) {
-        self.words[id / 64] |= 1 << (id % 64);
-    }
-
-    /// Removes `id`.
-    pub fn remove(&mut self, id: CallId) {
-        self.words[id / 64] &= !(1 << (id % 64));
+        if let Err(at) = self.calls.binary_search(&id) {
+            self.calls.insert(at, id);
+        }
     }
 
     /// Whether `id` is in the set.
     pub fn contains(&self, id: CallId) -> bool {
-        self.words.get(id / 64).is_some_and(|w| w & (1 << (id % 64)) != 0)
+        self.calls.binary_search(&id).is_ok()
     }
 
     /// Number of calls in the set.
     pub fn len(&self) -> usize {
-        self.words.iter().map(|w| w.count_ones() as usize).sum()
+        self.calls.len()
     }
 
     /// Whether the set is empty.
     pub fn is_empty(&self) -> bool {
-        self.words.iter().all(|&w| w == 0)
-    }
-
-    /// Whether the two sets share a call.
-    pub fn intersects(&self, other: &CallSet) -> bool {
-        self.words.iter().zip(&other.words).any(|(a, b)| a & b != 0)
+        self.calls.is_empty()
     }
 
     /// Whether every call of `self` is in `other`.
     pub fn is_subset(&self, other: &CallSet) -> bool {
-        self.words.iter().zip(&other.words).all(|(a, b)| a & !b == 0)
-    }
-
-    /// Adds every call of `other`.
-    pub fn union_with(&mut self, other: &CallSet) {
-        for (a, b) in self.words.iter_mut().zip(&other.words) {
-            *a |= b;
-        }
-    }
-
-    /// The calls of `self` not in `other`.
-    pub fn difference(&self, other: &CallSet) -> CallSet {
-        CallSet {
-            words: self.words.iter().zip(&other.words).map(|(a, b)| a & !b).collect(),
-        }
+        self.calls.iter().all(|&c| other.contains(c))
     }
 
     /// The smallest call id, if any.
     pub fn first(&self) -> Option<CallId> {
-        self.iter().next()
+        self.calls.first().copied()
+    }
+
+    /// The largest call id, if any.
+    pub fn last(&self) -> Option<CallId> {
+        self.calls.last().copied()
     }
 
     /// The calls in increasing order.
     pub fn iter(&self) -> impl Iterator<Item = CallId> + '_ {
-        self.words.iter().enumerate().flat_map(|(k, &w)| {
-            let mut rest = w;
-            std::iter::from_fn(move || {
-                (rest != 0).then(|| {
-                    let bit = rest.trailing_zeros() as usize;
-                    rest &= rest - 1;
-                    k * 64 + bit
-                })
-            })
-        })
+        self.calls.iter().copied()
+    }
+
+    /// The calls in increasing order, as a slice.
+    pub fn as_slice(&self) -> &[CallId] {
+        &self.calls
+    }
+}
+
+impl Ord for CallSet {
+    /// By the largest call in one set but not the other (colexicographic): sets of earlier
+    /// calls first, and on programs of up to 64 calls the order of the sets' bitsets as
+    /// numbers, which fusion enumeration and the search's tie-breaks have always followed.
+    fn cmp(&self, other: &Self) -> Ordering {
+        let (mut a, mut b) = (self.calls.iter().rev().peekable(), other.calls.iter().rev().peekable());
+        loop {
+            match (a.peek(), b.peek()) {
+                (Some(x), Some(y)) if x == y => {
+                    a.next();
+                    b.next();
+                }
+                (Some(x), Some(y)) => return x.cmp(y),
+                (Some(_), None) => return Ordering::Greater,
+                (None, Some(_)) => return Ordering::Less,
+                (None, None) => return Ordering::Equal,
+            }
+        }
+    }
+}
+
+impl PartialOrd for CallSet {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
     }
 }
 
@@ -100,21 +102,28 @@ mod tests {
     use super::*;
 
     #[test]
-    fn set_operations_over_word_boundaries() {
-        let a = CallSet::of(130, &[0, 63, 64, 129]);
+    fn set_operations() {
+        let mut a = CallSet::of(&[129, 0, 64, 63, 0]);
         assert_eq!(a.iter().collect::<Vec<_>>(), [0, 63, 64, 129]);
-        assert_eq!(a.len(), 4);
+        assert_eq!((a.len(), a.first(), a.last()), (4, Some(0), Some(129)));
         assert!(a.contains(64) && !a.contains(65));
-        let mut d = a.clone();
-        d.remove(64);
-        assert!(!d.contains(64) && d.contains(63));
-        let b = CallSet::of(130, &[64, 100]);
-        assert!(a.intersects(&b));
-        assert!(CallSet::of(130, &[0, 129]).is_subset(&a) && !b.is_subset(&a));
-        assert_eq!(a.difference(&b).iter().collect::<Vec<_>>(), [0, 63, 129]);
-        let mut c = a.clone();
-        c.union_with(&b);
-        assert_eq!(c.len(), 5);
-        assert_eq!(CallSet::empty(3).first(), None);
+        a.insert(65);
+        a.insert(65);
+        assert_eq!(a.as_slice(), [0, 63, 64, 65, 129]);
+        assert!(CallSet::of(&[0, 129]).is_subset(&a) && !CallSet::of(&[64, 100]).is_subset(&a));
+        assert!(CallSet::default().is_empty() && CallSet::default().first().is_none());
+    }
+
+    #[test]
+    fn ordered_as_bitsets_read_as_numbers() {
+        let number = |s: &CallSet| s.iter().map(|c| 1u64 << c).sum::<u64>();
+        let sets: Vec<CallSet> = (1u64..512)
+            .map(|bits| CallSet::of(&(0..9).filter(|&c| bits & (1 << c) != 0).collect::<Vec<_>>()))
+            .collect();
+        for a in &sets {
+            for b in &sets {
+                assert_eq!(a.cmp(b), number(a).cmp(&number(b)), "{a:?} against {b:?}");
+            }
+        }
     }
 }

@@ -1,7 +1,6 @@
 //! What every explorer pass needs to know about a program, computed once: each call's
 //! block-to-data mapping, who produces and who reads each value, and which calls share arrays.
 
-use crate::explore::callset::CallSet;
 use crate::explore::mapping::{call_mapping, Axis, CallMapping, Role, StripLayout, ELEMENT_SIDE, MAX_ROW_THREADS};
 use crate::explore::vocabulary::Vocabulary;
 use crate::program::{Arg, CallId, Program, ValueId};
@@ -16,12 +15,10 @@ pub struct Context<'p> {
     pub sizes: Sizes,
     /// The mapping of each call.
     pub mappings: Vec<CallMapping>,
-    /// For each value, the calls that read it, in call order.
+    /// For each value, the calls that read it, in call order. Relations between calls are
+    /// derived from these on demand: tables of them per call would grow with the square of
+    /// the calls wherever many calls share an input.
     pub readers: Vec<Vec<CallId>>,
-    /// For each call, the calls that read its result.
-    pub consumers: Vec<CallSet>,
-    /// For each call, the calls sharing an array with it (a dependency or a common input).
-    pub array_neighbours: Vec<CallSet>,
     /// Whether the target lets a row sum feed later calls of its own kernel
     /// ([`Hardware::row_barrier`](crate::explore::timing::Hardware::row_barrier)).
     pub row_barrier: bool,
@@ -32,27 +29,10 @@ pub struct Context<'p> {
 impl<'p> Context<'p> {
     /// Analyses `program` under `sizes`.
     pub fn new(program: &'p Program, sizes: &Sizes) -> Self {
-        let n = program.calls.len();
         let mut readers = vec![Vec::new(); program.values.len()];
         for (c, call) in program.calls.iter().enumerate() {
             for v in call.reads() {
                 readers[v].push(c);
-            }
-        }
-        let mut consumers = vec![CallSet::empty(n); n];
-        let mut array_neighbours = vec![CallSet::empty(n); n];
-        for (v, value) in program.values.iter().enumerate() {
-            if let Some(p) = value.producer {
-                readers[v].iter().for_each(|&r| consumers[p].insert(r));
-            }
-            if value.shape == Shape::Scalar {
-                continue;
-            }
-            let touching: Vec<CallId> = value.producer.into_iter().chain(readers[v].iter().copied()).collect();
-            for &a in &touching {
-                for &b in touching.iter().filter(|&&b| b != a) {
-                    array_neighbours[a].insert(b);
-                }
             }
         }
         Context {
@@ -60,8 +40,6 @@ impl<'p> Context<'p> {
             sizes: sizes.clone(),
             mappings: program.calls.iter().map(|c| call_mapping(program, c)).collect(),
             readers,
-            consumers,
-            array_neighbours,
             row_barrier: false,
             words: Vocabulary::Gpu,
         }
@@ -85,6 +63,32 @@ impl<'p> Context<'p> {
     pub fn whole_rows_fit(&self, c: CallId) -> bool {
         let columns = self.mappings[c].space.tiles(&self.sizes).1 * ELEMENT_SIDE;
         StripLayout::whole_row_width(MAX_ROW_THREADS, columns, self.program.precision).is_some()
+    }
+
+    /// The calls that read call `c`'s result, in call order.
+    pub fn consumers(&self, c: CallId) -> &[CallId] {
+        &self.readers[self.program.calls[c].result]
+    }
+
+    /// Whether call `d` reads call `c`'s result.
+    pub fn consumes(&self, c: CallId, d: CallId) -> bool {
+        self.consumers(c).binary_search(&d).is_ok()
+    }
+
+    /// The calls sharing an array with call `c` (a dependency or a common input), a call
+    /// once for each array it shares.
+    pub fn array_neighbours(&self, c: CallId) -> impl Iterator<Item = CallId> + '_ {
+        let call = &self.program.calls[c];
+        let arrays = std::iter::once(call.result).chain(call.reads());
+        arrays
+            .filter(|&v| self.program.values[v].shape != Shape::Scalar)
+            .flat_map(|v| {
+                self.program.values[v]
+                    .producer
+                    .into_iter()
+                    .chain(self.readers[v].iter().copied())
+            })
+            .filter(move |&d| d != c)
     }
 
     /// Number of calls.

@@ -1,7 +1,7 @@
 //! Why two calls that share data are, or are not, in one kernel of a plan: the rule that keeps
 //! them apart, or the prediction that fusing them is slower.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
@@ -159,26 +159,24 @@ fn apart(ex: &Exploration, best: &Plan, a: CallId, b: CallId) -> Verdict {
     }
 }
 
-/// `a`, `b` and every call on a dependency path between them.
+/// `a`, `b` and every call on a dependency path between them (`a` before `b`). Calls run in
+/// a topological order, so no path from beyond `b` comes back to it: walks stop there.
 fn between(ex: &Exploration, a: CallId, b: CallId) -> CallSet {
-    let n = ex.context.calls();
     let descendants = |from: CallId| {
-        let mut seen = CallSet::empty(n);
+        let mut seen = HashSet::new();
         let mut stack = vec![from];
         while let Some(c) = stack.pop() {
-            for d in ex.context.consumers[c].iter() {
-                if !seen.contains(d) {
-                    seen.insert(d);
+            for &d in ex.context.consumers(c).iter().filter(|&&d| d <= b) {
+                if seen.insert(d) {
                     stack.push(d);
                 }
             }
         }
         seen
     };
-    let from_a = descendants(a);
-    let mut set = CallSet::of(n, &[a, b]);
-    for c in from_a.iter().filter(|&c| c < b) {
-        if descendants(c).contains(b) {
+    let mut set = CallSet::of(&[a, b]);
+    for &c in descendants(a).iter().filter(|&&c| c < b) {
+        if descendants(c).contains(&b) {
             set.insert(c);
         }
     }

@@ -22,6 +22,13 @@ pub struct Fusion {
     pub calls: Vec<CallId>,
 }
 
+impl Fusion {
+    /// Whether call `c` is one of the fusion's.
+    pub fn holds(&self, c: CallId) -> bool {
+        self.calls.binary_search(&c).is_ok()
+    }
+}
+
 /// The fusions of a program.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Fusions {
@@ -35,7 +42,7 @@ pub struct Fusions {
 pub fn enumerate(ctx: &Context, limits: &Limits) -> Fusions {
     let n = ctx.calls();
     let mut conflicts = Conflicts::default();
-    let mut level: BTreeSet<CallSet> = (0..n).map(|c| CallSet::of(n, &[c])).collect();
+    let mut level: BTreeSet<CallSet> = (0..n).map(|c| CallSet::of(&[c])).collect();
     let mut candidates: Vec<CallSet> = level.iter().cloned().collect();
     let mut seen: BTreeSet<CallSet> = level.clone();
     let mut truncated = false;
@@ -66,7 +73,7 @@ pub fn enumerate(ctx: &Context, limits: &Limits) -> Fusions {
         .into_iter()
         .filter(|s| s.len() == 1 || rules::check(ctx, s).is_ok())
         .map(|s| Fusion {
-            calls: s.iter().collect(),
+            calls: s.as_slice().to_vec(),
         })
         .collect();
     Fusions { list, truncated }
@@ -91,15 +98,11 @@ impl Conflicts {
 
 /// Calls that share an array with `set` and conflict with none of its members.
 fn extensions(ctx: &Context, set: &CallSet, conflicts: &mut Conflicts) -> Vec<CallId> {
-    let mut around = CallSet::empty(ctx.calls());
-    for m in set.iter() {
-        around.union_with(&ctx.array_neighbours[m]);
-    }
+    let mut around: Vec<CallId> = set.iter().flat_map(|m| ctx.array_neighbours(m)).collect();
+    around.sort_unstable();
+    around.dedup();
+    around.retain(|&w| !set.contains(w) && set.iter().all(|m| !conflicts.between(ctx, m, w)));
     around
-        .difference(set)
-        .iter()
-        .filter(|&w| set.iter().all(|m| !conflicts.between(ctx, m, w)))
-        .collect()
 }
 
 #[cfg(test)]

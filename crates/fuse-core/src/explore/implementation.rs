@@ -172,7 +172,7 @@ pub fn variants(_ctx: &Context, _c: CallId) -> Vec<String> {
 
 /// Where the values of the calls in `order` live.
 pub fn dataflow(ctx: &Context, order: &[CallId]) -> Dataflow {
-    let members = CallSet::of(ctx.calls(), order);
+    let members = CallSet::of(order);
     let program = ctx.program;
     let inside = |v: ValueId| program.values[v].producer.is_some_and(|p| members.contains(p));
     let mut flow = Dataflow::default();
@@ -204,7 +204,10 @@ pub fn implement(ctx: &Context, calls: &[CallId], predictor: &Predictor, limits:
         vec![None]
     };
     let mut out = Implemented::default();
-    let mut candidates = Vec::new();
+    // The order and variants of each family of candidates: only the survivors of pruning
+    // get copies of them.
+    let mut families: Vec<(Vec<CallId>, Vec<String>)> = Vec::new();
+    let mut candidates: Vec<(usize, Predicted)> = Vec::new();
     for walk in walks {
         let (order, peak, worse) = best_order(ctx, calls, walk, limits.max_orders);
         out.dominated += worse;
@@ -214,6 +217,7 @@ pub fn implement(ctx: &Context, calls: &[CallId], predictor: &Predictor, limits:
             options.extend(whole_row_blocks(ctx, kernel.tiles.1 * ELEMENT_SIDE));
         }
         for variants in variant_choices(ctx, &order) {
+            let family = families.len();
             for &block in &options {
                 let shared = kernel.shared_bytes(block, peak);
                 let probe = Environment {
@@ -234,14 +238,40 @@ pub fn implement(ctx: &Context, calls: &[CallId], predictor: &Predictor, limits:
                     shared,
                     variants: &variants,
                 };
-                candidates.extend(kernel.candidates(ctx, predictor, &setting));
+                let predicted = kernel.candidates(ctx, predictor, &setting);
+                candidates.extend(predicted.into_iter().map(|p| (family, p)));
             }
+            families.push((order.clone(), variants));
         }
     }
     let (kept, dominated) = pareto(candidates);
     out.dominated += dominated;
-    out.list = kept;
+    out.list = kept
+        .into_iter()
+        .map(|(family, p)| {
+            let (order, variants) = &families[family];
+            p.implementation(order, variants)
+        })
+        .collect();
     out
+}
+
+/// A launch configuration of a kernel and its predicted time: what pruning compares, before
+/// the order and variants it was predicted for make it an [`Implementation`].
+struct Predicted {
+    launch: Launch,
+    time: KernelTime,
+}
+
+impl Predicted {
+    fn implementation(self, order: &[CallId], variants: &[String]) -> Implementation {
+        Implementation {
+            order: order.to_vec(),
+            variants: variants.to_vec(),
+            launch: self.launch,
+            time: self.time,
+        }
+    }
 }
 
 /// Fixed choices of one candidate family.
@@ -303,7 +333,7 @@ impl<'c> KernelRoutines<'c> {
         let read_inside = order
             .iter()
             .copied()
-            .filter(|&c| ctx.is_reduce(c) && order.iter().any(|&d| ctx.consumers[c].contains(d)))
+            .filter(|&c| ctx.is_reduce(c) && order.iter().any(|&d| ctx.consumes(c, d)))
             .collect();
         KernelRoutines {
             order: order.to_vec(),
@@ -400,7 +430,7 @@ impl<'c> KernelRoutines<'c> {
     }
 
     /// Every serial-iteration count and finish choice of `setting`, predicted.
-    fn candidates(&self, ctx: &Context, predictor: &Predictor, setting: &Setting) -> Vec<Implementation> {
+    fn candidates(&self, ctx: &Context, predictor: &Predictor, setting: &Setting) -> Vec<Predicted> {
         let mut out = Vec::new();
         // On a GPU only a whole-row block still holds the row when its sum is complete.
         if !self.read_inside.is_empty() && !ctx.row_barrier && !setting.block.whole_rows {
@@ -419,7 +449,7 @@ impl<'c> KernelRoutines<'c> {
         out
     }
 
-    fn predict(&self, predictor: &Predictor, setting: &Setting, grid: &Grid, finishes: Vec<Finish>) -> Implementation {
+    fn predict(&self, predictor: &Predictor, setting: &Setting, grid: &Grid, finishes: Vec<Finish>) -> Predicted {
         let (runs, finish) = self.routine_runs(predictor, setting, grid, &finishes);
         let env = Environment {
             threads: setting.block.threads,
@@ -432,9 +462,7 @@ impl<'c> KernelRoutines<'c> {
         let reductions = (self.reduces.iter().zip(&finishes))
             .map(|(&(_, call, value), &finish)| Reduction { call, value, finish })
             .collect();
-        Implementation {
-            order: self.order.clone(),
-            variants: setting.variants.to_vec(),
+        Predicted {
             launch: Launch {
                 block: setting.block,
                 serial_iterations: grid.serial,
@@ -465,7 +493,8 @@ impl<'c> KernelRoutines<'c> {
             routine,
             precision,
         };
-        let mut runs: Vec<RoutineRun> = Vec::new();
+        let count = self.loads.len() + self.order.len() + self.stores.len() + self.reduces.len();
+        let mut runs: Vec<RoutineRun> = Vec::with_capacity(count);
         for (pos, routine, role) in &self.loads {
             runs.push(RoutineRun {
                 key: key(*pos, routine),
@@ -580,7 +609,8 @@ pub fn implementation_with(
             work: r.work,
         })
         .collect();
-    (kernel.predict(predictor, &setting, &grid, finishes), shares)
+    let predicted = kernel.predict(predictor, &setting, &grid, finishes);
+    (predicted.implementation(&order, &variants), shares)
 }
 
 /// The grid of one launch configuration. Nested blocks cover strips `width` tiles across:
@@ -802,7 +832,7 @@ fn best_order(ctx: &Context, calls: &[CallId], walk: Option<Axis>, cap: usize) -
 
 /// Up to `cap` orders of `calls` that respect their dependencies, lexicographically first.
 fn topological_orders(ctx: &Context, calls: &[CallId], cap: usize) -> Vec<Vec<CallId>> {
-    let members = CallSet::of(ctx.calls(), calls);
+    let members = CallSet::of(calls);
     let inner_producers: Vec<Vec<CallId>> = calls
         .iter()
         .map(|&c| {
@@ -875,10 +905,10 @@ fn peak_bytes(ctx: &Context, order: &[CallId], walk: Option<Axis>) -> u64 {
         .unwrap_or(0)
 }
 
-/// Keeps the implementations no other beats on time, shared memory and threads at once;
-/// returns them fastest first and how many were dropped.
-fn pareto(mut candidates: Vec<Implementation>) -> (Vec<Implementation>, usize) {
-    candidates.sort_by(|a, b| {
+/// Keeps the candidates (of a family each) no other beats on time, shared memory and threads
+/// at once; returns them fastest first and how many were dropped.
+fn pareto(mut candidates: Vec<(usize, Predicted)>) -> (Vec<(usize, Predicted)>, usize) {
+    candidates.sort_by(|(_, a), (_, b)| {
         a.time
             .total_us
             .total_cmp(&b.time.total_us)
@@ -886,14 +916,14 @@ fn pareto(mut candidates: Vec<Implementation>) -> (Vec<Implementation>, usize) {
             .then(a.launch.block.threads.cmp(&b.launch.block.threads))
     });
     let total = candidates.len();
-    let mut kept: Vec<Implementation> = Vec::new();
-    for c in candidates {
+    let mut kept: Vec<(usize, Predicted)> = Vec::new();
+    for (family, c) in candidates {
         let (shared, threads) = (c.launch.shared_bytes, c.launch.block.threads);
         let beaten = kept
             .iter()
-            .any(|k| k.launch.shared_bytes <= shared && k.launch.block.threads <= threads);
+            .any(|(_, k)| k.launch.shared_bytes <= shared && k.launch.block.threads <= threads);
         if !beaten {
-            kept.push(c);
+            kept.push((family, c));
         }
     }
     let dropped = total - kept.len();

@@ -35,6 +35,7 @@
 //! ```
 
 mod callset;
+mod chunked;
 mod context;
 pub mod environment;
 pub mod explain;

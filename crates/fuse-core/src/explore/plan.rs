@@ -20,7 +20,7 @@ use std::rc::Rc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::explore::callset::CallSet;
+use crate::explore::chunked::ChunkedVec;
 use crate::explore::implementation::{dataflow, Implementation, Launch, Reduction};
 use crate::explore::predict::KernelTime;
 use crate::explore::vocabulary::Vocabulary;
@@ -246,11 +246,10 @@ pub type FusionFilter<'e> = Box<dyn Fn(&[CallId]) -> bool + 'e>;
 /// come next. Counting plans walks it in place, adding and removing kernels.
 #[derive(Debug, Clone)]
 struct Cover {
-    covered: CallSet,
     /// For each call, the index in `kernels` of the kernel covering it, or `NONE`.
-    kernel_of: Vec<u32>,
+    kernel_of: ChunkedVec,
     /// The fusion of each kernel, in the order chosen.
-    kernels: Vec<u32>,
+    kernels: ChunkedVec,
     /// The lowest uncovered call (the number of calls once all are covered).
     first: CallId,
     /// One past the highest covered call: no path from an uncovered call beyond it (and
@@ -265,13 +264,16 @@ const NONE: u32 = u32::MAX;
 impl Cover {
     fn empty(calls: usize) -> Self {
         Cover {
-            covered: CallSet::empty(calls),
-            kernel_of: vec![NONE; calls],
-            kernels: Vec::new(),
+            kernel_of: ChunkedVec::filled(calls, NONE),
+            kernels: ChunkedVec::default(),
             first: 0,
             reach: 0,
             size: 0,
         }
+    }
+
+    fn covers(&self, c: CallId) -> bool {
+        self.kernel_of.get(c) != NONE
     }
 
     fn first_uncovered(&self) -> Option<CallId> {
@@ -282,13 +284,12 @@ impl Cover {
     fn add(&mut self, f: usize, calls: &[CallId]) {
         let k = self.kernels.len() as u32;
         for &c in calls {
-            self.covered.insert(c);
-            self.kernel_of[c] = k;
+            self.kernel_of.set(c, k);
         }
         self.kernels.push(f as u32);
         self.size += calls.len();
         self.reach = self.reach.max(calls[calls.len() - 1] + 1);
-        while self.first < self.kernel_of.len() && self.kernel_of[self.first] != NONE {
+        while self.first < self.kernel_of.len() && self.covers(self.first) {
             self.first += 1;
         }
     }
@@ -296,8 +297,7 @@ impl Cover {
     /// Undoes [`Cover::add`] of the last kernel, `calls`, added when the reach was `reach`.
     fn remove_last(&mut self, calls: &[CallId], reach: CallId) {
         for &c in calls {
-            self.covered.remove(c);
-            self.kernel_of[c] = NONE;
+            self.kernel_of.set(c, NONE);
         }
         self.kernels.pop();
         self.size -= calls.len();
@@ -314,7 +314,7 @@ struct Partial {
     cover: Cover,
     /// For each uncovered call, the index in `Search::shares` of its first entry free of
     /// covered calls (the list's length if none is): covering more only moves it on.
-    picks: Vec<u32>,
+    picks: ChunkedVec,
     /// The heuristic: the picked shares of the uncovered calls summed in [`Units`], kept up to
     /// date as calls are covered — exactly, since the units are integers.
     bound: Units,
@@ -338,8 +338,6 @@ struct Search<'e, 'p> {
     ex: &'e Exploration<'p>,
     /// Allowed fusions by their lowest call.
     by_first: Vec<Vec<usize>>,
-    /// The calls of each fusion as a set.
-    sets: Vec<CallSet>,
     /// For each call, the shares of a kernel's time it can carry, least first: (the fastest
     /// implementation of an allowed fusion holding it over that fusion's calls, the fusion).
     /// A fusion whose calls include those of one listed before it is left out: it is free of
@@ -354,7 +352,6 @@ impl<'e, 'p> Search<'e, 'p> {
     fn new(ex: &'e Exploration<'p>, filter: Option<FusionFilter<'e>>) -> Self {
         let n = ex.context.calls();
         let mut by_first = vec![Vec::new(); n];
-        let sets: Vec<CallSet> = ex.fusions.iter().map(|f| CallSet::of(n, &f.calls)).collect();
         let mut candidates = vec![Vec::new(); n];
         for (f, fusion) in ex.fusions.iter().enumerate() {
             let allowed = filter.as_ref().is_none_or(|keep| keep(&fusion.calls));
@@ -373,7 +370,13 @@ impl<'e, 'p> Search<'e, 'p> {
                 list.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
                 let mut kept: Vec<(f64, u32)> = Vec::new();
                 for (share, f) in list {
-                    if !kept.iter().any(|&(_, k)| sets[k as usize].is_subset(&sets[f as usize])) {
+                    let holds = |k: u32| {
+                        ex.fusions[k as usize]
+                            .calls
+                            .iter()
+                            .all(|c| ex.fusions[f as usize].holds(*c))
+                    };
+                    if !kept.iter().any(|&(_, k)| holds(k)) {
                         kept.push((share, f));
                     }
                 }
@@ -391,7 +394,6 @@ impl<'e, 'p> Search<'e, 'p> {
         Search {
             ex,
             by_first,
-            sets,
             shares,
             holders,
         }
@@ -412,7 +414,7 @@ impl<'e, 'p> Search<'e, 'p> {
         let n = self.ex.context.calls();
         let mut p = Partial {
             cover: Cover::empty(n),
-            picks: vec![0; n],
+            picks: ChunkedVec::filled(n, 0),
             bound: 0,
             stranded: 0,
         };
@@ -425,11 +427,10 @@ impl<'e, 'p> Search<'e, 'p> {
         p
     }
 
-    /// Whether fusion `g` has no call in `covered` nor in fusion `also`.
-    fn free(&self, g: usize, covered: &CallSet, also: usize) -> bool {
-        self.calls(g)
-            .iter()
-            .all(|&x| !covered.contains(x) && !self.sets[also].contains(x))
+    /// Whether fusion `g` has no call in `cover` nor in fusion `also`.
+    fn free(&self, g: usize, cover: &Cover, also: usize) -> bool {
+        let also = &self.ex.fusions[also];
+        self.calls(g).iter().all(|&x| !cover.covers(x) && !also.holds(x))
     }
 
     /// The picks of `p` that covering fusion `f` moves on: for each uncovered call outside `f`
@@ -440,11 +441,11 @@ impl<'e, 'p> Search<'e, 'p> {
         for &d in self.calls(f) {
             for &(c, i) in &self.holders[d] {
                 let c = c as usize;
-                let affected = p.picks[c] == i && !p.cover.covered.contains(c) && !self.sets[f].contains(c);
+                let affected = p.picks.get(c) == i && !p.cover.covers(c) && !self.ex.fusions[f].holds(c);
                 if affected && !moved.iter().any(|&(m, _)| m == c) {
                     let shares = &self.shares[c];
                     let next = (i as usize + 1..shares.len())
-                        .find(|&j| self.free(shares[j].1 as usize, &p.cover.covered, f))
+                        .find(|&j| self.free(shares[j].1 as usize, &p.cover, f))
                         .unwrap_or(shares.len());
                     moved.push((c, next as u32));
                 }
@@ -466,13 +467,13 @@ impl<'e, 'p> Search<'e, 'p> {
         // The calls of f are uncovered and f is free of covered calls: each has a pick.
         let mut bound = p.bound;
         for &c in self.calls(f) {
-            bound -= self.share_units(c, p.picks[c]);
+            bound -= self.share_units(c, p.picks.get(c));
         }
         for (c, next) in self.moved_picks(p, f) {
             if next as usize == self.shares[c].len() {
                 return None;
             }
-            bound = bound - self.share_units(c, p.picks[c]) + self.share_units(c, next);
+            bound = bound - self.share_units(c, p.picks.get(c)) + self.share_units(c, next);
         }
         Some(bound)
     }
@@ -489,12 +490,12 @@ impl<'e, 'p> Search<'e, 'p> {
     fn apply(&self, p: &mut Partial, f: usize) {
         let moved = self.moved_picks(p, f);
         for &c in self.calls(f) {
-            p.bound -= self.share_units(c, p.picks[c]);
+            p.bound -= self.share_units(c, p.picks.get(c));
         }
         for (c, next) in moved {
-            p.bound = p.bound - self.share_units(c, p.picks[c]) + self.share_units(c, next);
+            p.bound = p.bound - self.share_units(c, p.picks.get(c)) + self.share_units(c, next);
             p.stranded += (next as usize == self.shares[c].len()) as usize;
-            p.picks[c] = next;
+            p.picks.set(c, next);
         }
         p.cover.add(f, self.calls(f));
     }
@@ -510,9 +511,10 @@ impl<'e, 'p> Search<'e, 'p> {
     fn extensions<'s>(&'s self, cover: &'s Cover) -> impl Iterator<Item = usize> + 's {
         let first = cover.first_uncovered();
         first.into_iter().flat_map(move |c| {
-            self.by_first[c].iter().copied().filter(move |&f| {
-                !self.calls(f).iter().any(|&x| cover.covered.contains(x)) && !self.closes_cycle(cover, f)
-            })
+            self.by_first[c]
+                .iter()
+                .copied()
+                .filter(move |&f| !self.calls(f).iter().any(|&x| cover.covers(x)) && !self.closes_cycle(cover, f))
         })
     }
 
@@ -522,28 +524,28 @@ impl<'e, 'p> Search<'e, 'p> {
     /// goes on to such calls: it is not followed.
     fn closes_cycle(&self, cover: &Cover, f: usize) -> bool {
         let ctx = &self.ex.context;
-        let (calls, members) = (self.calls(f), &self.sets[f]);
+        let (calls, members) = (self.calls(f), &self.ex.fusions[f]);
         let horizon = cover.reach.max(calls[calls.len() - 1] + 1);
         let mut seen = std::collections::HashSet::new();
         let mut stack: Vec<CallId> = calls
             .iter()
-            .flat_map(|&c| ctx.consumers[c].iter())
-            .filter(|&x| !members.contains(x))
+            .flat_map(|&c| ctx.consumers(c).iter().copied())
+            .filter(|&x| !members.holds(x))
             .collect();
         while let Some(x) = stack.pop() {
-            if members.contains(x) {
+            if members.holds(x) {
                 return true;
             }
-            if (x >= horizon && cover.kernel_of[x] == NONE) || !seen.insert(x) {
+            if (x >= horizon && !cover.covers(x)) || !seen.insert(x) {
                 continue;
             }
-            let group = match cover.kernel_of[x] {
+            let group = match cover.kernel_of.get(x) {
                 NONE => std::slice::from_ref(&x),
-                k => self.calls(cover.kernels[k as usize] as usize),
+                k => self.calls(cover.kernels.get(k as usize) as usize),
             };
             for &y in group {
                 seen.insert(y);
-                stack.extend(ctx.consumers[y].iter());
+                stack.extend(ctx.consumers(y));
             }
         }
         false
@@ -555,7 +557,7 @@ impl<'e, 'p> Search<'e, 'p> {
         let kernels = order
             .iter()
             .map(|&k| {
-                let (f, i) = (p.cover.kernels[k] as usize, choice[k] as usize);
+                let (f, i) = (p.cover.kernels.get(k) as usize, choice[k] as usize);
                 Kernel::new(ctx, &self.ex.implementations[f].list[i])
             })
             .collect();
@@ -569,7 +571,7 @@ impl<'e, 'p> Search<'e, 'p> {
 
 /// Kernels in launch order: repeatedly the ready kernel with the lowest call.
 fn launch_order(ex: &Exploration, p: &Cover) -> Vec<usize> {
-    let first_call = |k: usize| ex.fusions[p.kernels[k] as usize].calls[0];
+    let first_call = |k: usize| ex.fusions[p.kernels.get(k) as usize].calls[0];
     let next = kernel_successors(ex, p);
     let mut waiting = vec![0usize; next.len()];
     next.iter().flatten().for_each(|&j| waiting[j] += 1);
@@ -592,22 +594,20 @@ fn launch_order(ex: &Exploration, p: &Cover) -> Vec<usize> {
 
 /// For each kernel of `p`, the other kernels that read its results.
 fn kernel_successors(ex: &Exploration, p: &Cover) -> Vec<Vec<usize>> {
-    let count = p.kernels.len();
-    let mut next = vec![Vec::new(); count];
-    for (k, successors) in next.iter_mut().enumerate() {
-        let mut seen = CallSet::empty(count);
-        seen.insert(k);
-        for &c in &ex.fusions[p.kernels[k] as usize].calls {
-            for d in ex.context.consumers[c].iter() {
-                let j = p.kernel_of[d] as usize;
-                if !seen.contains(j) {
-                    seen.insert(j);
-                    successors.push(j);
-                }
-            }
-        }
-    }
-    next
+    (0..p.kernels.len())
+        .map(|k| {
+            let calls = &ex.fusions[p.kernels.get(k) as usize].calls;
+            let mut successors: Vec<usize> = calls
+                .iter()
+                .flat_map(|&c| ex.context.consumers(c))
+                .map(|&d| p.kernel_of.get(d) as usize)
+                .filter(|&j| j != k)
+                .collect();
+            successors.sort_unstable();
+            successors.dedup();
+            successors
+        })
+        .collect()
 }
 
 /// A partial plan whose children have been generated, cheapest first.
@@ -764,7 +764,7 @@ impl<'e, 'p> Plans<'e, 'p> {
         let depth = plan.cover.size;
         let choice = Rc::new(choice);
         for k in (pivot..choice.len()).rev() {
-            let list = &self.search.ex.implementations[plan.cover.kernels[k] as usize].list;
+            let list = &self.search.ex.implementations[plan.cover.kernels.get(k) as usize].list;
             let i = choice[k] as usize;
             if i + 1 < list.len() {
                 let raised = (cost - list[i].time.total_us + list[i + 1].time.total_us).max(cost);

@@ -2,6 +2,7 @@
 //! share a kernel or says why not. The fusion enumerator applies them; `fuse explain` reports
 //! them.
 
+use std::collections::HashSet;
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
@@ -98,7 +99,7 @@ pub fn global_barrier(ctx: &Context, a: CallId, b: CallId) -> Result<(), Violati
     for (producer, consumer) in [(a, b), (b, a)] {
         let value = ctx.program.calls[producer].result;
         if ctx.is_reduce(producer)
-            && ctx.consumers[producer].contains(consumer)
+            && ctx.consumes(producer, consumer)
             && !ctx.reads_finished_row_sums(producer, consumer)
         {
             return Err(Violation {
@@ -148,17 +149,17 @@ pub fn pair(ctx: &Context, a: CallId, b: CallId) -> Result<(), Violation> {
 /// Rule [`Rule::SavesTraffic`]: the members are connected through arrays they share.
 pub fn saves_traffic(ctx: &Context, members: &CallSet) -> Result<(), Violation> {
     let Some(first) = members.first() else { return Ok(()) };
-    let mut reached = CallSet::of(ctx.calls(), &[first]);
+    let mut reached = CallSet::of(&[first]);
     let mut stack = vec![first];
     while let Some(c) = stack.pop() {
-        for d in ctx.array_neighbours[c].iter() {
+        for d in ctx.array_neighbours(c) {
             if members.contains(d) && !reached.contains(d) {
                 reached.insert(d);
                 stack.push(d);
             }
         }
     }
-    let Some(alone) = members.difference(&reached).first() else {
+    let Some(alone) = members.iter().find(|&m| !reached.contains(m)) else {
         return Ok(());
     };
     Err(Violation {
@@ -175,9 +176,14 @@ pub fn saves_traffic(ctx: &Context, members: &CallSet) -> Result<(), Violation> 
 
 /// Rule [`Rule::Convex`]: no path leaves the members and comes back.
 pub fn convex(ctx: &Context, members: &CallSet) -> Result<(), Violation> {
-    let last = members.iter().last().unwrap_or(0);
+    let last = members.last().unwrap_or(0);
     for m in members.iter() {
-        for outside in ctx.consumers[m].iter().filter(|&x| !members.contains(x) && x < last) {
+        for outside in ctx
+            .consumers(m)
+            .iter()
+            .copied()
+            .filter(|&x| !members.contains(x) && x < last)
+        {
             if let Some(back) = reaches(ctx, outside, members, last) {
                 return Err(Violation {
                     rule: Rule::Convex,
@@ -200,15 +206,14 @@ pub fn convex(ctx: &Context, members: &CallSet) -> Result<(), Violation> {
 /// The first member reachable from `start` through non-members (calls are in topological
 /// order, so nothing after `last` can lead back).
 fn reaches(ctx: &Context, start: CallId, members: &CallSet, last: CallId) -> Option<CallId> {
-    let mut seen = CallSet::of(ctx.calls(), &[start]);
+    let mut seen = HashSet::from([start]);
     let mut stack = vec![start];
     while let Some(c) = stack.pop() {
-        for d in ctx.consumers[c].iter().filter(|&d| d <= last) {
+        for &d in ctx.consumers(c).iter().filter(|&&d| d <= last) {
             if members.contains(d) {
                 return Some(d);
             }
-            if !seen.contains(d) {
-                seen.insert(d);
+            if seen.insert(d) {
                 stack.push(d);
             }
         }
@@ -241,10 +246,6 @@ mod tests {
 
     fn with<T>(p: &Program, f: impl FnOnce(&Context) -> T) -> T {
         f(&Context::new(p, &p.sizes))
-    }
-
-    fn set(p: &Program, ids: &[CallId]) -> CallSet {
-        CallSet::of(p.calls.len(), ids)
     }
 
     #[test]
@@ -340,10 +341,10 @@ mod tests {
             "  - u = sscal(a, x)\n  - v = sscal(a, y)\n  - w = sadd(u, y)\n",
             "v, w",
         );
-        let v = with(&p, |c| saves_traffic(c, &set(&p, &[0, 1]))).unwrap_err();
+        let v = with(&p, |c| saves_traffic(c, &CallSet::of(&[0, 1]))).unwrap_err();
         assert_eq!(v.rule, Rule::SavesTraffic);
-        with(&p, |c| saves_traffic(c, &set(&p, &[0, 1, 2]))).unwrap();
-        with(&p, |c| saves_traffic(c, &set(&p, &[0, 2]))).unwrap();
+        with(&p, |c| saves_traffic(c, &CallSet::of(&[0, 1, 2]))).unwrap();
+        with(&p, |c| saves_traffic(c, &CallSet::of(&[0, 2]))).unwrap();
     }
 
     #[test]
@@ -354,11 +355,11 @@ mod tests {
             "  - B = smadd(A, A)\n  - x = sgemtv(B, y)\n  - w = sgemv(B, x)\n",
             "w",
         );
-        let v = with(&p, |c| convex(c, &set(&p, &[0, 2]))).unwrap_err();
+        let v = with(&p, |c| convex(c, &CallSet::of(&[0, 2]))).unwrap_err();
         assert_eq!((v.rule, v.calls.clone()), (Rule::Convex, vec![0, 1, 2]));
-        with(&p, |c| convex(c, &set(&p, &[0, 1]))).unwrap();
+        with(&p, |c| convex(c, &CallSet::of(&[0, 1]))).unwrap();
         assert_eq!(
-            with(&p, |c| check(c, &set(&p, &[0, 1, 2]))).unwrap_err().rule,
+            with(&p, |c| check(c, &CallSet::of(&[0, 1, 2]))).unwrap_err().rule,
             Rule::GlobalBarrier
         );
     }

@@ -261,7 +261,7 @@ fn compute_ns(
     let program = script::parse(&format!("calibrate-{}.yaml", f.name), &text, library)
         .map_err(|e| CpuError::InvalidPlan(e.to_string()))?;
     let sizes = program.sizes.clone();
-    let fused = FusedPlan::new(&program, &sizes, &unfused_plan(&program, &sizes))?;
+    let fused = FusedPlan::new(program.clone(), &sizes, &unfused_plan(&program, &sizes))?;
     let mut inputs = Bindings::new();
     fill_random_inputs(&program, &sizes, 1, &mut inputs);
     let mut workspace = fused.workspace()?;

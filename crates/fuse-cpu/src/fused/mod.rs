@@ -35,7 +35,7 @@
 //! let table = TimingTable::builtin().unwrap();
 //! let plan = explore(&program, &program.sizes, &table, &library, Limits::default()).unwrap().best();
 //! assert_eq!(plan.kernels.len(), 1); // one pass over A
-//! let fused = FusedPlan::new(&program, &program.sizes, &plan).unwrap();
+//! let fused = FusedPlan::new(program.clone(), &program.sizes, &plan).unwrap();
 //! let mut inputs = Bindings::new();
 //! fill_random_inputs(&program, &program.sizes, 7, &mut inputs);
 //! let got = fused.run(&inputs).unwrap();
@@ -55,6 +55,7 @@ mod stage;
 pub mod timings;
 
 use std::mem;
+use std::sync::Arc;
 
 use fuse_core::data::{check_inputs, try_vec};
 use fuse_core::explore::implementation::{dataflow, Block, Finish, Launch, Reduction, DEFAULT_VARIANT};
@@ -67,9 +68,9 @@ pub use real::Real;
 /// A plan prepared for the CPU at fixed sizes; run it any number of times.
 #[derive(Debug, Clone)]
 pub struct FusedPlan {
-    program: Program,
+    /// Shared, not copied: a long script's program is large.
+    program: Arc<Program>,
     sizes: Sizes,
-    plan: Plan,
     prepared: prepare::Prepared,
 }
 
@@ -89,19 +90,14 @@ enum Buffers {
 
 impl FusedPlan {
     /// Checks `plan` against `program` and prepares it for `sizes` (bound by
-    /// [`Program::bind_sizes`]).
-    pub fn new(program: &Program, sizes: &Sizes, plan: &Plan) -> Result<Self, CpuError> {
+    /// [`Program::bind_sizes`]). The plan is lowered, not kept.
+    pub fn new(program: impl Into<Arc<Program>>, sizes: &Sizes, plan: &Plan) -> Result<Self, CpuError> {
+        let program = program.into();
         Ok(FusedPlan {
-            prepared: prepare::prepare(program, sizes, plan)?,
-            program: program.clone(),
+            prepared: prepare::prepare(&program, sizes, plan)?,
+            program,
             sizes: sizes.clone(),
-            plan: plan.clone(),
         })
-    }
-
-    /// The plan it runs.
-    pub fn plan(&self) -> &Plan {
-        &self.plan
     }
 
     /// The program it runs.

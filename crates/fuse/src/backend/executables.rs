@@ -65,7 +65,7 @@ pub(super) fn cpu(
     options: &CompileOptions,
 ) -> Result<Chosen> {
     let (plan, notes) = given_or_best(select::cpu_table, program, sizes, library, options)?;
-    let executable = Box::new(FusedPlan::new(program, sizes, &plan)?);
+    let executable = Box::new(FusedPlan::new(Arc::clone(program), sizes, &plan)?);
     Ok(Chosen {
         executable,
         plan: Some(plan),

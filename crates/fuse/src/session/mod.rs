@@ -248,7 +248,7 @@ impl<T: Element> Session<T> {
     /// The library form of `callee` taking `arity` arguments.
     fn form(&self, callee: &str, arity: usize) -> Result<&Form> {
         let function = self.library.lookup(callee, T::PRECISION).ok();
-        function.and_then(|f| f.form(arity)).ok_or_else(|| {
+        function.and_then(|f| f.form(arity)).map(|f| &**f).ok_or_else(|| {
             let message = format!("the function library has no `{callee}` taking {arity} arguments");
             Error::Script(Diagnostic::new(Location::file(&self.library.origin), message).into())
         })
