@@ -8,6 +8,7 @@
 //! flight, which is what a loop streaming from memory is limited by. Multiplications and
 //! additions stay separate (no FMA), so both builds give the same results.
 
+use super::norm::Norm;
 use super::Real;
 
 /// Defines `pub(crate) fn $name` running `$body` built for AVX2 where the CPU has it (the
@@ -64,6 +65,10 @@ wide!(
     dot_add_rows = dot_add_rows_body(rows: [&[T]; 4], x: &[T], coefs: [T; 4], dest: &mut [T]) -> [T; 4]
 );
 wide!(
+    /// The three scaled sums of squares of a norm of `x` (see [`super::norm`]).
+    norm = norm_body(x: &[T]) -> Norm<T>
+);
+wide!(
     /// [`dot_add_rows`] for one row (the rows of a tile past a multiple of four).
     dot_add_row = dot_add_row_body(row: &[T], x: &[T], coef: T, dest: &mut [T]) -> T
 );
@@ -102,6 +107,35 @@ fn sum_body<T: Real>(x: &[T]) -> T {
         }
     }
     fold(acc) + tail
+}
+
+#[inline(always)]
+fn norm_body<T: Real>(x: &[T]) -> Norm<T> {
+    let mut acc = [[T::ZERO; LANES]; 3];
+    let xs = x.chunks_exact(LANES);
+    let mut tail = [[T::ZERO; 1]; 3];
+    for &a in xs.remainder() {
+        add_square(&mut tail, 0, a);
+    }
+    for a in xs {
+        for k in 0..LANES {
+            add_square(&mut acc, k, a[k]);
+        }
+    }
+    let [small, medium, big] = [0, 1, 2].map(|s| fold(acc[s]) + tail[s][0]);
+    Norm { small, medium, big }
+}
+
+/// Adds the square of `x` to lane `k` of the small, medium or big sum, without branches (so
+/// the loop vectorizes); a NaN goes to the medium sum.
+#[inline(always)]
+fn add_square<T: Real, const L: usize>(acc: &mut [[T; L]; 3], k: usize, x: T) {
+    let m = x.abs();
+    let (up, down) = (m * T::NORM_UP, m * T::NORM_DOWN);
+    let (small, big) = (m < T::NORM_SMALL, m > T::NORM_BIG);
+    acc[0][k] += if small { up * up } else { T::ZERO };
+    acc[1][k] += if small || big { T::ZERO } else { m * m };
+    acc[2][k] += if big { down * down } else { T::ZERO };
 }
 
 /// The sum of the accumulators, in order (a pairwise tree here would lead the compiler to
