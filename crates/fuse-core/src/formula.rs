@@ -165,9 +165,17 @@ impl Expr {
             Expr::Number(_) | Expr::Scalar(_) | Expr::Element { .. } => 0,
             Expr::Neg(e) | Expr::Call(_, e) => 1 + e.flops(),
             Expr::Binary(_, a, b) => 1 + a.flops() + b.flops(),
-            Expr::Reduce { op: ReduceOp::Sum, body, .. } => 1 + body.flops(),
+            Expr::Reduce {
+                op: ReduceOp::Sum,
+                body,
+                ..
+            } => 1 + body.flops(),
             // Per term: the magnitude, its range, a scaling and a square added.
-            Expr::Reduce { op: ReduceOp::Norm2, body, .. } => 4 + body.flops(),
+            Expr::Reduce {
+                op: ReduceOp::Norm2,
+                body,
+                ..
+            } => 4 + body.flops(),
         }
     }
 }
@@ -665,7 +673,13 @@ mod tests {
         assert_eq!(f.indices[0].dim, "n");
         let (op, index, term) = f.body.the_reduction().unwrap();
         assert_eq!((op, index), (ReduceOp::Norm2, 0));
-        assert_eq!(term, &Expr::Element { param: 1, index: vec![0] });
+        assert_eq!(
+            term,
+            &Expr::Element {
+                param: 1,
+                index: vec![0]
+            }
+        );
         assert!(f.body.has(ReduceOp::Norm2) && !f.body.has(ReduceOp::Sum));
         let nested = parse_formula("out = sum(i, norm2(j, x[j]) * x[i])", &s).unwrap();
         assert_eq!(nested.body.the_reduction(), None);

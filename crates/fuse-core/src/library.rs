@@ -338,7 +338,9 @@ fn check_kind(kind: HigherOrderKind, signature: &Signature, formula: &Formula) -
     let sums = formula.body.has_reduction();
     // The generated GPU kernels scale a norm's squares in BLAS-1 reductions only.
     if kind != HigherOrderKind::Reduce && formula.body.has(ReduceOp::Norm2) {
-        return Err(format!("`norm2` is supported in `kind: reduce` formulas only, not in `{kind}`"));
+        return Err(format!(
+            "`norm2` is supported in `kind: reduce` formulas only, not in `{kind}`"
+        ));
     }
     let ok = match kind {
         HigherOrderKind::Map => rank == 1 && !sums && !has_matrix,

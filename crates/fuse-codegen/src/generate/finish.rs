@@ -91,7 +91,13 @@ pub(crate) fn generate(k: &KernelContext, c: CallId) -> Result<Option<(String, L
         }
     }
     let _ = writeln!(s, "    const {ty} total = {total};");
-    let body = emit(&call.form.formula.body, call, k.precision(), &FinishRegisters, Some("total"))?;
+    let body = emit(
+        &call.form.formula.body,
+        call,
+        k.precision(),
+        &FinishRegisters,
+        Some("total"),
+    )?;
     let _ = writeln!(s, "    {out}[i] = {body};\n}}\nFUSE_EMU_EXPORT({name})");
     let launch = Launch {
         kernel: name,

@@ -44,7 +44,10 @@ pub(crate) fn generate(k: &KernelContext) -> Result<KernelOutput, GenerateError>
     );
     s.push_str(&k.scalar_loads("    "));
     for &r in &k.reduced() {
-        let _ = match k.program.values[r].producer.is_some_and(|c| is_norm(&k.program.calls[c])) {
+        let _ = match k.program.values[r]
+            .producer
+            .is_some_and(|c| is_norm(&k.program.calls[c]))
+        {
             true => writeln!(s, "    fuse_norm<{ty}> acc{r} = {{}};"),
             false => writeln!(s, "    {ty} acc{r} = {ty}(0);"),
         };
@@ -114,7 +117,11 @@ pub(crate) fn generate(k: &KernelContext) -> Result<KernelOutput, GenerateError>
             let _ = writeln!(s, "    const {ty} total{r} = {total};");
             let _ = writeln!(s, "    if (threadIdx.x == 0) {p}[0] = {value};");
         } else if k.in_scratch(r) {
-            let _ = writeln!(s, "    fuse_block_norm_atomic(acc{r}, {});", scratch_pointer(k.program, r));
+            let _ = writeln!(
+                s,
+                "    fuse_block_norm_atomic(acc{r}, {});",
+                scratch_pointer(k.program, r)
+            );
         } else {
             let _ = writeln!(s, "    fuse_block_sum_atomic(acc{r}, {p});");
         }

@@ -467,7 +467,10 @@ impl<'a, T: Real> Shared<'_, 'a, T> {
             Op::Reduce { op, outer, .. } => {
                 let total = match op {
                     ReduceOp::Sum => partials.iter().fold(T::ZERO, |s, p| s + p.scalars[c]),
-                    ReduceOp::Norm2 => partials.iter().fold(Norm::default(), |s, p| s.merge(p.norms[c])).value(),
+                    ReduceOp::Norm2 => partials
+                        .iter()
+                        .fold(Norm::default(), |s, p| s.merge(p.norms[c]))
+                        .value(),
                 };
                 let value = match outer {
                     None => total,

@@ -38,7 +38,11 @@ impl<T: Real> Norm<T> {
         }
         if small > T::ZERO && medium != T::ZERO {
             let (medium, small) = (medium.sqrt(), small.sqrt() / T::NORM_UP);
-            let (high, low) = if small > medium { (small, medium) } else { (medium, small) };
+            let (high, low) = if small > medium {
+                (small, medium)
+            } else {
+                (medium, small)
+            };
             let ratio = low / high;
             return high * (T::from_f64(1.0) + ratio * ratio).sqrt();
         }
