@@ -118,8 +118,8 @@ fn norm_body<T: Real>(x: &[T]) -> Norm<T> {
         add_square(&mut tail, 0, a);
     }
     for a in xs {
-        for k in 0..LANES {
-            add_square(&mut acc, k, a[k]);
+        for (k, &v) in a.iter().enumerate() {
+            add_square(&mut acc, k, v);
         }
     }
     let [small, medium, big] = [0, 1, 2].map(|s| fold(acc[s]) + tail[s][0]);

@@ -64,10 +64,17 @@ mod tests {
 
     #[test]
     fn no_overflow_or_underflow_where_the_norm_is_representable() {
-        assert_eq!(norm(&[3e30_f32, 4e30]), 5e30);
-        assert_eq!(norm(&[3e-30_f32, 4e-30]), 5e-30);
-        assert_eq!(norm(&[3e300_f64, -4e300]), 5e300);
-        assert_eq!(norm(&[3e-300_f64, 4e-300]), 5e-300);
+        // 3·2^e and 4·2^e have the norm 5·2^e exactly, at every scale.
+        let f32_at = |e: i32| [3.0, -4.0, 5.0].map(|m| m * 2f32.powi(e));
+        let f64_at = |e: i32| [3.0, -4.0, 5.0].map(|m| m * 2f64.powi(e));
+        for e in [-140, -100, -70, -63, -40, 0, 40, 52, 70, 100, 120] {
+            let [a, b, want] = f32_at(e);
+            assert_eq!(norm(&[a, b]), want, "f32 2^{e}");
+        }
+        for e in [-1070, -1000, -511, -300, 0, 300, 486, 1000] {
+            let [a, b, want] = f64_at(e);
+            assert_eq!(norm(&[a, b]), want, "f64 2^{e}");
+        }
         assert_eq!(norm(&[1e-25_f32; 4]), 2e-25);
         assert_eq!(norm(&[0.0_f32; 3]), 0.0);
         assert_eq!(norm::<f64>(&[]), 0.0);
