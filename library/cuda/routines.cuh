@@ -73,13 +73,16 @@ template <typename T> struct fuse_norm {
 };
 
 // Compute routine of a norm: one term added. A NaN goes to the medium sum, so it propagates.
+// The magnitude is chosen before it is scaled, so that no product is needlessly subnormal.
 template <typename T> __device__ __forceinline__ void fuse_norm_add(fuse_norm<T>& n, T x) {
     typedef fuse_norm_scale<T> S;
     const T m = fuse_abs(x);
-    const T up = m * S::up, down = m * S::down;
-    n.small += m < S::small ? up * up : T(0);
-    n.big += m > S::big ? down * down : T(0);
-    n.medium += (m < S::small || m > S::big) ? T(0) : m * m;
+    const bool small = m < S::small, big = m > S::big;
+    const T up = (small ? m : T(0)) * S::up, medium = (small || big) ? T(0) : m;
+    const T down = (big ? m : T(0)) * S::down;
+    n.small += up * up;
+    n.medium += medium * medium;
+    n.big += down * down;
 }
 
 // The norm of the three sums: the big sum where there is one (the small one is then below its

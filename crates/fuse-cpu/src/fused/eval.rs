@@ -215,9 +215,18 @@ pub(crate) fn sum<T: Real>(stage: &Stage, scope: &Scope<T>, seg: Seg, scratch: &
     total
 }
 
-/// The norm's sums of the terms `stage` over `seg`: the terms are computed into a scratch
-/// buffer (in cache: a chunk at a time), then scaled and squared.
+/// The norm's sums of the terms `stage` over `seg`: straight from the run where the term is
+/// one (`nrm2(x)`), else computed into a scratch buffer (in cache: a chunk at a time) first.
 pub(crate) fn norm<T: Real>(stage: &Stage, scope: &Scope<T>, seg: Seg, scratch: &mut [Vec<T>]) -> Norm<T> {
+    if let Some(terms) = &stage.terms {
+        let mut r = Resolved::new();
+        r.add(terms, scope, seg);
+        if let ([(a, x)], 0) = (&r.lin[..r.lins], r.prods) {
+            if r.konst == T::ZERO && *a == T::from_f64(1.0) {
+                return loops::norm(x);
+            }
+        }
+    }
     let (buffer, rest) = scratch
         .split_first_mut()
         .expect("one scratch buffer beyond the stage's depth");
