@@ -55,6 +55,69 @@ template <typename T> __device__ __forceinline__ void fuse_block_sum_atomic(T va
     if (threadIdx.x + threadIdx.y * blockDim.x == 0) atomicAdd(out, value);
 }
 
+// Euclidean norm as BLAS computes it (Blue's algorithm, LAPACK's dnrm2): squares of
+// magnitudes below `small` are accumulated scaled up by `up`, above `big` scaled down by `down`,
+// the rest as they are — three additive sums, so that no square overflows or underflows where
+// the norm itself is representable. The powers of two are LAPACK's for each precision.
+template <typename T> struct fuse_norm_scale;
+template <> struct fuse_norm_scale<float> {
+    static constexpr float small = 0x1p-63f, big = 0x1p52f, up = 0x1p75f, down = 0x1p-76f;
+};
+template <> struct fuse_norm_scale<double> {
+    static constexpr double small = 0x1p-511, big = 0x1p486, up = 0x1p537, down = 0x1p-538;
+};
+
+// The three sums of a norm; a partial norm is added to memory as three numbers in this order.
+template <typename T> struct fuse_norm {
+    T small, medium, big;
+};
+
+// Compute routine of a norm: one term added. A NaN goes to the medium sum, so it propagates.
+// The magnitude is chosen before it is scaled, so that no product is needlessly subnormal.
+template <typename T> __device__ __forceinline__ void fuse_norm_add(fuse_norm<T>& n, T x) {
+    typedef fuse_norm_scale<T> S;
+    const T m = fuse_abs(x);
+    const bool small = m < S::small, big = m > S::big;
+    const T up = (small ? m : T(0)) * S::up, medium = (small || big) ? T(0) : m;
+    const T down = (big ? m : T(0)) * S::down;
+    n.small += up * up;
+    n.medium += medium * medium;
+    n.big += down * down;
+}
+
+// The norm of the three sums: the big sum where there is one (the small one is then below its
+// rounding), else the small and medium ones combined without squaring either root again.
+template <typename T> __device__ __forceinline__ T fuse_norm_value(fuse_norm<T> n) {
+    typedef fuse_norm_scale<T> S;
+    if (n.big > T(0)) {
+        if (n.medium != T(0)) n.big += (n.medium * S::down) * S::down;  // positive or NaN
+        return fuse_sqrt(n.big) / S::down;
+    }
+    if (n.small > T(0) && n.medium != T(0)) {
+        const T medium = fuse_sqrt(n.medium), small = fuse_sqrt(n.small) / S::up;
+        const T high = small > medium ? small : medium, low = small > medium ? medium : small;
+        return high * fuse_sqrt(T(1) + (low / high) * (low / high));
+    }
+    if (n.small > T(0)) return fuse_sqrt(n.small) / S::up;
+    return fuse_sqrt(n.medium);
+}
+
+// The three sums of the whole block, valid in thread 0. All threads of the block must call it.
+template <typename T> __device__ __forceinline__ fuse_norm<T> fuse_block_norm(fuse_norm<T> n) {
+    return fuse_norm<T>{fuse_block_sum(n.small), fuse_block_sum(n.medium), fuse_block_sum(n.big)};
+}
+
+// Partial-reduction store of a norm: the block's three sums added to sums[0..3] with three
+// atomics. All threads of the block must call it.
+template <typename T> __device__ __forceinline__ void fuse_block_norm_atomic(fuse_norm<T> n, T* sums) {
+    n = fuse_block_norm(n);
+    if (threadIdx.x + threadIdx.y * blockDim.x == 0) {
+        atomicAdd(sums, n.small);
+        atomicAdd(sums + 1, n.medium);
+        atomicAdd(sums + 2, n.big);
+    }
+}
+
 // V consecutive elements of a matrix row or a vector, held by one thread.
 template <typename T, int V> struct fuse_vec {
     T e[V];

@@ -37,6 +37,9 @@ struct PlanFile<'a> {
     sizes: Vec<(&'a str, usize)>,
     plan: &'a Plan,
     buffers: Vec<&'a str>,
+    /// Scratch memory of each run, numbers per reduction (`scratch` launch arguments).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    scratch: Vec<(&'a str, usize)>,
     steps: &'a [Step],
 }
 
@@ -75,6 +78,11 @@ pub fn compile(program: &Program, sizes: &Sizes, library: &Library, args: &Compi
             .buffers
             .iter()
             .map(|&v| program.values[v].name.as_str())
+            .collect(),
+        scratch: generated
+            .scratch
+            .iter()
+            .map(|s| (program.values[s.value].name.as_str(), s.len))
             .collect(),
         steps: &generated.steps,
     };

@@ -66,3 +66,73 @@ fn best_blas2_kernels_load_16_bytes_with_few_atomics_and_no_spills() {
         }
     }
 }
+
+/// The PTX of kernel `name`: from its `.entry` to the next one.
+fn kernel_ptx<'p>(ptx: &'p str, name: &str) -> &'p str {
+    let start = ptx
+        .find(&format!(".entry {name}("))
+        .unwrap_or_else(|| panic!("no kernel {name}"));
+    let rest = &ptx[start + 1..];
+    &ptx[start..start + 1 + rest.find(".entry").unwrap_or(rest.len())]
+}
+
+/// The atomic instructions of a kernel's PTX, and how many of them lie inside a loop (between a
+/// label and a later branch back to it).
+fn atomics(ptx: &str) -> (usize, usize) {
+    let lines: Vec<&str> = ptx.lines().map(str::trim).collect();
+    let is_atomic =
+        |l: &&str| l.starts_with("atom.") || l.starts_with("red.") || l.contains(" atom.") || l.contains(" red.");
+    let label_at = |label: &str| lines.iter().position(|l| l.strip_suffix(':') == Some(label));
+    let loops: Vec<(usize, usize)> = lines
+        .iter()
+        .enumerate()
+        .filter_map(|(at, l)| {
+            let target = l
+                .split("bra")
+                .nth(1)?
+                .trim_start_matches(".uni")
+                .trim()
+                .trim_end_matches(';');
+            label_at(target).filter(|&from| from < at).map(|from| (from, at))
+        })
+        .collect();
+    let all: Vec<usize> = (0..lines.len()).filter(|&k| is_atomic(&lines[k])).collect();
+    let in_loops = all
+        .iter()
+        .filter(|&&k| loops.iter().any(|&(a, b)| a < k && k < b))
+        .count();
+    (all.len(), in_loops)
+}
+
+/// `snrm2`/`dnrm2` stay one read of x with nothing per element but arithmetic: the partial
+/// norm of a block goes to memory as its three scaled sums, three atomics after the loop.
+#[test]
+fn norm_kernels_add_three_sums_per_block_and_nothing_per_element() {
+    use fuse_codegen::generate::{generate, KernelGroup, Serial, Walk};
+    use fuse_core::testing::norm_program;
+    use fuse_core::Precision;
+    for precision in [Precision::F32, Precision::F64] {
+        for fused in [false, true] {
+            let program = norm_program(precision, fused);
+            let kernel = KernelGroup {
+                calls: (0..program.calls.len()).collect(),
+                block: 256,
+                width: 1,
+                whole_rows: false,
+                serial_iterations: Serial::Iterations(8),
+                walk: Walk::Rows,
+            };
+            let generated = generate(&program, &[kernel]).unwrap();
+            let norms = program.calls.iter().filter(|c| c.text.contains("nrm2")).count();
+            assert_eq!(generated.scratch.len(), norms, "a scratch per norm");
+            let options = CompileOptions {
+                arch: Arch::SM_90,
+                ..CompileOptions::default()
+            };
+            let compiled = nvrtc::compile(&generated.source, &options).unwrap();
+            let name = format!("fuse_{}_k0", program.name);
+            let (total, in_loops) = atomics(kernel_ptx(&compiled.ptx, &name));
+            assert_eq!((total, in_loops), (3 * norms, 0), "{precision} fused {fused}: atomics");
+        }
+    }
+}

@@ -5,8 +5,11 @@
 //! order (a name alone is a scalar) and the result shape. A [`Formula`] is checked against its
 //! signature when the library is loaded, so every backend can rely on it: each array is indexed
 //! with as many indices as it has dimensions, each index variable ranges over exactly one
-//! dimension symbol, the left-hand side names the result's dimensions in order, and `sum`
-//! binds a variable not free outside it.
+//! dimension symbol, the left-hand side names the result's dimensions in order, and `sum` (or
+//! `norm2`) binds a variable not free outside it.
+//!
+//! `norm2(i, e)` is the Euclidean norm `sqrt(sum(i, e * e))` as BLAS `nrm2` computes it: scaled
+//! so that it neither overflows nor underflows where the result is representable.
 
 use crate::shape::Shape;
 
@@ -66,15 +69,28 @@ pub enum Expr {
     Neg(Box<Expr>),
     /// A binary arithmetic operation.
     Binary(BinOp, Box<Expr>, Box<Expr>),
-    /// `sum(i, body)`: the sum of `body` over the range of index variable `index`.
-    Sum {
+    /// `sum(i, body)` or `norm2(i, body)`: `body` reduced over the range of index variable
+    /// `index`.
+    Reduce {
+        /// How the terms combine.
+        op: ReduceOp,
         /// The bound index variable.
         index: usize,
-        /// The summand.
+        /// The term.
         body: Box<Expr>,
     },
     /// A unary function such as `abs` or `sqrt`.
     Call(Func, Box<Expr>),
+}
+
+/// How a reduction combines its terms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReduceOp {
+    /// `sum`: Σ term.
+    Sum,
+    /// `norm2`: sqrt(Σ term²), computed without overflow or underflow of the squares (BLAS
+    /// `nrm2`: the squares are accumulated in three ranges, each scaled by a power of two).
+    Norm2,
 }
 
 /// Binary operators.
@@ -100,36 +116,45 @@ pub enum Func {
 }
 
 impl Expr {
-    /// Whether the expression contains a `sum`.
-    pub fn has_sum(&self) -> bool {
+    /// Whether the expression contains a reduction (`sum` or `norm2`).
+    pub fn has_reduction(&self) -> bool {
+        self.any_reduction(&|_| true)
+    }
+
+    /// Whether the expression contains a reduction `op`.
+    pub fn has(&self, op: ReduceOp) -> bool {
+        self.any_reduction(&|o| o == op)
+    }
+
+    fn any_reduction(&self, hit: &dyn Fn(ReduceOp) -> bool) -> bool {
         match self {
-            Expr::Sum { .. } => true,
+            Expr::Reduce { op, body, .. } => hit(*op) || body.any_reduction(hit),
             Expr::Number(_) | Expr::Scalar(_) | Expr::Element { .. } => false,
-            Expr::Neg(e) | Expr::Call(_, e) => e.has_sum(),
-            Expr::Binary(_, a, b) => a.has_sum() || b.has_sum(),
+            Expr::Neg(e) | Expr::Call(_, e) => e.any_reduction(hit),
+            Expr::Binary(_, a, b) => a.any_reduction(hit) || b.any_reduction(hit),
         }
     }
 
-    /// The one `sum(index, summand)` of a reduction: `(index, summand)`, or `None` unless the
-    /// expression holds exactly one sum and no sum nests inside it.
-    pub fn the_sum(&self) -> Option<(usize, &Expr)> {
+    /// The one reduction of a reduce formula: `(op, index, term)`, or `None` unless the
+    /// expression holds exactly one reduction and none nests inside it.
+    pub fn the_reduction(&self) -> Option<(ReduceOp, usize, &Expr)> {
         let mut found = Vec::new();
-        self.collect_sums(&mut found);
+        self.collect_reductions(&mut found);
         match found.as_slice() {
-            [Expr::Sum { index, body }] if !body.has_sum() => Some((*index, body)),
+            [Expr::Reduce { op, index, body }] if !body.has_reduction() => Some((*op, *index, body)),
             _ => None,
         }
     }
 
-    /// The outermost sums, in order.
-    fn collect_sums<'e>(&'e self, out: &mut Vec<&'e Expr>) {
+    /// The outermost reductions, in order.
+    fn collect_reductions<'e>(&'e self, out: &mut Vec<&'e Expr>) {
         match self {
-            Expr::Sum { .. } => out.push(self),
+            Expr::Reduce { .. } => out.push(self),
             Expr::Number(_) | Expr::Scalar(_) | Expr::Element { .. } => {}
-            Expr::Neg(a) | Expr::Call(_, a) => a.collect_sums(out),
+            Expr::Neg(a) | Expr::Call(_, a) => a.collect_reductions(out),
             Expr::Binary(_, a, b) => {
-                a.collect_sums(out);
-                b.collect_sums(out);
+                a.collect_reductions(out);
+                b.collect_reductions(out);
             }
         }
     }
@@ -140,7 +165,17 @@ impl Expr {
             Expr::Number(_) | Expr::Scalar(_) | Expr::Element { .. } => 0,
             Expr::Neg(e) | Expr::Call(_, e) => 1 + e.flops(),
             Expr::Binary(_, a, b) => 1 + a.flops() + b.flops(),
-            Expr::Sum { body, .. } => 1 + body.flops(),
+            Expr::Reduce {
+                op: ReduceOp::Sum,
+                body,
+                ..
+            } => 1 + body.flops(),
+            // Per term: the magnitude, its range, a scaling and a square added.
+            Expr::Reduce {
+                op: ReduceOp::Norm2,
+                body,
+                ..
+            } => 4 + body.flops(),
         }
     }
 }
@@ -499,17 +534,19 @@ impl<'s> Parser<'s> {
     fn call(&mut self, name: &str) -> Result<Expr, String> {
         self.expect(&Token::LParen)?;
         let expr = match name {
-            "sum" => self.sum()?,
+            "sum" => self.reduction(ReduceOp::Sum)?,
+            "norm2" => self.reduction(ReduceOp::Norm2)?,
             "abs" => Expr::Call(Func::Abs, Box::new(self.expr()?)),
             "sqrt" => Expr::Call(Func::Sqrt, Box::new(self.expr()?)),
-            other => return Err(format!("unknown function `{other}`; expected sum, abs or sqrt")),
+            other => return Err(format!("unknown function `{other}`; expected sum, norm2, abs or sqrt")),
         };
         self.expect(&Token::RParen)?;
         Ok(expr)
     }
 
-    /// `sum(j, body)`: the range of `j` is the dimension it first indexes in `body`.
-    fn sum(&mut self) -> Result<Expr, String> {
+    /// `sum(j, body)` or `norm2(j, body)`: the range of `j` is the dimension it first indexes
+    /// in `body`.
+    fn reduction(&mut self, op: ReduceOp) -> Result<Expr, String> {
         let var = self.ident()?;
         if self.free.iter().any(|&i| self.indices[i].name == var) {
             return Err(format!("index `{var}` is already bound"));
@@ -528,7 +565,8 @@ impl<'s> Parser<'s> {
         self.indices[id].dim = dim;
         let body = self.expr()?;
         self.free.pop();
-        Ok(Expr::Sum {
+        Ok(Expr::Reduce {
+            op,
             index: id,
             body: Box::new(body),
         })
@@ -624,7 +662,27 @@ mod tests {
                 dim: "n".into()
             }
         );
-        assert!(f.body.has_sum());
+        assert!(f.body.has_reduction());
+        assert!(!f.body.has(ReduceOp::Norm2));
+    }
+
+    #[test]
+    fn norm2_is_a_reduction_over_its_index() {
+        let s = parse_signature("(a, x[n]) -> scalar").unwrap();
+        let f = parse_formula("out = a * norm2(i, x[i])", &s).unwrap();
+        assert_eq!(f.indices[0].dim, "n");
+        let (op, index, term) = f.body.the_reduction().unwrap();
+        assert_eq!((op, index), (ReduceOp::Norm2, 0));
+        assert_eq!(
+            term,
+            &Expr::Element {
+                param: 1,
+                index: vec![0]
+            }
+        );
+        assert!(f.body.has(ReduceOp::Norm2) && !f.body.has(ReduceOp::Sum));
+        let nested = parse_formula("out = sum(i, norm2(j, x[j]) * x[i])", &s).unwrap();
+        assert_eq!(nested.body.the_reduction(), None);
     }
 
     #[test]

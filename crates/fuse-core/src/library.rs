@@ -21,7 +21,7 @@ use include_dir::{include_dir, Dir};
 use serde::Deserialize;
 
 use crate::error::{Diagnostic, Error, Location, Result};
-use crate::formula::{parse_formula, parse_signature, Formula, Signature};
+use crate::formula::{parse_formula, parse_signature, Formula, ReduceOp, Signature};
 use crate::shape::{is_identifier, Precision, Shape};
 
 static BUILTIN: Dir<'static> = include_dir!("$CARGO_MANIFEST_DIR/../../library");
@@ -337,7 +337,13 @@ fn parse_form(raw: &RawForm, kind: HigherOrderKind) -> Result<Form, String> {
 fn check_kind(kind: HigherOrderKind, signature: &Signature, formula: &Formula) -> Result<(), String> {
     let has_matrix = signature.params.iter().any(|p| matches!(p.shape, Shape::Matrix(..)));
     let rank = signature.result.rank();
-    let sums = formula.body.has_sum();
+    let sums = formula.body.has_reduction();
+    // The generated GPU kernels scale a norm's squares in BLAS-1 reductions only.
+    if kind != HigherOrderKind::Reduce && formula.body.has(ReduceOp::Norm2) {
+        return Err(format!(
+            "`norm2` is supported in `kind: reduce` formulas only, not in `{kind}`"
+        ));
+    }
     let ok = match kind {
         HigherOrderKind::Map => rank == 1 && !sums && !has_matrix,
         HigherOrderKind::Reduce => rank == 0 && sums && !has_matrix,
@@ -349,7 +355,7 @@ fn check_kind(kind: HigherOrderKind, signature: &Signature, formula: &Formula) -
     } else {
         let expected = match kind {
             HigherOrderKind::Map => "a vector result, no sum, no matrix",
-            HigherOrderKind::Reduce => "a scalar result computed by a sum over vectors",
+            HigherOrderKind::Reduce => "a scalar result computed by a sum (or norm2) over vectors",
             HigherOrderKind::NestedMap => "a matrix result and no sum",
             HigherOrderKind::NestedReduce => "a vector result computed by a sum over a matrix dimension",
         };
@@ -402,6 +408,10 @@ mod tests {
             ("name: x-y\nkind: map\nforms: []\n", "not an identifier"),
             ("name: x\nkind: reduce\nforms:\n  - signature: (x[n]) -> [n]\n    formula: out[i] = x[i]\n", "kind `reduce` expects"),
             ("name: x\nkind: map\nforms:\n  - signature: (x[n]) -> [k]\n    formula: out[i] = x[i]\n", "result dimension `k`"),
+            (
+                "name: x\nkind: nested_reduce\nforms:\n  - signature: (A[m,n]) -> [m]\n    formula: out[i] = norm2(j, A[i,j])\n",
+                "`norm2` is supported in `kind: reduce` formulas only",
+            ),
             ("name: x\nkind: map\nprecisions: [f16]\nforms:\n  - signature: (x[n]) -> [n]\n    formula: out[i] = x[i]\n", "f16"),
         ];
         for (text, want) in cases {

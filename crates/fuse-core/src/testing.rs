@@ -158,3 +158,142 @@ pub fn sizes_mn(program: &Program, m: usize, n: usize) -> crate::Sizes {
         .collect();
     program.bind_sizes(&overrides).expect("test sizes are sane")
 }
+
+/// A vector whose Euclidean norm a plain `sqrt(Σ x²)` in its precision gets wrong: squares that
+/// overflow or underflow although the norm is representable.
+#[derive(Debug, Clone)]
+pub struct HostileNorm {
+    /// What it holds, for messages.
+    pub what: String,
+    /// The elements, each representable in the precision asked for.
+    pub x: Vec<f64>,
+}
+
+/// The lengths of the [`hostile_norms`]: a lone element, a short tail, and around whole blocks.
+pub const NORM_LENGTHS: [usize; 4] = [1, 3, 1023, 4097];
+
+/// Vectors at the edges of `precision`'s range for norms: the two f32 examples; small
+/// integers (±1 … ±13) times the power of two nearest 1e±20 and 1e±30 (and 1e±300 in f64), so
+/// that the sums of the scaled squares are exact, at each of [`NORM_LENGTHS`]; big, medium and
+/// small magnitudes mixed; magnitudes just either side of where squares underflow
+/// (`sqrt(MIN_POSITIVE)`) and overflow (`sqrt(MAX)`); the largest numbers, subnormal ones,
+/// zeros, an infinity and a NaN.
+pub fn hostile_norms(precision: Precision) -> Vec<HostileNorm> {
+    let case = |what: String, x: Vec<f64>| HostileNorm { what, x };
+    let (max, min_positive, decades) = match precision {
+        Precision::F32 => (f32::MAX as f64, f32::MIN_POSITIVE as f64, vec![20, 30]),
+        Precision::F64 => (f64::MAX, f64::MIN_POSITIVE, vec![20, 30, 300]),
+    };
+    let round = |v: f64| match precision {
+        Precision::F32 => v as f32 as f64,
+        Precision::F64 => v,
+    };
+    let integers = |n: usize| (0..n).map(|k| (1 + (k * 7) % 13) as f64 * if k % 2 == 0 { 1.0 } else { -1.0 });
+    let near = |v: f64| 2f64.powi(v.log2().round() as i32);
+    let mut cases = vec![
+        case(
+            "[1e20, 1e20, 3e-30, -1e20]".into(),
+            [1e20, 1e20, 3e-30, -1e20].map(round).to_vec(),
+        ),
+        case("[1e-25; 4]".into(), vec![round(1e-25); 4]),
+    ];
+    for d in decades {
+        for scale in [near(10f64.powi(d)), near(10f64.powi(-d))] {
+            for n in NORM_LENGTHS {
+                cases.push(case(
+                    format!("{scale:e}·[±1..13; {n}]"),
+                    integers(n).map(|m| m * scale).collect(),
+                ));
+            }
+        }
+    }
+    let (low, high) = (near(min_positive.sqrt()), near(max.sqrt()));
+    let mixed = |what: &str, magnitudes: [f64; 3]| {
+        let x = integers(4097).enumerate().map(|(k, m)| m * magnitudes[k % 3]).collect();
+        case(format!("{what} mixed, 4097"), x)
+    };
+    cases.extend([
+        mixed("big, medium and small", [high * 64.0, 1.0, low / 64.0]),
+        mixed("just under and over the underflow edge", [low / 16.0, low * 16.0, low]),
+        mixed(
+            "just under and over the overflow edge",
+            [high / 16.0, high * 16.0, high],
+        ),
+        case("[MAX/2, MAX/4]".into(), vec![max / 2.0, max / 4.0]),
+        case("[MIN_POSITIVE/8; 4] (subnormal)".into(), vec![min_positive / 8.0; 4]),
+        case("[0; 5]".into(), vec![0.0; 5]),
+        case("[1, inf, 1e-30]".into(), vec![1.0, f64::INFINITY, round(1e-30)]),
+        case("[1e30, NaN, 1e-30]".into(), vec![round(1e30), f64::NAN, round(1e-30)]),
+    ]);
+    cases
+}
+
+/// Whether `got` is within `ulps` units in the last place of `want`, both rounded to
+/// `precision`; NaN agrees with NaN and an infinity with itself.
+pub fn within_ulps(got: f64, want: f64, precision: Precision, ulps: u64) -> bool {
+    if want.is_nan() || got.is_nan() {
+        return want.is_nan() && got.is_nan();
+    }
+    // Finite numbers of one sign are ordered as their bit patterns.
+    let bits = |v: f64| match precision {
+        Precision::F32 => (v as f32).abs().to_bits() as u64,
+        Precision::F64 => v.abs().to_bits(),
+    };
+    got.signum() == want.signum() && bits(got).abs_diff(bits(want)) <= ulps
+}
+
+/// The script of `r = nrm2(x)` in `precision`, or with `fused`, two norms and a map in one
+/// kernel: `z = scal(0.5, x); r = nrm2(z); t = nrm2(x)`. Bind `n` to the vector's length.
+pub fn norm_program(precision: Precision, fused: bool) -> Program {
+    let p = precision.prefix();
+    let calls = match fused {
+        false => format!("  - r = {p}nrm2(x)\n"),
+        true => format!("  - z = {p}scal(0.5, x)\n  - r = {p}nrm2(z)\n  - t = {p}nrm2(x)\n"),
+    };
+    let outputs = if fused { "[r, t]" } else { "[r]" };
+    let text = format!(
+        "name: norm\nprecision: {precision}\nsizes: {{n: 1}}\ninputs: {{x: [n]}}\noutputs: {outputs}\ncalls:\n{calls}"
+    );
+    let library = Library::builtin().expect("the built-in library loads");
+    script::parse("norm.yaml", &text, &library).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Units in the last place a backend's norm may be from the reference's on the
+/// [`hostile_norms`]: a few roundings (the last scaled squares, the root, the combination of
+/// two sums), since the sums of the scaled squares of small integers are exact.
+pub const NORM_ULPS: u64 = 2;
+
+/// Runs [`norm_program`] through `run` (a backend: program, sizes, inputs → outputs) on every
+/// hostile vector, and on random vectors of every length of [`NORM_LENGTHS`], and checks each
+/// output against the reference: within [`NORM_ULPS`] on hostile vectors, a relative error below
+/// 1e-6 (f32) or 1e-14 (f64) on random ones. Panics with the case on a difference.
+pub fn check_norms<E: std::fmt::Display>(
+    precision: Precision,
+    fused: bool,
+    mut run: impl FnMut(&Program, &crate::Sizes, &crate::Bindings) -> Result<crate::Bindings, E>,
+) {
+    let program = norm_program(precision, fused);
+    let sized = |n: usize| program.bind_sizes(&[("n".to_string(), n)]).expect("a positive length");
+    let mut check = |what: &str, inputs: crate::Bindings, hostile: bool| {
+        let sizes = sized(inputs["x"].dims[0]);
+        let want = crate::reference::evaluate(&program, &sizes, &inputs).expect("inputs fit");
+        let got = run(&program, &sizes, &inputs).unwrap_or_else(|e| panic!("{what}: {e}"));
+        for (name, w) in &want {
+            let (g, w) = (got[name].to_f64()[0], w.to_f64()[0]);
+            let ok = match hostile {
+                true => within_ulps(g, w, precision, NORM_ULPS),
+                false => ((g - w) / w).abs() < if precision == Precision::F32 { 1e-6 } else { 1e-14 },
+            };
+            assert!(ok, "{precision} {what}: {name} = {g:e}, reference {w:e}");
+        }
+    };
+    for case in hostile_norms(precision) {
+        let x = crate::HostArray::f64(vec![case.x.len()], case.x).to_precision(precision);
+        check(&case.what, crate::Bindings::from([("x".to_string(), x)]), true);
+    }
+    for (seed, n) in NORM_LENGTHS.into_iter().enumerate() {
+        let mut inputs = crate::Bindings::new();
+        crate::data::fill_random_inputs(&program, &sized(n), seed as u64, &mut inputs);
+        check(&format!("random, {n}"), inputs, false);
+    }
+}

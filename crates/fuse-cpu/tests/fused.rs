@@ -285,3 +285,21 @@ fn a_workspace_is_reused_and_checked() {
         Err(CpuError::Workspace)
     ));
 }
+
+/// `snrm2`/`dnrm2` neither overflow nor underflow where the norm is representable (issue 14):
+/// alone and fused with a map and a second norm, by every plan of the explorer's best five and
+/// the unfused one.
+#[test]
+fn norms_at_the_edges_of_the_range_match_the_reference() {
+    use fuse_core::testing::{check_norms, norm_program};
+    for precision in [Precision::F32, Precision::F64] {
+        for fused in [false, true] {
+            let program = norm_program(precision, fused);
+            for plan in plans(&program, &cpu_table(), 5) {
+                check_norms(precision, fused, |program, sizes, inputs| {
+                    FusedPlan::new(program, sizes, &plan)?.run(inputs)
+                });
+            }
+        }
+    }
+}

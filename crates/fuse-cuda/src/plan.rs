@@ -164,12 +164,19 @@ impl CudaPlan {
     }
 
     /// Queues every step — zero fills and launches — at `sizes` on `buffers`, one per value of
-    /// [`Self::buffers`], each as long as its value at those sizes (no wait).
+    /// [`Self::buffers`], each as long as its value at those sizes (no wait). The scratch
+    /// memory of the run is allocated here and freed in stream order after it.
     pub fn enqueue_on(
         &self,
         sizes: &Sizes,
         mut buffers: BTreeMap<ValueId, &mut CudaSlice<u8>>,
     ) -> Result<(), CudaError> {
+        let mut scratch = BTreeMap::new();
+        for s in &self.generated.scratch {
+            let bytes = s.len * s.precision.bytes() as usize;
+            let slice = self.device.stream().alloc_zeros::<u8>(bytes);
+            scratch.insert(s.value, slice.map_err(driver("cuMemAllocAsync"))?);
+        }
         for step in &self.generated.steps {
             match step {
                 Step::Zero(v) => {
@@ -179,7 +186,7 @@ impl CudaPlan {
                         .memset_zeros(&mut **buffer)
                         .map_err(driver("cuMemsetD8Async"))?;
                 }
-                Step::Launch(launch) => self.launch(launch, sizes, &buffers)?,
+                Step::Launch(launch) => self.launch(launch, sizes, &buffers, &scratch)?,
             }
         }
         Ok(())
@@ -190,6 +197,7 @@ impl CudaPlan {
         launch: &Launch,
         sizes: &Sizes,
         buffers: &BTreeMap<ValueId, &mut CudaSlice<u8>>,
+        scratch: &BTreeMap<ValueId, CudaSlice<u8>>,
     ) -> Result<(), CudaError> {
         let config = self.config(launch, sizes)?;
         let function = self.kernels.function(&launch.kernel)?;
@@ -199,7 +207,7 @@ impl CudaPlan {
             .iter()
             .map(|a| match a {
                 LaunchArg::Size(s) => sizes.get(s).unwrap_or(0) as i64,
-                LaunchArg::Buffer(_) => 0,
+                LaunchArg::Buffer(_) | LaunchArg::Scratch(_) => 0,
             })
             .collect();
         let stream = self.device.stream();
@@ -207,12 +215,13 @@ impl CudaPlan {
         for (arg, extent) in launch.args.iter().zip(&extents) {
             match arg {
                 LaunchArg::Buffer(v) => builder.arg(&**buffers.get(v).ok_or_else(|| missing(*v))?),
+                LaunchArg::Scratch(v) => builder.arg(scratch.get(v).ok_or_else(|| missing(*v))?),
                 LaunchArg::Size(_) => builder.arg(extent),
             };
         }
         // SAFETY: the argument list is the kernel's parameter list in order (the generator emits
         // both from one list): buffers as device pointers of the value's element type and
-        // length, sizes as 64-bit integers; the buffers outlive the queued work because their
+        // length, sizes as 64-bit integers; the buffers (and scratch) outlive the queued work because their
         // owners free them stream-ordered (cudarc frees on the stream) or after a synchronize.
         unsafe { builder.launch(config) }.map_err(driver("cuLaunchKernel"))?;
         Ok(())

@@ -83,12 +83,19 @@ impl EmulatedPlan {
     }
 
     /// Runs the plan's steps — zero fills and launches — at `sizes` on `buffers`, one per
-    /// value of [`Self::buffers`], each as long as its value at those sizes.
+    /// value of [`Self::buffers`], each as long as its value at those sizes; the scratch
+    /// memory of the run is allocated here.
     pub fn launch_on(
         &self,
         sizes: &Sizes,
         mut buffers: BTreeMap<ValueId, &mut HostData>,
     ) -> Result<(), EmulationError> {
+        let mut scratch: BTreeMap<ValueId, HostData> = self
+            .generated
+            .scratch
+            .iter()
+            .map(|s| (s.value, zeros(s.precision, s.len)))
+            .collect();
         for step in &self.generated.steps {
             if let Step::Launch(launch) = step {
                 launch.grid.check(sizes).map_err(|why| EmulationError::Sizes {
@@ -96,13 +103,13 @@ impl EmulatedPlan {
                     why,
                 })?;
             }
-            missing_buffers(step, &buffers)?;
+            missing_buffers(step, &buffers, &scratch)?;
         }
         for step in &self.generated.steps {
             match step {
                 Step::Zero(v) => fill(buffers.get_mut(v).expect("checked above"), 0.0),
                 Step::Launch(launch) => {
-                    let mut args = kernel_args(&launch.args, &mut buffers, sizes);
+                    let mut args = kernel_args(&launch.args, &mut buffers, &mut scratch, sizes);
                     let grid = launch.grid.dims(sizes);
                     self.module.launch(&launch.kernel, grid, launch.block, 0, &mut args)?;
                 }
@@ -131,20 +138,26 @@ impl EmulatedPlan {
     }
 }
 
-/// A step that names a value without a buffer: a fuse bug, reported rather than a panic.
-fn missing_buffers(step: &Step, buffers: &BTreeMap<ValueId, &mut HostData>) -> Result<(), EmulationError> {
-    let named: Vec<ValueId> = match step {
-        Step::Zero(v) => vec![*v],
+/// A step that names a value without a buffer (or scratch): a fuse bug, reported rather than a
+/// panic.
+fn missing_buffers(
+    step: &Step,
+    buffers: &BTreeMap<ValueId, &mut HostData>,
+    scratch: &BTreeMap<ValueId, HostData>,
+) -> Result<(), EmulationError> {
+    let named: Vec<(ValueId, bool)> = match step {
+        Step::Zero(v) => vec![(*v, buffers.contains_key(v))],
         Step::Launch(launch) => launch
             .args
             .iter()
             .filter_map(|a| match a {
-                LaunchArg::Buffer(v) => Some(*v),
+                LaunchArg::Buffer(v) => Some((*v, buffers.contains_key(v))),
+                LaunchArg::Scratch(v) => Some((*v, scratch.contains_key(v))),
                 LaunchArg::Size(_) => None,
             })
             .collect(),
     };
-    match named.into_iter().find(|v| !buffers.contains_key(v)) {
+    match named.into_iter().find(|(_, held)| !held).map(|(v, _)| v) {
         Some(value) => Err(EmulationError::MissingBuffer {
             step: step_name(step),
             value,
@@ -161,9 +174,17 @@ fn step_name(step: &Step) -> String {
 }
 
 fn poisoned(precision: Precision, len: usize) -> HostData {
+    filled(precision, len, f64::NAN)
+}
+
+fn zeros(precision: Precision, len: usize) -> HostData {
+    filled(precision, len, 0.0)
+}
+
+fn filled(precision: Precision, len: usize, value: f64) -> HostData {
     match precision {
-        Precision::F32 => HostData::F32(vec![f32::NAN; len]),
-        Precision::F64 => HostData::F64(vec![f64::NAN; len]),
+        Precision::F32 => HostData::F32(vec![value as f32; len]),
+        Precision::F64 => HostData::F64(vec![value; len]),
     }
 }
 
@@ -174,19 +195,24 @@ fn fill(data: &mut HostData, value: f64) {
     }
 }
 
-/// Kernel arguments in launch order: buffers borrowed mutably (each at most once per launch).
+/// Kernel arguments in launch order: buffers and scratch borrowed mutably (each at most once
+/// per launch).
 fn kernel_args<'a>(
     args: &[LaunchArg],
     buffers: &'a mut BTreeMap<ValueId, &mut HostData>,
+    scratch: &'a mut BTreeMap<ValueId, HostData>,
     sizes: &Sizes,
 ) -> Vec<KernelArg<'a>> {
     let mut by_value: BTreeMap<ValueId, &'a mut HostData> = buffers.iter_mut().map(|(k, v)| (*k, &mut **v)).collect();
+    let mut scratch: BTreeMap<ValueId, &'a mut HostData> = scratch.iter_mut().map(|(k, v)| (*k, v)).collect();
+    let pass = |data: &'a mut HostData| match data {
+        HostData::F32(d) => KernelArg::from(&mut d[..]),
+        HostData::F64(d) => KernelArg::from(&mut d[..]),
+    };
     args.iter()
         .map(|a| match a {
-            LaunchArg::Buffer(v) => match by_value.remove(v).expect("each buffer is passed once and exists") {
-                HostData::F32(d) => KernelArg::from(&mut d[..]),
-                HostData::F64(d) => KernelArg::from(&mut d[..]),
-            },
+            LaunchArg::Buffer(v) => pass(by_value.remove(v).expect("each buffer is passed once and exists")),
+            LaunchArg::Scratch(v) => pass(scratch.remove(v).expect("each scratch is passed once and exists")),
             LaunchArg::Size(s) => KernelArg::from(sizes.get(s).unwrap_or(0) as i64),
         })
         .collect()

@@ -225,3 +225,25 @@ fn generated_kernels_compile_with_nvrtc_without_spills() {
     }
     assert!(spills.is_empty(), "kernels that spill:\n{}", spills.join("\n"));
 }
+
+/// `snrm2`/`dnrm2` neither overflow nor underflow where the norm is representable (issue 14):
+/// alone and fused with a map and a second norm; the explorer's best plans and the hand-made
+/// ones, so both the partial sums added to scratch memory (three atomics per block, a finishing
+/// kernel) and one block walking the whole vector (the norm stored directly) run.
+#[test]
+fn norms_at_the_edges_of_the_range_match_the_reference() {
+    use fuse_core::testing::{check_norms, norm_program};
+    for precision in [Precision::F32, Precision::F64] {
+        for fused in [false, true] {
+            let program = norm_program(precision, fused);
+            let mut plans = top_plans(&program, 3);
+            plans.extend(hand_plans(&program));
+            for kernels in plans {
+                let plan = EmulatedPlan::compile(generate(&program, &kernels).unwrap()).unwrap();
+                check_norms(precision, fused, |program, sizes, inputs| {
+                    plan.run(program, sizes, inputs)
+                });
+            }
+        }
+    }
+}

@@ -2,9 +2,9 @@
 //!
 //! Each library formula states one result element; the generator emits it with every array
 //! element replaced by the register that holds it under the kernel's thread-to-data mapping,
-//! every scalar by its register or literal, and (for reductions) the sum by its accumulator.
+//! every scalar by its register or literal, and (for reductions) the sum or norm by its value.
 
-use fuse_core::formula::{BinOp, Expr, Func};
+use fuse_core::formula::{BinOp, Expr, Func, ReduceOp};
 use fuse_core::{Arg, Call, Precision, ValueId};
 
 use super::error::GenerateError;
@@ -33,7 +33,8 @@ pub fn scalar_register(v: ValueId) -> String {
     format!("s{v}")
 }
 
-/// Emits `expr` of `call`; `sum` names the accumulator that replaces a `sum(...)`, if any.
+/// Emits `expr` of `call`; `sum` names the value that replaces its `sum(...)` or `norm2(...)`,
+/// if any.
 pub fn emit(
     expr: &Expr,
     call: &Call,
@@ -64,25 +65,38 @@ pub fn emit(
         }
         Expr::Call(Func::Abs, a) => format!("fuse_abs({})", recur(a)?),
         Expr::Call(Func::Sqrt, a) => format!("fuse_sqrt({})", recur(a)?),
-        Expr::Sum { .. } => match sum {
+        Expr::Reduce { .. } => match sum {
             Some(acc) => acc.to_string(),
             None => return Err(unsupported(call, "a sum where no reduction is generated")),
         },
     })
 }
 
-/// The one `sum(index, body)` of a reduce formula.
-pub fn the_sum(call: &Call) -> Result<(usize, &Expr), GenerateError> {
+/// The one `sum(index, term)` or `norm2(index, term)` of a reduce formula.
+pub fn the_reduction(call: &Call) -> Result<(ReduceOp, usize, &Expr), GenerateError> {
     call.form
         .formula
         .body
-        .the_sum()
+        .the_reduction()
         .ok_or_else(|| unsupported(call, "reductions must contain exactly one, unnested, sum"))
+}
+
+/// The one `sum(index, term)` of a nested reduce formula (norms are BLAS-1 only).
+pub fn the_sum(call: &Call) -> Result<(usize, &Expr), GenerateError> {
+    match the_reduction(call)? {
+        (ReduceOp::Sum, index, term) => Ok((index, term)),
+        (ReduceOp::Norm2, ..) => Err(unsupported(call, "a norm in a nested reduction")),
+    }
+}
+
+/// Whether the call computes a norm (its partials are three sums in scratch memory).
+pub fn is_norm(call: &Call) -> bool {
+    call.form.formula.body.has(ReduceOp::Norm2)
 }
 
 /// Whether the formula is the bare sum, so the accumulated partials are already the result.
 pub fn is_bare_sum(call: &Call) -> bool {
-    matches!(call.form.formula.body, Expr::Sum { .. })
+    matches!(call.form.formula.body, Expr::Reduce { op: ReduceOp::Sum, .. })
 }
 
 pub fn unsupported(call: &Call, what: &str) -> GenerateError {

@@ -1,6 +1,7 @@
 //! Finishing kernels: after a reduction's partial sums have all been added (the end of its
 //! kernel is the global barrier), apply the rest of its formula, e.g. `a·Σ + b·y[i]` for
-//! `sgemv(a, A, x, b, y)` or `sqrt(Σ)` for `snrm2`. Bare sums need none.
+//! `sgemv(a, A, x, b, y)`, or combine a norm's three scaled sums for `snrm2`. Bare sums need
+//! none.
 
 use std::collections::BTreeSet;
 use std::fmt::Write;
@@ -10,7 +11,7 @@ use fuse_core::{Arg, Call, CallId, Shape, ValueId};
 
 use super::error::GenerateError;
 use super::expr::{emit, is_bare_sum, scalar_register, unsupported, Registers};
-use super::kernel::{pointer, size_param, KernelContext};
+use super::kernel::{pointer, scratch_pointer, size_param, KernelContext};
 use super::launch::{Grid, Launch, LaunchArg};
 
 /// Threads per block of BLAS-1 finishing kernels.
@@ -43,6 +44,17 @@ pub(crate) fn generate(k: &KernelContext, c: CallId) -> Result<Option<(String, L
     }
     let mut params = vec![format!("{ty}* __restrict__ {}", pointer(k.program, r))];
     let mut args = vec![LaunchArg::Buffer(r)];
+    let out = pointer(k.program, r);
+    // The reduction's value: the sum added up in the result's buffer, or a norm's sums.
+    let total = match k.in_scratch(r) {
+        true => {
+            let sums = scratch_pointer(k.program, r);
+            params.push(format!("const {ty}* __restrict__ {sums}"));
+            args.push(LaunchArg::Scratch(r));
+            format!("fuse_norm_value(fuse_norm<{ty}>{{{sums}[0], {sums}[1], {sums}[2]}})")
+        }
+        false => format!("{out}[i]"),
+    };
     for &v in &reads {
         params.push(format!("const {ty}* __restrict__ {}", pointer(k.program, v)));
         args.push(LaunchArg::Buffer(v));
@@ -78,13 +90,13 @@ pub(crate) fn generate(k: &KernelContext, c: CallId) -> Result<Option<(String, L
             }
         }
     }
-    let out = pointer(k.program, r);
+    let _ = writeln!(s, "    const {ty} total = {total};");
     let body = emit(
         &call.form.formula.body,
         call,
         k.precision(),
         &FinishRegisters,
-        Some(&format!("{out}[i]")),
+        Some("total"),
     )?;
     let _ = writeln!(s, "    {out}[i] = {body};\n}}\nFUSE_EMU_EXPORT({name})");
     let launch = Launch {
@@ -109,7 +121,7 @@ fn outside_sum(call: &Call) -> Vec<ValueId> {
 
 fn collect(e: &Expr, call: &Call, out: &mut BTreeSet<ValueId>) {
     match e {
-        Expr::Sum { .. } | Expr::Number(_) => {}
+        Expr::Reduce { .. } | Expr::Number(_) => {}
         Expr::Scalar(p) | Expr::Element { param: p, .. } => {
             if let Arg::Value(v) = call.args[*p] {
                 out.insert(v);

@@ -138,6 +138,16 @@ impl<'a> KernelContext<'a> {
             .collect()
     }
 
+    /// Whether reduction result `v` of this kernel is accumulated in scratch memory: a norm
+    /// whose blocks each see part of the vector (three partial sums, finished by a later
+    /// kernel).
+    pub fn in_scratch(&self, v: ValueId) -> bool {
+        let norm = self.program.values[v]
+            .producer
+            .is_some_and(|c| expr::is_norm(&self.program.calls[c]));
+        norm && self.grid_serial().is_some()
+    }
+
     /// Scalar values read here (loaded once at kernel start).
     pub fn scalars(&self) -> Vec<ValueId> {
         self.loaded()
@@ -154,12 +164,12 @@ impl<'a> KernelContext<'a> {
         let mut args = Vec::new();
         for v in all {
             let qualifier = if written.contains(&v) { "" } else { "const " };
-            params.push(format!(
-                "{qualifier}{}* __restrict__ {}",
-                self.ty(),
-                pointer(self.program, v)
-            ));
-            args.push(LaunchArg::Buffer(v));
+            let (name, arg) = match self.in_scratch(v) {
+                true => (scratch_pointer(self.program, v), LaunchArg::Scratch(v)),
+                false => (pointer(self.program, v), LaunchArg::Buffer(v)),
+            };
+            params.push(format!("{qualifier}{}* __restrict__ {name}", self.ty()));
+            args.push(arg);
         }
         for s in sizes {
             params.push(format!("const long long {}", size_param(s)));
@@ -198,6 +208,11 @@ pub(crate) fn pointer(program: &Program, v: ValueId) -> String {
     format!("p{v}_{}", sanitize(&program.values[v].name))
 }
 
+/// The kernel parameter holding the scratch memory of reduction result `v`, e.g. `a3_r`.
+pub(crate) fn scratch_pointer(program: &Program, v: ValueId) -> String {
+    format!("a{v}_{}", sanitize(&program.values[v].name))
+}
+
 /// The kernel parameter holding a size.
 pub(crate) fn size_param(symbol: &str) -> String {
     format!("size_{}", sanitize(symbol))
@@ -231,6 +246,6 @@ fn collect_elements(e: &fuse_core::formula::Expr, call: &fuse_core::Call, out: &
             collect_elements(a, call, out);
             collect_elements(b, call, out);
         }
-        Expr::Sum { body, .. } => collect_elements(body, call, out),
+        Expr::Reduce { body, .. } => collect_elements(body, call, out),
     }
 }

@@ -1,7 +1,7 @@
 //! What the generator gives back: the module's source and the steps that run it — buffers to
 //! zero, kernels to launch, each with its grid as a function of the sizes.
 
-use fuse_core::{Sizes, ValueId};
+use fuse_core::{Precision, Sizes, ValueId};
 use serde::Serialize;
 
 use super::group::Walk;
@@ -97,6 +97,8 @@ impl Grid {
 pub enum LaunchArg {
     /// The global buffer of a value.
     Buffer(ValueId),
+    /// The scratch of a reduction (see [`Scratch`]), by the value it computes.
+    Scratch(ValueId),
     /// A size, as a 64-bit integer.
     Size(String),
 }
@@ -145,6 +147,20 @@ pub enum Step {
     Launch(Launch),
 }
 
+/// Global memory a reduction needs between its kernel and its finishing kernel besides its
+/// result's buffer: the three partial sums of a norm. A runner allocates it for each run of
+/// the steps, filled with zeros, and lets it go after them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Scratch {
+    /// The value the reduction computes.
+    pub value: ValueId,
+    /// Its length in numbers.
+    pub len: usize,
+    /// The precision of its numbers (the program's).
+    #[serde(skip)]
+    pub precision: Precision,
+}
+
 /// A generated module: its source, the buffers it needs and the steps that run it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Generated {
@@ -152,6 +168,8 @@ pub struct Generated {
     pub source: String,
     /// Values that live in global memory, by id.
     pub buffers: Vec<ValueId>,
+    /// Zero-filled scratch memory of each run, for reductions that need more than their result.
+    pub scratch: Vec<Scratch>,
     /// What to do, in order.
     pub steps: Vec<Step>,
 }

@@ -4,7 +4,8 @@
 //! number of serial iterations). Output: a [`Generated`] module — one CUDA source that compiles
 //! with NVRTC and under emulation — and the [`Step`]s that run it: zero-fills of reduction
 //! outputs, kernel launches, and finishing kernels for reductions whose result is a function
-//! of the sum (`a·Σ + b·y`, `sqrt(Σ)`).
+//! of the sum (`a·Σ + b·y`) or a norm (its three partial sums, kept in [`Scratch`] memory,
+//! combined).
 //!
 //! Invariants of the generated code: every value that leaves its kernel (an output, or read by
 //! a later kernel) lives in a global buffer; every other value lives in registers, because all
@@ -29,10 +30,13 @@ use fuse_core::{Program, ValueId};
 pub use error::GenerateError;
 pub use group::{KernelGroup, Serial, Walk};
 use kernel::KernelContext;
-pub use launch::{Generated, Grid, Launch, LaunchArg, Step, StripWork};
+pub use launch::{Generated, Grid, Launch, LaunchArg, Scratch, Step, StripWork};
 
 /// The library's generic routines, pasted into every generated source.
 pub const ROUTINES: &str = include_str!("../../../../library/cuda/routines.cuh");
+
+/// The partial sums of a norm in memory (`fuse_norm` in the routines): small, medium, big.
+const NORM_SUMS: usize = 3;
 
 /// The prelude that gives the helper macros their GPU meaning (see fuse-emulate).
 pub const PRELUDE: &str = "// cuda_prelude: helper macros, GPU side (emulation defines them first)
@@ -59,6 +63,7 @@ pub fn generate(program: &Program, kernels: &[KernelGroup]) -> Result<Generated,
         kernels.len()
     );
     let mut steps = Vec::new();
+    let mut scratch = Vec::new();
     for (k, group) in kernels.iter().enumerate() {
         let kernel = KernelContext::new(program, group, k, &global)?;
         let out = match kernel.level {
@@ -71,7 +76,16 @@ pub fn generate(program: &Program, kernels: &[KernelGroup]) -> Result<Generated,
             .into_iter()
             .filter(|r| !out.direct.contains(r))
             .collect();
-        steps.extend(atomic.iter().copied().map(Step::Zero));
+        for &v in &atomic {
+            match kernel.in_scratch(v) {
+                true => scratch.push(Scratch {
+                    value: v,
+                    len: NORM_SUMS,
+                    precision: program.precision,
+                }),
+                false => steps.push(Step::Zero(v)),
+            }
+        }
         steps.push(Step::Launch(out.launch));
         for &c in &kernel.calls {
             if !atomic.contains(&kernel.program.calls[c].result) {
@@ -86,6 +100,7 @@ pub fn generate(program: &Program, kernels: &[KernelGroup]) -> Result<Generated,
     Ok(Generated {
         source,
         buffers: global.into_iter().collect(),
+        scratch,
         steps,
     })
 }

@@ -6,16 +6,18 @@
 //!     i = (block · serial + iteration) · blockDim + thread
 //!     if i < n: load routines, compute routines in call order, store routines
 //! partial reductions: block sum, then one atomic per block     (after the loop)
-//!     — or, when one block walks the whole vector, the result stored directly
+//!     — three for a norm (its scaled sums, into scratch memory) —
+//!     or, when one block walks the whole vector, the result stored directly
 //! ```
 
 use std::fmt::Write;
 
+use fuse_core::formula::ReduceOp;
 use fuse_core::ValueId;
 
 use super::error::GenerateError;
-use super::expr::{emit, the_sum, unsupported, Registers};
-use super::kernel::{pointer, size_param, KernelContext, KernelOutput};
+use super::expr::{emit, is_norm, the_reduction, unsupported, Registers};
+use super::kernel::{pointer, scratch_pointer, size_param, KernelContext, KernelOutput};
 use super::launch::{Grid, Launch};
 
 struct VectorRegisters;
@@ -42,7 +44,13 @@ pub(crate) fn generate(k: &KernelContext) -> Result<KernelOutput, GenerateError>
     );
     s.push_str(&k.scalar_loads("    "));
     for &r in &k.reduced() {
-        let _ = writeln!(s, "    {ty} acc{r} = {ty}(0);");
+        let _ = match k.program.values[r]
+            .producer
+            .is_some_and(|c| is_norm(&k.program.calls[c]))
+        {
+            true => writeln!(s, "    fuse_norm<{ty}> acc{r} = {{}};"),
+            false => writeln!(s, "    {ty} acc{r} = {ty}(0);"),
+        };
     }
     let _ = writeln!(s, "    const long long iterations = {serial};");
     let _ = writeln!(
@@ -67,13 +75,12 @@ pub(crate) fn generate(k: &KernelContext) -> Result<KernelOutput, GenerateError>
         let call = &k.program.calls[c];
         let r = call.result;
         if call.kind.is_reduce() {
-            let (_, term) = the_sum(call)?;
-            let _ = writeln!(
-                s,
-                "            acc{r} += {};  // {}",
-                emit(term, call, k.precision(), &VectorRegisters, None)?,
-                call.text
-            );
+            let (op, _, term) = the_reduction(call)?;
+            let term = emit(term, call, k.precision(), &VectorRegisters, None)?;
+            let _ = match op {
+                ReduceOp::Sum => writeln!(s, "            acc{r} += {term};  // {}", call.text),
+                ReduceOp::Norm2 => writeln!(s, "            fuse_norm_add(acc{r}, {term});  // {}", call.text),
+            };
         } else {
             let body = emit(&call.form.formula.body, call, k.precision(), &VectorRegisters, None)?;
             let _ = writeln!(s, "            const {ty} v{r} = {body};  // {}", call.text);
@@ -103,8 +110,18 @@ pub(crate) fn generate(k: &KernelContext) -> Result<KernelOutput, GenerateError>
                 &VectorRegisters,
                 Some(&format!("total{r}")),
             )?;
-            let _ = writeln!(s, "    const {ty} total{r} = fuse_block_sum(acc{r});");
+            let total = match is_norm(call) {
+                true => format!("fuse_norm_value(fuse_block_norm(acc{r}))"),
+                false => format!("fuse_block_sum(acc{r})"),
+            };
+            let _ = writeln!(s, "    const {ty} total{r} = {total};");
             let _ = writeln!(s, "    if (threadIdx.x == 0) {p}[0] = {value};");
+        } else if k.in_scratch(r) {
+            let _ = writeln!(
+                s,
+                "    fuse_block_norm_atomic(acc{r}, {});",
+                scratch_pointer(k.program, r)
+            );
         } else {
             let _ = writeln!(s, "    fuse_block_sum_atomic(acc{r}, {p});");
         }

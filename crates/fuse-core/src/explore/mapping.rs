@@ -348,7 +348,7 @@ fn first_index(expr: &Expr, param: usize) -> Option<&[usize]> {
         Expr::Element { param: p, index } if *p == param => Some(index),
         Expr::Number(_) | Expr::Scalar(_) | Expr::Element { .. } => None,
         Expr::Neg(e) | Expr::Call(_, e) => first_index(e, param),
-        Expr::Sum { body, .. } => first_index(body, param),
+        Expr::Reduce { body, .. } => first_index(body, param),
         Expr::Binary(_, a, b) => first_index(a, param).or_else(|| first_index(b, param)),
     }
 }
@@ -356,7 +356,7 @@ fn first_index(expr: &Expr, param: usize) -> Option<&[usize]> {
 /// The index variable of the first `sum` in `expr`.
 fn first_sum(expr: &Expr) -> Option<usize> {
     match expr {
-        Expr::Sum { index, .. } => Some(*index),
+        Expr::Reduce { index, .. } => Some(*index),
         Expr::Number(_) | Expr::Scalar(_) | Expr::Element { .. } => None,
         Expr::Neg(e) | Expr::Call(_, e) => first_sum(e),
         Expr::Binary(_, a, b) => first_sum(a).or_else(|| first_sum(b)),

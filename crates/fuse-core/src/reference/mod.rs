@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use rayon::prelude::*;
 
 use crate::data::{check_inputs, BindError};
-use crate::formula::{BinOp, Expr, Func};
+use crate::formula::{BinOp, Expr, Func, ReduceOp};
 use crate::{Arg, Bindings, Call, HostArray, Program, Sizes};
 
 /// An f64 array during evaluation.
@@ -144,7 +144,11 @@ impl Evaluator<'_> {
                     BinOp::Div => a / b,
                 }
             }
-            Expr::Sum { index, body } => {
+            Expr::Reduce {
+                op: ReduceOp::Sum,
+                index,
+                body,
+            } => {
                 let mut total = 0.0;
                 for k in 0..self.extents[*index] {
                     idx[*index] = k;
@@ -152,10 +156,63 @@ impl Evaluator<'_> {
                 }
                 total
             }
+            Expr::Reduce {
+                op: ReduceOp::Norm2,
+                index,
+                body,
+            } => {
+                let mut terms = Vec::with_capacity(self.extents[*index]);
+                for k in 0..self.extents[*index] {
+                    idx[*index] = k;
+                    terms.push(self.eval(body, idx));
+                }
+                norm2(&terms)
+            }
             Expr::Call(Func::Abs, a) => self.eval(a, idx).abs(),
             Expr::Call(Func::Sqrt, a) => self.eval(a, idx).sqrt(),
         }
     }
+}
+
+/// `sqrt(Σ t²)` to within about an ulp, wherever the result is representable: the terms are
+/// scaled by a power of two (exactly) that brings the largest near 1, and the squares are added
+/// with their rounding errors (Neumaier's compensated sum of the exact products `s·s`). Two
+/// passes over the terms, where the backends make one: the ground truth need not be fast.
+pub fn norm2(terms: &[f64]) -> f64 {
+    let max = terms.iter().fold(0.0_f64, |m, t| m.max(t.abs()));
+    if terms.iter().any(|t| t.is_nan()) {
+        return f64::NAN;
+    }
+    if max == 0.0 || max.is_infinite() {
+        return max;
+    }
+    // Near enough to the exponent of `max`: the scaled maximum lies within a factor 2 of 1.
+    let e = max.log2().round() as i32;
+    let (mut sum, mut error) = (0.0_f64, 0.0_f64);
+    for &t in terms {
+        let s = times_power_of_two(t, -e);
+        let square = s * s;
+        error += s.mul_add(s, -square);
+        let next = sum + square;
+        error += match sum.abs() >= square {
+            true => (sum - next) + square,
+            false => (square - next) + sum,
+        };
+        sum = next;
+    }
+    times_power_of_two((sum + error).sqrt(), e)
+}
+
+/// `x · 2^k` for any `k` that `norm2` needs (|k| ≤ 1075), with one rounding at most: in steps
+/// of powers of two that are themselves representable, growing or shrinking monotonically.
+fn times_power_of_two(mut x: f64, mut k: i32) -> f64 {
+    let power = |k: i32| f64::from_bits(((k + 1023) as u64) << 52);
+    while k.abs() > 1000 {
+        let step = 1000 * k.signum();
+        x *= power(step);
+        k -= step;
+    }
+    x * power(k)
 }
 
 #[cfg(test)]

@@ -124,3 +124,67 @@ fn missing_input_is_an_error() {
     let err = evaluate(&program, &sizes, &Bindings::new()).unwrap_err();
     assert_eq!(err.to_string(), "input `A` has no value");
 }
+
+/// `scale · [±1 … ±13; n]`, and its norm `scale · sqrt(Σ m²)`: exact (the sum of the integer
+/// squares is, the root is correctly rounded, a power of two scales exactly).
+fn integer_vector(n: usize, scale: f64) -> (Vec<f64>, f64) {
+    let m: Vec<f64> = (0..n)
+        .map(|k| (1 + (k * 7) % 13) as f64 * if k % 2 == 0 { 1.0 } else { -1.0 })
+        .collect();
+    let exact = scale * m.iter().map(|v| v * v).sum::<f64>().sqrt();
+    (m.iter().map(|v| v * scale).collect(), exact)
+}
+
+#[test]
+fn norm2_is_exact_across_the_f64_range() {
+    use crate::testing::{within_ulps, NORM_LENGTHS};
+    for e in [-1070, -1000, -600, -511, -300, 0, 300, 486, 600, 1000] {
+        for n in NORM_LENGTHS {
+            let (x, exact) = integer_vector(n, 2f64.powi(e));
+            let got = super::norm2(&x);
+            // Below 2^-1022 the norm is subnormal: exact to its last (absolute) place.
+            assert!(
+                within_ulps(got, exact, Precision::F64, 1),
+                "2^{e}, n = {n}: {got:e} vs {exact:e}"
+            );
+        }
+    }
+    assert_relative_eq!(super::norm2(&[3e300, -4e300]), 5e300, max_relative = 1e-15);
+    assert_relative_eq!(super::norm2(&[3e-300, 4e-300]), 5e-300, max_relative = 1e-15);
+    assert_relative_eq!(
+        super::norm2(&[f64::MAX / 2.0, f64::MAX / 4.0]),
+        f64::MAX * 0.3125f64.sqrt(),
+        max_relative = 1e-15
+    );
+    assert_eq!(super::norm2(&[3e-323, 4e-323]), 5e-323);
+    assert_eq!(super::norm2(&[]), 0.0);
+    assert_eq!(super::norm2(&[1.0, f64::INFINITY]), f64::INFINITY);
+    assert!(super::norm2(&[f64::INFINITY, f64::NAN]).is_nan());
+}
+
+/// Every hostile f32 vector through the interpreter: f32 numbers square in f64 without
+/// overflow or underflow, so the plain formula in f64 is an independent check.
+#[test]
+fn nrm2_of_f32_vectors_at_the_edges_of_the_range() {
+    use crate::testing::{hostile_norms, norm_program, within_ulps};
+    use crate::{HostArray, HostData};
+    let program = norm_program(Precision::F32, false);
+    for case in hostile_norms(Precision::F32) {
+        let sizes = program.bind_sizes(&[("n".to_string(), case.x.len())]).unwrap();
+        let x: Vec<f32> = case.x.iter().map(|&v| v as f32).collect();
+        let plain = x.iter().map(|&v| (v as f64) * (v as f64)).sum::<f64>().sqrt();
+        let inputs = Bindings::from([(
+            "x".to_string(),
+            HostArray {
+                dims: vec![x.len()],
+                data: HostData::F32(x),
+            },
+        )]);
+        let got = evaluate(&program, &sizes, &inputs).unwrap()["r"].to_f64()[0];
+        assert!(
+            within_ulps(got, plain, Precision::F64, 4),
+            "{}: {got:e} vs {plain:e}",
+            case.what
+        );
+    }
+}

@@ -9,6 +9,7 @@ use fuse_core::ValueId;
 
 use super::loops;
 use super::memory::{Local, View};
+use super::norm::Norm;
 use super::stage::{Access, Factor, Node, Stage, Term, MAX_TERMS};
 use super::Real;
 
@@ -212,6 +213,26 @@ pub(crate) fn sum<T: Real>(stage: &Stage, scope: &Scope<T>, seg: Seg, scratch: &
         total += c * loops::dot(x, y);
     }
     total
+}
+
+/// The norm's sums of the terms `stage` over `seg`: straight from the run where the term is
+/// one (`nrm2(x)`), else computed into a scratch buffer (in cache: a chunk at a time) first.
+pub(crate) fn norm<T: Real>(stage: &Stage, scope: &Scope<T>, seg: Seg, scratch: &mut [Vec<T>]) -> Norm<T> {
+    if let Some(terms) = &stage.terms {
+        let mut r = Resolved::new();
+        r.add(terms, scope, seg);
+        if let ([(a, x)], 0) = (&r.lin[..r.lins], r.prods) {
+            if r.konst == T::ZERO && *a == T::from_f64(1.0) {
+                return loops::norm(x);
+            }
+        }
+    }
+    let (buffer, rest) = scratch
+        .split_first_mut()
+        .expect("one scratch buffer beyond the stage's depth");
+    let buffer = &mut buffer[..seg.len];
+    map(stage, scope, seg, buffer, rest);
+    loops::norm(buffer)
 }
 
 /// `dest += Σ_rows stage` on the segments `(row, start .. start + dest.len())`, several rows

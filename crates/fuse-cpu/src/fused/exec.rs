@@ -16,10 +16,12 @@ use std::mem;
 
 use rayon::prelude::*;
 
+use fuse_core::formula::ReduceOp;
 use fuse_core::{Bindings, Program, Shape, Sizes};
 
 use super::eval::{self, Loc, Locs, Piece, Scope, Seg};
 use super::memory::{split_rows, Local, View, ViewMut};
+use super::norm::Norm;
 use super::prepare::{KernelPlan, Op, Prepared, SharedRows, Space};
 use super::{loops, Real};
 
@@ -103,6 +105,7 @@ struct Tile {
 struct Partials<T> {
     columns: Vec<Vec<T>>,
     scalars: Vec<T>,
+    norms: Vec<Norm<T>>,
 }
 
 impl KernelRun<'_> {
@@ -329,6 +332,7 @@ impl<'a, T: Real> Shared<'_, 'a, T> {
         Partials {
             columns: work.columns,
             scalars: work.scalars,
+            norms: work.norms,
         }
     }
 
@@ -364,9 +368,15 @@ impl<'a, T: Real> Shared<'_, 'a, T> {
                     eval::map(stage, &scope, seg, dest.view_mut().run_mut(a, len), &mut work.scratch);
                     locals[l] = dest;
                 }
-                (Op::Reduce { body, .. }, _) => {
+                (Op::Reduce { op, body, .. }, _) => {
                     let scope = self.scope(locals, Piece::Scalar(T::ZERO));
-                    work.scalars[c] += eval::sum(body, &scope, seg, &mut work.scratch);
+                    match op {
+                        ReduceOp::Sum => work.scalars[c] += eval::sum(body, &scope, seg, &mut work.scratch),
+                        ReduceOp::Norm2 => {
+                            let chunk = eval::norm(body, &scope, seg, &mut work.scratch);
+                            work.norms[c] = work.norms[c].merge(chunk);
+                        }
+                    }
                 }
                 _ => unreachable!("BLAS-1 kernels hold maps and reductions"),
             }
@@ -480,8 +490,14 @@ impl<'a, T: Real> Shared<'_, 'a, T> {
     /// Adds up call `c`'s partials into `out` and applies the formula around its sum.
     fn finish(&self, c: usize, partials: &[Partials<T>], out: &mut [T]) {
         match &self.kernel.calls[c].op {
-            Op::Reduce { outer, .. } => {
-                let total = partials.iter().fold(T::ZERO, |s, p| s + p.scalars[c]);
+            Op::Reduce { op, outer, .. } => {
+                let total = match op {
+                    ReduceOp::Sum => partials.iter().fold(T::ZERO, |s, p| s + p.scalars[c]),
+                    ReduceOp::Norm2 => partials
+                        .iter()
+                        .fold(Norm::default(), |s, p| s.merge(p.norms[c]))
+                        .value(),
+                };
                 let value = match outer {
                     None => total,
                     Some(stage) => {
@@ -542,6 +558,8 @@ struct Work<T> {
     columns: Vec<Vec<T>>,
     /// Partial BLAS-1 sums, per call.
     scalars: Vec<T>,
+    /// Partial norms, per call.
+    norms: Vec<Norm<T>>,
 }
 
 impl<T: Real> Work<T> {
@@ -565,6 +583,7 @@ impl<T: Real> Work<T> {
                 .map(|c| sized(matches!(c.op, Op::ColumnSums { .. }), cols))
                 .collect(),
             scalars: vec![T::ZERO; calls.len()],
+            norms: vec![Norm::default(); calls.len()],
         }
     }
 }

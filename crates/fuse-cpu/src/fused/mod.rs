@@ -6,7 +6,8 @@
 //! the kernel on a tile while it is in cache. A fused BiCGK therefore reads A from memory once
 //! for both `A·p` and `Aᵀ·r`, and a fused VADD never writes its temporary: values the plan keeps
 //! on chip live in per-thread tile buffers. Reductions are per-thread partials added up at the
-//! end of the kernel, which is the global barrier — except row sums (`A·x`): a thread owns whole
+//! end of the kernel, which is the global barrier (a norm's partials are the three scaled sums
+//! of squares BLAS keeps, so that it neither overflows nor underflows) — except row sums (`A·x`): a thread owns whole
 //! rows, so it finishes them row block by row block, and calls that read them run in a second
 //! pass over the row block while it is still in cache (the CPU timing tables' `row_barrier`).
 //! A fused ATAX (`t = A·x; y = Aᵀ·t`) or GESUMMV therefore reads each matrix once.
@@ -49,6 +50,7 @@ mod eval;
 mod exec;
 mod loops;
 mod memory;
+mod norm;
 mod prepare;
 mod real;
 mod stage;

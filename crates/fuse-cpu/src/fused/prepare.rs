@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use fuse_core::explore::implementation::dataflow;
 use fuse_core::explore::mapping::{index_axes, Axis};
 use fuse_core::explore::Context;
-use fuse_core::formula::Expr;
+use fuse_core::formula::{Expr, ReduceOp};
 use fuse_core::{Arg, CallId, HigherOrderKind, Plan, Program, Shape, Sizes, ValueId};
 
 use super::error::CpuError;
@@ -25,8 +25,13 @@ use super::stage::{Role, Stage};
 pub(crate) enum Op {
     /// Element by element (BLAS-1 map or nested map): the result of a segment is the stage.
     Map(Stage),
-    /// A BLAS-1 reduction to a scalar: `outer(Σ body)`; per-thread partial sums.
-    Reduce { body: Stage, outer: Option<Stage> },
+    /// A BLAS-1 reduction to a scalar: `outer(Σ body)` or `outer(‖body‖₂)`; per-thread partial
+    /// sums (a norm's three).
+    Reduce {
+        op: ReduceOp,
+        body: Stage,
+        outer: Option<Stage>,
+    },
     /// A nested reduction along each row (`A·x`): complete once a row block has seen every column.
     RowSums { body: Stage, outer: Option<Stage> },
     /// A nested reduction down each column (`Aᵀ·x`): per-thread partial vectors, added at the
@@ -336,7 +341,7 @@ fn inline_chip_values(mut calls: Vec<CallPlan>, chip: Vec<ValueId>) -> (Vec<Call
 fn stages_mut(op: &mut Op) -> Vec<&mut Stage> {
     match op {
         Op::Map(s) => vec![s],
-        Op::Reduce { body, outer } | Op::RowSums { body, outer } | Op::ColumnSums { body, outer } => {
+        Op::Reduce { body, outer, .. } | Op::RowSums { body, outer } | Op::ColumnSums { body, outer } => {
             std::iter::once(body).chain(outer.as_mut()).collect()
         }
     }
@@ -346,7 +351,7 @@ fn stages_mut(op: &mut Op) -> Vec<&mut Stage> {
 pub(crate) fn stages(op: &Op) -> Vec<&Stage> {
     match op {
         Op::Map(s) => vec![s],
-        Op::Reduce { body, outer } | Op::RowSums { body, outer } | Op::ColumnSums { body, outer } => {
+        Op::Reduce { body, outer, .. } | Op::RowSums { body, outer } | Op::ColumnSums { body, outer } => {
             std::iter::once(body).chain(outer.as_ref()).collect()
         }
     }
@@ -372,10 +377,10 @@ fn lower_call(program: &Program, sizes: &Sizes, c: CallId) -> Result<(CallPlan, 
             (Op::Map(body.map_err(unsupported)?), Space::Vector(extents[v]))
         }
         HigherOrderKind::Reduce => {
-            let (k, sum) = the_sum(&formula.body).map_err(unsupported)?;
-            let body = Stage::lower(sum, args, &roles(&[(k, Role::Varying)]), false, false).map_err(unsupported)?;
+            let (op, k, term) = the_reduction(&formula.body).map_err(unsupported)?;
+            let body = Stage::lower(term, args, &roles(&[(k, Role::Varying)]), false, false).map_err(unsupported)?;
             let outer = outer_stage(&formula.body, args, &roles(&[]), false).map_err(unsupported)?;
-            (Op::Reduce { body, outer }, Space::Vector(extents[k]))
+            (Op::Reduce { op, body, outer }, Space::Vector(extents[k]))
         }
         HigherOrderKind::NestedMap | HigherOrderKind::NestedReduce => {
             let axes = index_axes(call);
@@ -437,18 +442,26 @@ fn roles_of(vars: usize, pairs: &[(usize, Role)]) -> Vec<Role> {
     roles
 }
 
-/// The stage after the sum, or `None` when the formula is the bare sum.
+/// The stage after the reduction, or `None` when the formula is the bare reduction.
 fn outer_stage(body: &Expr, args: &[Arg], roles: &[Role], sum_is_run: bool) -> Result<Option<Stage>, String> {
     match body {
-        Expr::Sum { .. } => Ok(None),
+        Expr::Reduce { .. } => Ok(None),
         _ => Stage::lower(body, args, roles, true, sum_is_run).map(Some),
     }
 }
 
-/// The one `sum(index, summand)` of a reduction formula.
-fn the_sum(e: &Expr) -> Result<(usize, &Expr), String> {
-    e.the_sum()
+/// The one `sum(index, term)` or `norm2(index, term)` of a reduction formula.
+fn the_reduction(e: &Expr) -> Result<(ReduceOp, usize, &Expr), String> {
+    e.the_reduction()
         .ok_or_else(|| "reductions must contain exactly one, unnested, sum".into())
+}
+
+/// The one `sum(index, summand)` of a nested reduction formula (norms are BLAS-1 only).
+fn the_sum(e: &Expr) -> Result<(usize, &Expr), String> {
+    match the_reduction(e)? {
+        (ReduceOp::Sum, index, summand) => Ok((index, summand)),
+        (ReduceOp::Norm2, ..) => Err("a norm in a nested reduction".into()),
+    }
 }
 
 /// The extent of each index variable of call `c`'s formula, from its arguments' shapes.

@@ -22,9 +22,20 @@ pub trait Real:
     + Div<Output = Self>
     + Neg<Output = Self>
     + AddAssign
+    + PartialOrd
 {
     /// Zero.
     const ZERO: Self;
+    /// Blue's thresholds and scales for a norm's squares, LAPACK's for this precision
+    /// (`la_xnrm2`): magnitudes below `NORM_SMALL` are scaled up by `NORM_UP` before squaring,
+    /// above `NORM_BIG` down by `NORM_DOWN`.
+    const NORM_SMALL: Self;
+    /// See [`Real::NORM_SMALL`].
+    const NORM_BIG: Self;
+    /// See [`Real::NORM_SMALL`].
+    const NORM_UP: Self;
+    /// See [`Real::NORM_SMALL`].
+    const NORM_DOWN: Self;
     /// The script precision it computes.
     const PRECISION: Precision;
     /// The nearest value to `v`.
@@ -40,9 +51,13 @@ pub trait Real:
 }
 
 macro_rules! real {
-    ($t:ty, $precision:ident, $variant:ident) => {
+    ($t:ty, $precision:ident, $variant:ident, $power:ident, [$small:expr, $big:expr, $up:expr, $down:expr]) => {
         impl Real for $t {
             const ZERO: Self = 0.0;
+            const NORM_SMALL: Self = $power($small);
+            const NORM_BIG: Self = $power($big);
+            const NORM_UP: Self = $power($up);
+            const NORM_DOWN: Self = $power($down);
             const PRECISION: Precision = Precision::$precision;
 
             fn from_f64(v: f64) -> Self {
@@ -71,5 +86,15 @@ macro_rules! real {
     };
 }
 
-real!(f32, F32, F32);
-real!(f64, F64, F64);
+/// `2^e`, for exponents of normal numbers.
+const fn power_f32(e: i32) -> f32 {
+    f32::from_bits(((e + 127) as u32) << 23)
+}
+
+/// `2^e`, for exponents of normal numbers.
+const fn power_f64(e: i32) -> f64 {
+    f64::from_bits(((e + 1023) as u64) << 52)
+}
+
+real!(f32, F32, F32, power_f32, [-63, 52, 75, -76]);
+real!(f64, F64, F64, power_f64, [-511, 486, 537, -538]);

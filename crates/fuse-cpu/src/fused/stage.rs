@@ -60,7 +60,7 @@ pub(crate) enum Node {
     Scalar(ValueId),
     /// An array value, reached by `Access`.
     Array(ValueId, Access),
-    /// The finished sum of a reduction (in the stage after the sum).
+    /// The finished sum (or norm) of a reduction (in the stage after it).
     Sum,
     /// `-a`.
     Neg(Box<Node>),
@@ -200,8 +200,8 @@ fn lower(e: &Expr, args: &[Arg], roles: &[Role], sum: bool) -> Result<Node, Stri
         Expr::Neg(a) => Node::Neg(recur(a)?),
         Expr::Binary(op, a, b) => Node::Binary(*op, recur(a)?, recur(b)?),
         Expr::Call(f, a) => Node::Call(*f, recur(a)?),
-        Expr::Sum { .. } if sum => Node::Sum,
-        Expr::Sum { .. } => return Err("a sum inside a sum (reductions need exactly one, unnested, sum)".into()),
+        Expr::Reduce { .. } if sum => Node::Sum,
+        Expr::Reduce { .. } => return Err("a sum inside a sum (reductions need exactly one, unnested, sum)".into()),
     })
 }
 
