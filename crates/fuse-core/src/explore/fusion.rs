@@ -69,9 +69,11 @@ pub fn enumerate(ctx: &Context, limits: &Limits) -> Fusions {
     }
     // Stopping at the size limit truncates too when some set could still grow.
     truncated |= level.iter().any(|s| !extensions(ctx, s, &mut conflicts).is_empty());
+    // Every candidate grew one array neighbour at a time, each in conflict with no member:
+    // the pairwise rules and saving traffic hold by construction, convexity is left to check.
     let list = candidates
         .into_iter()
-        .filter(|s| s.len() == 1 || rules::check(ctx, s).is_ok())
+        .filter(|s| s.len() == 1 || rules::convex(ctx, s).is_ok())
         .map(|s| Fusion {
             calls: s.as_slice().to_vec(),
         })

@@ -14,16 +14,17 @@ use std::collections::HashMap;
 use crate::explore::callset::CallSet;
 use crate::explore::context::Context;
 use crate::explore::implementation::{implement, Implemented};
-use crate::explore::mapping::CallMapping;
 use crate::explore::predict::Predictor;
 use crate::explore::Limits;
 use crate::program::{Arg, CallId, ValueId};
-use crate::shape::Shape;
 
 /// The implementations of the fusion shapes met so far, for one context, predictor and limits.
-#[derive(Default)]
-pub struct ImplementationMemo<'c> {
-    known: HashMap<FusionShape<'c>, Known>,
+pub struct ImplementationMemo {
+    /// Each call's class: calls of one class have the same callee and mapping.
+    call_class: Vec<u32>,
+    /// Each value's class: values of one class have the same shape.
+    value_class: Vec<u32>,
+    known: HashMap<Vec<u32>, Known>,
 }
 
 /// The implementations of the first fusion of a shape, in its own ids.
@@ -33,42 +34,32 @@ struct Known {
     implemented: Implemented,
 }
 
-#[derive(PartialEq, Eq, Hash)]
-struct FusionShape<'c> {
-    calls: Vec<CallShape<'c>>,
-    values: Vec<ValueShape<'c>>,
-}
+/// Marks a literal argument in a shape (whose number no implementation reads).
+const LITERAL: u32 = u32::MAX;
 
-#[derive(PartialEq, Eq, Hash)]
-struct CallShape<'c> {
-    callee: &'c str,
-    /// Each argument's value rank, `None` for a literal (whose number no implementation reads).
-    args: Vec<Option<usize>>,
-    result: usize,
-    mapping: &'c CallMapping,
-}
+impl ImplementationMemo {
+    /// An empty memo for the fusions of `ctx`.
+    pub fn new(ctx: &Context) -> Self {
+        let program = ctx.program;
+        let call_class = classes((0..ctx.calls()).map(|c| (program.calls[c].callee.as_str(), &ctx.mappings[c])));
+        let value_class = classes(program.values.iter().map(|v| &v.shape));
+        ImplementationMemo {
+            call_class,
+            value_class,
+            known: HashMap::new(),
+        }
+    }
 
-#[derive(PartialEq, Eq, Hash)]
-struct ValueShape<'c> {
-    shape: &'c Shape,
-    /// The rank of its producer in the fusion, `Some(None)` for a call outside, `None` for an
-    /// input.
-    producer: Option<Option<usize>>,
-    output: bool,
-    read_outside: bool,
-}
-
-impl<'c> ImplementationMemo<'c> {
     /// The implementations of the fusion of `calls` (increasing), as [`implement`] gives them.
     pub fn implement(
         &mut self,
-        ctx: &'c Context,
+        ctx: &Context,
         calls: &[CallId],
         predictor: &Predictor,
         limits: &Limits,
     ) -> Implemented {
         let values = touched_values(ctx, calls);
-        let shape = FusionShape::of(ctx, calls, &values);
+        let shape = self.shape(ctx, calls, &values);
         match self.known.get(&shape) {
             Some(known) => known.renamed(calls, &values),
             None => {
@@ -83,6 +74,47 @@ impl<'c> ImplementationMemo<'c> {
             }
         }
     }
+
+    /// The fusion's shape, flat: its number of calls; for each call its class, its arguments' value ranks and its
+    /// result's; for each value its class, its producer's rank (or whether it is an input),
+    /// whether it is an output and whether a call outside the fusion reads it.
+    fn shape(&self, ctx: &Context, calls: &[CallId], values: &[ValueId]) -> Vec<u32> {
+        let program = ctx.program;
+        let members = CallSet::of(calls);
+        let mut shape = Vec::with_capacity(1 + 5 * calls.len() + 4 * values.len());
+        shape.push(calls.len() as u32);
+        for &c in calls {
+            let call = &program.calls[c];
+            shape.extend([self.call_class[c], call.args.len() as u32]);
+            shape.extend(call.args.iter().map(|a| match a {
+                Arg::Value(v) => rank(values, *v) as u32,
+                Arg::Literal(_) => LITERAL,
+            }));
+            shape.push(rank(values, call.result) as u32);
+        }
+        for &v in values {
+            let producer = match program.values[v].producer {
+                None => 0,
+                Some(p) if members.contains(p) => 2 + rank(calls, p) as u32,
+                Some(_) => 1,
+            };
+            let output = program.is_output(v) as u32;
+            let read_outside = ctx.readers[v].iter().any(|&r| !members.contains(r)) as u32;
+            shape.extend([self.value_class[v], producer, output, read_outside]);
+        }
+        shape
+    }
+}
+
+/// Numbers the distinct items in order of first appearance, and gives each item its number.
+fn classes<T: Eq + std::hash::Hash>(items: impl Iterator<Item = T>) -> Vec<u32> {
+    let mut seen: HashMap<T, u32> = HashMap::new();
+    items
+        .map(|item| {
+            let next = seen.len() as u32;
+            *seen.entry(item).or_insert(next)
+        })
+        .collect()
 }
 
 /// The values the calls read or produce, in increasing order.
@@ -107,40 +139,6 @@ fn touched_values(ctx: &Context, calls: &[CallId]) -> Vec<ValueId> {
 /// The rank of `id` in the increasing list `ids`, which holds it.
 fn rank(ids: &[usize], id: usize) -> usize {
     ids.binary_search(&id).expect("a fusion's ids are among its own")
-}
-
-impl<'c> FusionShape<'c> {
-    fn of(ctx: &'c Context, calls: &[CallId], values: &[ValueId]) -> Self {
-        let program = ctx.program;
-        let members = CallSet::of(calls);
-        let call_shape = |c: CallId| {
-            let call = &program.calls[c];
-            let arg = |a: &Arg| match a {
-                Arg::Value(v) => Some(rank(values, *v)),
-                Arg::Literal(_) => None,
-            };
-            CallShape {
-                callee: &call.callee,
-                args: call.args.iter().map(arg).collect(),
-                result: rank(values, call.result),
-                mapping: &ctx.mappings[c],
-            }
-        };
-        let value_shape = |v: ValueId| {
-            let value = &program.values[v];
-            let producer = value.producer.map(|p| members.contains(p).then(|| rank(calls, p)));
-            ValueShape {
-                shape: &value.shape,
-                producer,
-                output: program.is_output(v),
-                read_outside: ctx.readers[v].iter().any(|&r| !members.contains(r)),
-            }
-        };
-        FusionShape {
-            calls: calls.iter().map(|&c| call_shape(c)).collect(),
-            values: values.iter().map(|&v| value_shape(v)).collect(),
-        }
-    }
 }
 
 impl Known {

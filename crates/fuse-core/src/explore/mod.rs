@@ -162,7 +162,7 @@ pub fn explore<'p>(
             limits.max_fusions, limits.max_fusion_calls
         ));
     }
-    let mut memo = memo::ImplementationMemo::default();
+    let mut memo = memo::ImplementationMemo::new(&context);
     let implementations: Vec<Implemented> = found
         .list
         .iter()
