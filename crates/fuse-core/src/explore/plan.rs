@@ -54,7 +54,7 @@ impl Kernel {
         let flow = dataflow(ctx, &imp.order);
         Kernel {
             calls: imp.order.clone(),
-            variants: imp.variants.clone(),
+            variants: imp.variants.to_vec(),
             loads: flow.loads,
             stores: flow.stores,
             on_chip: flow.on_chip,
