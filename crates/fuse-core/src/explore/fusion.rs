@@ -44,21 +44,19 @@ pub fn enumerate(ctx: &Context, limits: &Limits) -> Fusions {
     let mut conflicts = Conflicts::default();
     let mut level: BTreeSet<CallSet> = (0..n).map(|c| CallSet::of(&[c])).collect();
     let mut candidates: Vec<CallSet> = level.iter().cloned().collect();
-    let mut seen: BTreeSet<CallSet> = level.clone();
     let mut truncated = false;
     for _size in 2..=limits.max_fusion_calls.max(1) {
+        // The sets of this size: the only ones a grown set can equal.
         let mut next = BTreeSet::new();
         'grow: for set in &level {
             for w in extensions(ctx, set, &mut conflicts) {
                 let mut grown = set.clone();
                 grown.insert(w);
-                if seen.len() >= limits.max_fusions {
+                if candidates.len() + next.len() >= limits.max_fusions {
                     truncated = true;
                     break 'grow;
                 }
-                if seen.insert(grown.clone()) {
-                    next.insert(grown);
-                }
+                next.insert(grown);
             }
         }
         candidates.extend(next.iter().cloned());
