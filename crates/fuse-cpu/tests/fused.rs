@@ -297,7 +297,7 @@ fn norms_at_the_edges_of_the_range_match_the_reference() {
             let program = norm_program(precision, fused);
             for plan in plans(&program, &cpu_table(), 5) {
                 check_norms(precision, fused, |program, sizes, inputs| {
-                    FusedPlan::new(program, sizes, &plan)?.run(inputs)
+                    FusedPlan::new(program.clone(), sizes, &plan)?.run(inputs)
                 });
             }
         }

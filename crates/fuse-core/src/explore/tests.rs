@@ -296,17 +296,22 @@ proptest! {
     }
 }
 
+/// A chain of `calls` scalings on 64 numbers, `y1 = sscal(2.0, x)`, `y2 = sscal(2.0, y1)`, …
+fn chain(calls: usize, outputs: &str) -> Program {
+    let rest: String = (1..calls)
+        .map(|k| format!("  - y{} = sscal(2.0, y{k})\n", k + 1))
+        .collect();
+    let text =
+        format!("sizes: {{n: 64}}\ninputs: {{x: [n]}}\noutputs: [{outputs}]\ncalls:\n  - y1 = sscal(2.0, x)\n{rest}");
+    script::parse("chain.yaml", &text, &library()).unwrap()
+}
+
 #[test]
 fn a_chain_of_20000_calls_is_explored_and_counted() {
     // Plan search and counting once held a copy of every partial plan per node, took the
     // square of the calls per plan and recursed once per kernel: 200 s, 4.4 GB and, on a
     // test thread's stack, an overflow. Each is now bounded by the budgets, not the length.
-    let calls: String = (1..20_000)
-        .map(|k| format!("  - y{} = sscal(2.0, y{k})\n", k + 1))
-        .collect();
-    let text =
-        format!("sizes: {{n: 64}}\ninputs: {{x: [n]}}\noutputs: [y20000]\ncalls:\n  - y1 = sscal(2.0, x)\n{calls}");
-    let program = crate::script::parse("chain.yaml", &text, &library()).unwrap();
+    let program = chain(20_000, "y20000");
     let ex = explored(&program, Limits::default());
     let count = ex.count();
     assert!(!count.exact, "{count}");
@@ -352,12 +357,7 @@ fn gpu_and_cpu_tables() -> [TimingTable; 2] {
 
 #[test]
 fn implementing_once_per_fusion_shape_gives_the_same_plans() {
-    let chain: String = (1..60)
-        .map(|k| format!("  - y{} = sscal(2.0, y{k})\n", k + 1))
-        .collect();
-    let text =
-        format!("sizes: {{n: 64}}\ninputs: {{x: [n]}}\noutputs: [y30, y60]\ncalls:\n  - y1 = sscal(2.0, x)\n{chain}");
-    let chain = script::parse("chain.yaml", &text, &library()).unwrap();
+    let chain = chain(60, "y30, y60");
     // Calls 1–2 and 3–4 have one shape but for y1, read outside their fusion, and y3, not.
     let text = "sizes: {n: 4096}\ninputs: {x: [n]}\noutputs: [w]\ncalls:\n  - y0 = sscal(2.0, x)\n  - y1 = sscal(2.0, y0)\n  - y2 = sscal(2.0, y1)\n  - y3 = sscal(2.0, y2)\n  - y4 = sscal(2.0, y3)\n  - w = saxpy(2.0, y1, y4)\n";
     let read_outside = script::parse("read-outside.yaml", text, &library()).unwrap();
