@@ -79,7 +79,13 @@ impl<'p> Context<'p> {
     /// once for each array it shares.
     pub fn array_neighbours(&self, c: CallId) -> impl Iterator<Item = CallId> + '_ {
         let call = &self.program.calls[c];
-        let arrays = std::iter::once(call.result).chain(call.reads());
+        // The values read, each once, without collecting them: enumeration asks this of every
+        // member of every candidate.
+        let reads = call.args.iter().enumerate().filter_map(|(k, a)| match a {
+            Arg::Value(v) if !call.args[..k].contains(a) => Some(*v),
+            _ => None,
+        });
+        let arrays = std::iter::once(call.result).chain(reads);
         arrays
             .filter(|&v| self.program.values[v].shape != Shape::Scalar)
             .flat_map(|v| {

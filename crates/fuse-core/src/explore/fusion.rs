@@ -44,21 +44,19 @@ pub fn enumerate(ctx: &Context, limits: &Limits) -> Fusions {
     let mut conflicts = Conflicts::default();
     let mut level: BTreeSet<CallSet> = (0..n).map(|c| CallSet::of(&[c])).collect();
     let mut candidates: Vec<CallSet> = level.iter().cloned().collect();
-    let mut seen: BTreeSet<CallSet> = level.clone();
     let mut truncated = false;
     for _size in 2..=limits.max_fusion_calls.max(1) {
+        // The sets of this size: the only ones a grown set can equal.
         let mut next = BTreeSet::new();
         'grow: for set in &level {
             for w in extensions(ctx, set, &mut conflicts) {
                 let mut grown = set.clone();
                 grown.insert(w);
-                if seen.len() >= limits.max_fusions {
+                if candidates.len() + next.len() >= limits.max_fusions {
                     truncated = true;
                     break 'grow;
                 }
-                if seen.insert(grown.clone()) {
-                    next.insert(grown);
-                }
+                next.insert(grown);
             }
         }
         candidates.extend(next.iter().cloned());
@@ -69,9 +67,11 @@ pub fn enumerate(ctx: &Context, limits: &Limits) -> Fusions {
     }
     // Stopping at the size limit truncates too when some set could still grow.
     truncated |= level.iter().any(|s| !extensions(ctx, s, &mut conflicts).is_empty());
+    // Every candidate grew one array neighbour at a time, each in conflict with no member:
+    // the pairwise rules and saving traffic hold by construction, convexity is left to check.
     let list = candidates
         .into_iter()
-        .filter(|s| s.len() == 1 || rules::check(ctx, s).is_ok())
+        .filter(|s| s.len() == 1 || rules::convex(ctx, s).is_ok())
         .map(|s| Fusion {
             calls: s.as_slice().to_vec(),
         })

@@ -7,6 +7,7 @@
 //! many threads or too much shared memory per block) are dropped.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -144,8 +145,9 @@ pub struct Launch {
 pub struct Implementation {
     /// The calls in the order they run.
     pub order: Vec<CallId>,
-    /// The routine variant of each call, by position in `order`.
-    pub variants: Vec<String>,
+    /// The routine variant of each call, by position in `order`: shared by the
+    /// implementations of one order, and by fusions of one shape.
+    pub variants: Arc<[String]>,
     /// How it launches.
     #[serde(flatten)]
     pub launch: Launch,
@@ -206,7 +208,7 @@ pub fn implement(ctx: &Context, calls: &[CallId], predictor: &Predictor, limits:
     let mut out = Implemented::default();
     // The order and variants of each family of candidates: only the survivors of pruning
     // get copies of them.
-    let mut families: Vec<(Vec<CallId>, Vec<String>)> = Vec::new();
+    let mut families: Vec<(Vec<CallId>, Arc<[String]>)> = Vec::new();
     let mut candidates: Vec<(usize, Predicted)> = Vec::new();
     for walk in walks {
         let (order, peak, worse) = best_order(ctx, calls, walk, limits.max_orders);
@@ -241,7 +243,7 @@ pub fn implement(ctx: &Context, calls: &[CallId], predictor: &Predictor, limits:
                 let predicted = kernel.candidates(ctx, predictor, &setting);
                 candidates.extend(predicted.into_iter().map(|p| (family, p)));
             }
-            families.push((order.clone(), variants));
+            families.push((order.clone(), variants.into()));
         }
     }
     let (kept, dominated) = pareto(candidates);
@@ -264,10 +266,10 @@ struct Predicted {
 }
 
 impl Predicted {
-    fn implementation(self, order: &[CallId], variants: &[String]) -> Implementation {
+    fn implementation(self, order: &[CallId], variants: &Arc<[String]>) -> Implementation {
         Implementation {
             order: order.to_vec(),
-            variants: variants.to_vec(),
+            variants: variants.clone(),
             launch: self.launch,
             time: self.time,
         }
@@ -584,7 +586,7 @@ pub fn implementation_with(
 ) -> (Implementation, Vec<RoutineShare>) {
     let (order, peak, _) = best_order(ctx, calls, walk, Limits::default().max_orders);
     let kernel = KernelRoutines::new(ctx, &order);
-    let variants: Vec<String> = order.iter().map(|_| DEFAULT_VARIANT.to_string()).collect();
+    let variants: Arc<[String]> = order.iter().map(|_| DEFAULT_VARIANT.to_string()).collect();
     let setting = Setting {
         block,
         walk,

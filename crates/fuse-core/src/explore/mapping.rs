@@ -226,7 +226,7 @@ impl Role {
 }
 
 /// The block-to-data mapping of one call.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct CallMapping {
     /// The grid it runs on.
     pub space: Space,

@@ -9,7 +9,7 @@
 //! 3. [`fusion`]: the legal fusions, connected through shared arrays;
 //! 4. [`implementation`]: each fusion's implementations (order, variants, block size, serial
 //!    iterations, finishing of partial reductions), predicted by [`predict`] from a
-//!    [`timing`] table, dominated ones pruned;
+//!    [`timing`] table, dominated ones pruned — once per fusion shape (`memo`);
 //! 5. [`plan`]: whole plans, best predicted first, lazily;
 //! 6. [`explain`]: why two calls that share data are or are not in one kernel, in the words
 //!    of the machine ([`vocabulary`]).
@@ -42,6 +42,7 @@ pub mod explain;
 pub mod fusion;
 pub mod implementation;
 pub mod mapping;
+mod memo;
 pub mod plan;
 pub mod predict;
 pub mod rules;
@@ -161,10 +162,11 @@ pub fn explore<'p>(
             limits.max_fusions, limits.max_fusion_calls
         ));
     }
+    let mut memo = memo::ImplementationMemo::new(&context);
     let implementations: Vec<Implemented> = found
         .list
         .iter()
-        .map(|f| implementation::implement(&context, &f.calls, &predictor, &limits))
+        .map(|f| memo.implement(&context, &f.calls, &predictor, &limits))
         .collect();
     let mut single = vec![None; context.calls()];
     for (f, fusion) in found.list.iter().enumerate() {

@@ -54,7 +54,7 @@ impl Kernel {
         let flow = dataflow(ctx, &imp.order);
         Kernel {
             calls: imp.order.clone(),
-            variants: imp.variants.clone(),
+            variants: imp.variants.to_vec(),
             loads: flow.loads,
             stores: flow.stores,
             on_chip: flow.on_chip,
@@ -371,10 +371,13 @@ impl<'e, 'p> Search<'e, 'p> {
                 let mut kept: Vec<(f64, u32)> = Vec::new();
                 for (share, f) in list {
                     let holds = |k: u32| {
-                        ex.fusions[k as usize]
-                            .calls
-                            .iter()
-                            .all(|c| ex.fusions[f as usize].holds(*c))
+                        let (inner, outer) = (&ex.fusions[k as usize].calls, &ex.fusions[f as usize]);
+                        // Calls are increasing: a fusion reaching past the other's ends is not
+                        // inside it, and most are told so without a search.
+                        let within = inner.len() <= outer.calls.len()
+                            && inner[0] >= outer.calls[0]
+                            && inner.last() <= outer.calls.last();
+                        within && inner.iter().all(|c| outer.holds(*c))
                     };
                     if !kept.iter().any(|&(_, k)| holds(k)) {
                         kept.push((share, f));

@@ -296,17 +296,22 @@ proptest! {
     }
 }
 
+/// A chain of `calls` scalings on 64 numbers, `y1 = sscal(2.0, x)`, `y2 = sscal(2.0, y1)`, …
+fn chain(calls: usize, outputs: &str) -> Program {
+    let rest: String = (1..calls)
+        .map(|k| format!("  - y{} = sscal(2.0, y{k})\n", k + 1))
+        .collect();
+    let text =
+        format!("sizes: {{n: 64}}\ninputs: {{x: [n]}}\noutputs: [{outputs}]\ncalls:\n  - y1 = sscal(2.0, x)\n{rest}");
+    script::parse("chain.yaml", &text, &library()).unwrap()
+}
+
 #[test]
 fn a_chain_of_20000_calls_is_explored_and_counted() {
     // Plan search and counting once held a copy of every partial plan per node, took the
     // square of the calls per plan and recursed once per kernel: 200 s, 4.4 GB and, on a
     // test thread's stack, an overflow. Each is now bounded by the budgets, not the length.
-    let calls: String = (1..20_000)
-        .map(|k| format!("  - y{} = sscal(2.0, y{k})\n", k + 1))
-        .collect();
-    let text =
-        format!("sizes: {{n: 64}}\ninputs: {{x: [n]}}\noutputs: [y20000]\ncalls:\n  - y1 = sscal(2.0, x)\n{calls}");
-    let program = crate::script::parse("chain.yaml", &text, &library()).unwrap();
+    let program = chain(20_000, "y20000");
     let ex = explored(&program, Limits::default());
     let count = ex.count();
     assert!(!count.exact, "{count}");
@@ -316,5 +321,61 @@ fn a_chain_of_20000_calls_is_explored_and_counted() {
     assert!(top[0].predicted_us <= top[1].predicted_us);
     for plan in &top {
         check_plan(&program, plan);
+    }
+}
+
+/// `program`'s exploration with `table`, its fusions implemented once per shape (as
+/// [`explore`] does) and each afresh: the same implementations and the same ranked plans.
+fn check_memo_changes_nothing(program: &Program, table: &TimingTable, plans: usize) {
+    use crate::explore::{implementation, Predictor};
+    let memoised = explore(program, &program.sizes, table, &library(), Limits::default()).unwrap();
+    let predictor = Predictor::new(
+        table,
+        table.mismatch(&crate::explore::library_checksum(&library())).is_none(),
+    );
+    let afresh = Exploration {
+        implementations: (memoised.fusions.iter())
+            .map(|f| implementation::implement(&memoised.context, &f.calls, &predictor, &memoised.limits))
+            .collect(),
+        ..memoised.clone()
+    };
+    let name = &program.name;
+    assert_eq!(memoised.implementations, afresh.implementations, "{name}");
+    let ranked = |ex: &Exploration| ex.plans().take(plans).collect::<Vec<Plan>>();
+    let (got, want) = (ranked(&memoised), ranked(&afresh));
+    assert!(!got.is_empty(), "{name}");
+    assert_eq!(got, want, "{name}");
+}
+
+/// The built-in table, and the same for a target whose blocks own whole rows (the CPU's).
+fn gpu_and_cpu_tables() -> [TimingTable; 2] {
+    let gpu = TimingTable::builtin().unwrap();
+    let mut cpu = gpu.clone();
+    cpu.device.row_barrier = true;
+    [gpu, cpu]
+}
+
+#[test]
+fn implementing_once_per_fusion_shape_gives_the_same_plans() {
+    let chain = chain(60, "y30, y60");
+    // Calls 1–2 and 3–4 have one shape but for y1, read outside their fusion, and y3, not.
+    let text = "sizes: {n: 4096}\ninputs: {x: [n]}\noutputs: [w]\ncalls:\n  - y0 = sscal(2.0, x)\n  - y1 = sscal(2.0, y0)\n  - y2 = sscal(2.0, y1)\n  - y3 = sscal(2.0, y2)\n  - y4 = sscal(2.0, y3)\n  - w = saxpy(2.0, y1, y4)\n";
+    let read_outside = script::parse("read-outside.yaml", text, &library()).unwrap();
+    let sequences = crate::testing::SEQUENCES.map(load);
+    for table in &gpu_and_cpu_tables() {
+        for program in sequences.iter().chain([&chain, &read_outside]) {
+            check_memo_changes_nothing(program, table, 200);
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    #[test]
+    fn implementing_once_per_fusion_shape_changes_no_random_plan(program in programs(12)) {
+        for table in &gpu_and_cpu_tables() {
+            check_memo_changes_nothing(&program, table, 50);
+        }
     }
 }
