@@ -235,13 +235,10 @@ impl DevicePlan for Generated<EmulatedPlan> {
 
     fn launch(&self, sizes: &Sizes, buffers: &mut BTreeMap<ValueId, Buffer>) -> Result<Duration> {
         let started = Instant::now();
-        let mut raw = BTreeMap::new();
-        for (v, buffer) in buffers.iter_mut() {
-            match buffer.raw_mut() {
-                Raw::Emulated(data) => raw.insert(*v, data),
-                Raw::Cuda(_) => return Err(device::mismatch()),
-            };
-        }
+        let raw = device::raw_buffers(buffers, |raw| match raw {
+            Raw::Emulated(data) => Some(data),
+            Raw::Cuda(_) => None,
+        })?;
         self.plan.launch_on(sizes, raw)?;
         Ok(started.elapsed())
     }
@@ -258,14 +255,10 @@ impl DevicePlan for Generated<CudaPlan> {
 
     fn launch(&self, sizes: &Sizes, buffers: &mut BTreeMap<ValueId, Buffer>) -> Result<Duration> {
         let timer = Timer::new(self.plan.device(), false)?;
-        let mut raw = BTreeMap::new();
-        for (v, buffer) in buffers.iter_mut() {
-            match buffer.raw_mut() {
-                Raw::Cuda(slice) => raw.insert(*v, slice),
-                Raw::Emulated(_) => return Err(device::mismatch()),
-            };
-        }
-        let mut raw = Some(raw);
+        let mut raw = Some(device::raw_buffers(buffers, |raw| match raw {
+            Raw::Cuda(slice) => Some(slice),
+            Raw::Emulated(_) => None,
+        })?);
         let micros = timer.once(&mut || match raw.take() {
             Some(raw) => self.plan.enqueue_on(sizes, raw),
             None => Ok(()),

@@ -17,6 +17,6 @@ pub(crate) mod resident;
 pub(crate) use cuda::CudaMemory;
 pub(crate) use emulated::EmulatedMemory;
 pub(crate) use memory::{mismatch, Memory, Raw};
-pub(crate) use pool::{Buffer, Pool};
+pub(crate) use pool::{raw_buffers, Buffer, Pool};
 pub(crate) use resident::DevicePlan;
 pub use resident::RunTimes;

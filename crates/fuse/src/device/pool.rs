@@ -4,13 +4,13 @@
 //! never again. Out of memory, the cache is given back to the device and the allocation tried
 //! once more before it fails.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use fuse_core::{HostData, Precision};
+use fuse_core::{HostData, Precision, ValueId};
 
 use super::memory::bytes_text;
-use super::{Memory, Raw};
+use super::{mismatch, Memory, Raw};
 use crate::error::{Error, Result};
 
 /// A device's memory with a cache of free buffers.
@@ -181,6 +181,18 @@ impl Drop for Buffer {
             cache.free.entry((self.precision, self.len)).or_default().push(raw);
         }
     }
+}
+
+/// The allocations of `buffers` by value, as `pick` takes them from the device kind a plan
+/// runs on; a buffer of another kind is a fuse bug, reported.
+pub(crate) fn raw_buffers<'a, R>(
+    buffers: &'a mut BTreeMap<ValueId, Buffer>,
+    pick: impl Fn(&'a mut Raw) -> Option<R>,
+) -> Result<BTreeMap<ValueId, R>> {
+    buffers
+        .iter_mut()
+        .map(|(v, buffer)| pick(buffer.raw_mut()).map(|raw| (*v, raw)).ok_or_else(mismatch))
+        .collect()
 }
 
 /// Bytes of `len` elements of `precision`.
