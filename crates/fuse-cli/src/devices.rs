@@ -21,7 +21,10 @@ pub fn run() -> Result<(), Failure> {
         Ok(pinned) => println!("cublas: {}", pinned.origin),
         Err(e) => println!("cublas: not found: {e}"),
     }
-    println!("cache: {}", cache::cache_root().display());
+    match cache::cache_root() {
+        Ok(root) => println!("cache: {}", root.display()),
+        Err(e) => println!("cache: none: {e}"),
+    }
     let count = device_count().map_err(failure)?;
     if count == 0 {
         return Err(failure(CudaError::NoDevice {
@@ -32,7 +35,7 @@ pub fn run() -> Result<(), Failure> {
     for ordinal in 0..count {
         let info = DeviceInfo::query(ordinal).map_err(failure)?;
         println!("{}", info.describe());
-        let table = timings::calibrated_path(&info);
+        let table = timings::calibrated_path(&info).map_err(failure)?;
         let calibrated = if table.exists() {
             "calibrated"
         } else {

@@ -1,7 +1,7 @@
-//! Ctrl-C (SIGINT): fuse exits with the conventional status 130, but first lets the command in
-//! progress keep its promises — a step that must finish or be undone (writing outputs all or
+//! Ctrl-C (SIGINT), SIGTERM and SIGHUP: fuse exits with status 130, but first lets the command
+//! in progress keep its promises — a step that must finish or be undone (writing outputs all or
 //! nothing) is told to stop and undoes itself; a command that has results so far (`fuse bench`)
-//! reports them.
+//! reports them; a host compiler building an emulated module is ended, and its files removed.
 
 use std::sync::{Mutex, PoisonError};
 
@@ -35,11 +35,17 @@ pub fn install() {
             OnInterrupt::Defer { requested } => *requested = true,
             OnInterrupt::Report(report) => {
                 report();
-                std::process::exit(EXIT_INTERRUPTED.into());
+                exit()
             }
-            OnInterrupt::Exit => std::process::exit(EXIT_INTERRUPTED.into()),
+            OnInterrupt::Exit => exit(),
         }
     });
+}
+
+/// Ends what runs beside fuse, then fuse.
+fn exit() -> ! {
+    fuse::stages::fuse_emulate::stop_builds();
+    std::process::exit(EXIT_INTERRUPTED.into())
 }
 
 /// Runs `step` with Ctrl-C held back: `step` is handed a probe that says whether one came, so

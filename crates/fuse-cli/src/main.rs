@@ -441,6 +441,13 @@ fn gather_inputs<'p>(
 
 fn run_script(program: &Program, options: &RunOptions) -> Result<(), Failure> {
     let (files, read) = read_input_files(program, options)?;
+    if let Some(dir) = &options.outputs {
+        // Before the computation: a target in the way is found at once, not after minutes.
+        let names: Vec<&str> = program.outputs.iter().map(|&v| program.values[v].variable.as_str()).collect();
+        let never = || false;
+        let check = output_options(program, &read, options.force, &never);
+        npy::check_outputs(&names, dir, &check).map_err(bad_input)?;
+    }
     let sizes = sizes::bind_run_sizes(program, &options.sizes, &files, options.inputs.as_deref())?;
     // Before any array is drawn or made: a problem larger than the machine is an error naming
     // the bytes, not an abort halfway through.
@@ -530,13 +537,7 @@ fn write_outputs(
     force: bool,
 ) -> Result<Vec<PathBuf>, Failure> {
     let (written, interrupted) = interrupt::deferred(|stop| {
-        let options = npy::WriteOptions {
-            precision: program.precision,
-            protected: inputs,
-            force,
-            stop,
-        };
-        npy::write_outputs(results, dir, &options)
+        npy::write_outputs(results, dir, &output_options(program, inputs, force, stop))
     });
     match (written, interrupted) {
         (Err(_), true) => Err(Failure {
@@ -544,6 +545,20 @@ fn write_outputs(
             message: format!("interrupted: nothing written to {}", dir.display()),
         }),
         (written, _) => written.map_err(bad_input),
+    }
+}
+
+fn output_options<'a>(
+    program: &Program,
+    inputs: &'a [PathBuf],
+    force: bool,
+    stop: &'a dyn Fn() -> bool,
+) -> npy::WriteOptions<'a> {
+    npy::WriteOptions {
+        precision: program.precision,
+        protected: inputs,
+        force,
+        stop,
     }
 }
 

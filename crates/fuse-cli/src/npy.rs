@@ -1,6 +1,5 @@
 //! Reading inputs from and writing outputs to `.npy` files (numpy's format), one per name.
 
-use std::fs::File;
 use std::io::{BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 
@@ -8,21 +7,28 @@ use ndarray::{ArrayViewD, IxDyn};
 use ndarray_npy::WriteNpyExt;
 
 use fuse::stages::fuse_core::data::try_vec;
-use fuse::stages::fuse_core::wording::{closest, list_or_none};
+use fuse::stages::fuse_core::file;
+use fuse::stages::fuse_core::wording::{closest, excerpt, list_or_none};
 use fuse::stages::fuse_core::{Bindings, HostArray, HostData, Precision, Program};
 
 /// Reads `DIR/<input>.npy` for every input of `program` that has such a file; returns the
 /// arrays and the paths read.
 pub fn read_inputs(program: &Program, dir: &Path) -> Result<(Bindings, Vec<PathBuf>), String> {
-    if !dir.is_dir() {
-        return Err(format!("--inputs {}: no such folder", dir.display()));
-    }
+    // Listed first, so that a folder that cannot be read says so rather than "has none".
+    std::fs::read_dir(dir).map_err(|e| {
+        let why = match e.kind() {
+            std::io::ErrorKind::NotFound => "no such folder".to_string(),
+            std::io::ErrorKind::NotADirectory => "is a file, not a folder".to_string(),
+            _ => format!("cannot list it: {e}"),
+        };
+        format!("--inputs {}: {why}", dir.display())
+    })?;
     let mut arrays = Bindings::new();
     let mut read = Vec::new();
     for &id in &program.inputs {
         let name = &program.values[id].variable;
         let path = dir.join(format!("{name}.npy"));
-        if !path.exists() {
+        if !file::is_there(&path) {
             continue;
         }
         arrays.insert(name.clone(), read_array(&path, program.precision)?);
@@ -94,7 +100,8 @@ pub fn missing_inputs(dir: &Path, missing: &[&str]) -> String {
 /// an error naming the bytes, not an abort. Big-endian files are converted, Fortran-ordered
 /// matrices transposed into row-major order (a second array for that).
 fn read_array(path: &Path, precision: Precision) -> Result<HostArray, String> {
-    let file = File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let file = file::open_regular(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let size = file.metadata().map_err(|e| format!("{}: {e}", path.display()))?.len();
     let mut reader = BufReader::with_capacity(READ_CHUNK, file);
     let dtype = match precision {
         Precision::F32 => "float32",
@@ -106,7 +113,7 @@ fn read_array(path: &Path, precision: Precision) -> Result<HostArray, String> {
             path.display()
         )
     };
-    let header = Header::read(&mut reader).map_err(bad)?;
+    let header = Header::read(&mut reader, size).map_err(bad)?;
     let (kind, big_endian) = header.float_kind().map_err(bad)?;
     if kind != precision {
         return Err(bad(format!("its dtype is {}", header.descr)));
@@ -135,6 +142,9 @@ fn read_array(path: &Path, precision: Precision) -> Result<HostArray, String> {
     })
 }
 
+/// The longest header read (numpy's own reader stops at 10,000 bytes unless told otherwise).
+const MAX_HEADER: usize = 1 << 20;
+
 /// Bytes read from a `.npy` file at a time.
 const READ_CHUNK: usize = 1 << 16;
 
@@ -146,7 +156,8 @@ struct Header {
 }
 
 impl Header {
-    fn read(reader: &mut impl Read) -> Result<Header, String> {
+    /// Reads the header of a file of `size` bytes.
+    fn read(reader: &mut impl Read, size: u64) -> Result<Header, String> {
         let mut magic = [0u8; 8];
         reader
             .read_exact(&mut magic)
@@ -167,6 +178,16 @@ impl Header {
             }
             v => return Err(format!(".npy format version {v} is not known")),
         };
+        let prefix = if magic[6] == 1 { 10 } else { 12 };
+        if len > MAX_HEADER || len as u64 > size.saturating_sub(prefix) {
+            return Err(format!(
+                "its header claims {len} bytes, more than {}",
+                match len > MAX_HEADER {
+                    true => format!("the {MAX_HEADER} fuse reads"),
+                    false => format!("the file's {} after the magic", size.saturating_sub(prefix)),
+                }
+            ));
+        }
         let mut text = vec![0u8; len];
         reader.read_exact(&mut text).map_err(|e| e.to_string())?;
         let text = String::from_utf8(text).map_err(|_| "its header is not text".to_string())?;
@@ -174,13 +195,15 @@ impl Header {
     }
 
     fn parse(text: &str) -> Result<Header, String> {
-        let bad = || format!("its header is not a numpy array header: {}", text.trim());
+        let bad = || format!("its header is not a numpy array header: {}", excerpt(text.trim()));
         let Ok(py_literal::Value::Dict(entries)) = text.trim().parse::<py_literal::Value>() else {
             return Err(bad());
         };
+        // The last of a repeated key counts, as in the dict numpy evaluates.
         let entry = |key: &str| {
             entries
                 .iter()
+                .rev()
                 .find(|(k, _)| matches!(k, py_literal::Value::String(s) if s == key))
                 .map(|(_, v)| v)
         };
@@ -279,23 +302,71 @@ pub struct WriteOptions<'a> {
     pub stop: &'a dyn Fn() -> bool,
 }
 
-/// Writes each array as `DIR/<name>.npy`, creating `DIR`: all or nothing. Every array is
-/// written to a temporary file in `DIR` first, and only when all are written are they renamed
-/// into place, so a failure — or `stop()` turning true while they are written — leaves the
-/// folder as it was (and removes it if this call created it). A `protected` file is never
-/// overwritten, nor — unless `force` — a file in the way that is not a `.npy` array.
-pub fn write_outputs(outputs: &Bindings, dir: &Path, options: &WriteOptions) -> Result<Vec<PathBuf>, String> {
-    if dir.exists() && !dir.is_dir() {
-        return Err(format!("--outputs {}: is a file, not a folder", dir.display()));
+/// Checks, before anything is computed, that outputs `names` can be written to `dir` as
+/// [`write_outputs`] would: `dir` is a folder or can be made, and no file of theirs is in the
+/// way. (Checked again when writing, under the folder's lock.)
+pub fn check_outputs(names: &[&str], dir: &Path, options: &WriteOptions) -> Result<(), String> {
+    let mut existing = dir;
+    while !file::is_there(existing) {
+        match existing.parent() {
+            Some(parent) if !parent.as_os_str().is_empty() => existing = parent,
+            _ => return Ok(()),
+        }
     }
-    let created = !dir.exists();
-    std::fs::create_dir_all(dir).map_err(|e| format!("--outputs {}: {e}", dir.display()))?;
+    if !existing.is_dir() {
+        let what = match existing == dir {
+            true => "is a file, not a folder".to_string(),
+            false => format!("{} is a file, not a folder", existing.display()),
+        };
+        return Err(format!("--outputs {}: {what}", dir.display()));
+    }
+    if existing == dir {
+        for name in names {
+            check_target(&dir.join(format!("{name}.npy")), options.protected, options.force)?;
+        }
+    }
+    Ok(())
+}
+
+/// Writes each array as `DIR/<name>.npy`, creating `DIR` and its missing parents: all or
+/// nothing. Every array is written to an unnamed file in `DIR` first (nothing to see, nothing
+/// left behind if the process is killed), and only when all are written are they linked into
+/// place, with the folder locked from the check of what is in the way to the last link, so that
+/// two runs writing to one folder leave one run's whole set. A failure — or `stop()` turning
+/// true while they are written — leaves the folder as it was, and removes every folder this call
+/// made. A `protected` file is never overwritten, nor — unless `force` — a file in the way that
+/// is not a `.npy` array.
+pub fn write_outputs(outputs: &Bindings, dir: &Path, options: &WriteOptions) -> Result<Vec<PathBuf>, String> {
+    let names: Vec<&str> = outputs.keys().map(String::as_str).collect();
+    check_outputs(&names, dir, options)?;
+    let made = make_folders(dir)?;
     let written = write_all_or_none(outputs, dir, options);
-    if written.is_err() && created {
-        // Empty again: every temporary file was removed when dropped.
-        let _ = std::fs::remove_dir(dir);
+    if written.is_err() {
+        // Empty again: the unnamed files vanish when dropped.
+        for folder in made.iter().rev() {
+            let _ = std::fs::remove_dir(folder);
+        }
     }
     written
+}
+
+/// Makes `dir` and its missing parents; returns those it made, outermost first.
+fn make_folders(dir: &Path) -> Result<Vec<PathBuf>, String> {
+    let missing: Vec<&Path> = dir.ancestors().take_while(|p| !p.as_os_str().is_empty() && !file::is_there(p)).collect();
+    let mut made = Vec::new();
+    for folder in missing.into_iter().rev() {
+        match std::fs::create_dir(folder) {
+            Ok(()) => made.push(folder.to_path_buf()),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => {
+                for folder in made.iter().rev() {
+                    let _ = std::fs::remove_dir(folder);
+                }
+                return Err(format!("--outputs {}: cannot make {}: {e}", dir.display(), folder.display()));
+            }
+        }
+    }
+    Ok(made)
 }
 
 fn write_all_or_none(outputs: &Bindings, dir: &Path, options: &WriteOptions) -> Result<Vec<PathBuf>, String> {
@@ -305,25 +376,25 @@ fn write_all_or_none(outputs: &Bindings, dir: &Path, options: &WriteOptions) -> 
         force,
         stop,
     } = *options;
-    let targets: Vec<(PathBuf, &HostArray)> = outputs
-        .iter()
-        .map(|(name, a)| (dir.join(format!("{name}.npy")), a))
-        .collect();
-    for (path, _) in &targets {
-        check_target(path, protected, force)?;
+    let cannot = |e: std::io::Error| format!("--outputs {}: {e}", dir.display());
+    let folder = cap_std::fs::Dir::open_ambient_dir(dir, cap_std::ambient_authority()).map_err(cannot)?;
+    let _lock = file::lock(&folder, true).map_err(cannot)?;
+    let targets: Vec<(String, &HostArray)> = outputs.iter().map(|(name, a)| (format!("{name}.npy"), a)).collect();
+    for (name, _) in &targets {
+        check_target(&dir.join(name), protected, force)?;
     }
     let mut staged = Vec::new();
-    for (path, array) in &targets {
-        staged.push(stage_array(dir, path, array, precision, stop)?);
+    for (name, array) in &targets {
+        staged.push(stage_array(&folder, &dir.join(name), array, precision, stop)?);
     }
-    // The last moment to stop: renaming is quick and not interrupted, so all land or none.
+    // The last moment to stop: linking is quick and not interrupted, so all land or none.
     if stop() {
         return Err(INTERRUPTED.to_string());
     }
     let mut written = Vec::new();
-    for ((path, _), file) in targets.into_iter().zip(staged) {
-        file.persist(&path)
-            .map_err(|e| format!("cannot write {}: {}", path.display(), e.error))?;
+    for ((name, _), file) in targets.into_iter().zip(staged) {
+        let path = dir.join(&name);
+        file.replace(&name).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
         written.push(path);
     }
     Ok(written)
@@ -366,24 +437,20 @@ fn same_file(a: &Path, b: &Path) -> bool {
     }
 }
 
-/// `array` in `.npy` format and `precision` in a temporary file of `dir`, to be renamed to
-/// `path`; removed if dropped instead.
-fn stage_array(
-    dir: &Path,
+/// `array` in `.npy` format and `precision` in an unnamed file of `folder`, to be linked as
+/// `path`; gone if dropped instead.
+fn stage_array<'d>(
+    folder: &'d cap_std::fs::Dir,
     path: &Path,
     array: &HostArray,
     precision: Precision,
     stop: &dyn Fn() -> bool,
-) -> Result<tempfile::NamedTempFile, String> {
+) -> Result<cap_tempfile::TempFile<'d>, String> {
     let err = |e: String| format!("cannot write {}: {e}", path.display());
-    let staged = tempfile::Builder::new()
-        .prefix(".fuse-output-")
-        // As a file written in place would be (less the umask), not private like a temporary.
-        .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666))
-        .tempfile_in(dir)
-        .map_err(|e| err(e.to_string()))?;
+    // Mode 666 less the umask, as a file written in place would be.
+    let mut staged = cap_tempfile::TempFile::new(folder).map_err(|e| err(e.to_string()))?;
     let mut file = Stoppable {
-        file: std::io::BufWriter::new(staged.reopen().map_err(|e| err(e.to_string()))?),
+        file: std::io::BufWriter::new(staged.as_file_mut()),
         stop,
     };
     // Converted only where the precision differs: an output can be most of memory.
@@ -406,6 +473,7 @@ fn stage_array(
     }
     .map_err(|e| e.to_string())
     .and_then(|()| file.flush().map_err(|e| e.to_string()));
+    drop(file);
     match written {
         Err(_) if stop() => Err(INTERRUPTED.to_string()),
         Err(e) => Err(err(e)),

@@ -94,7 +94,7 @@ fn remember(
         timed: tuned.candidates.len(),
     };
     cache.put(program, sizes, entry).map_err(failure)?;
-    Ok(cache.path().to_path_buf())
+    cache.path().map_err(failure)
 }
 
 fn print_table(tuned: &Tuned, program: &Program, sizes: &str, timings: &str, saved: Option<PathBuf>) {

@@ -26,7 +26,7 @@ fn a_planted_module_in_a_shared_folder_is_never_loaded() {
     std::fs::write(shared.join("planted.so"), b"\x7fELF not really").unwrap();
     let out = run_emulated(root.path());
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "{stderr}");
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(
         stderr.contains("is writable by others (mode 777): refusing to use it"),
         "{stderr}"
@@ -54,4 +54,73 @@ fn a_damaged_cached_module_is_rebuilt() {
     let again = run_emulated(root.path());
     assert!(again.status.success(), "{}", String::from_utf8_lossy(&again.stderr));
     assert_eq!(again.stdout, first.stdout);
+}
+
+#[test]
+fn a_cache_below_a_folder_others_may_write_is_refused() {
+    let root = tempfile::tempdir().unwrap();
+    let shared = root.path().join("shared");
+    std::fs::create_dir(&shared).unwrap();
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o777)).unwrap();
+    // Anyone could rename `fuse` away and put their own in its place.
+    let out = run_emulated(&shared.join("fuse"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&format!("{}, a folder on its way, is writable by others", shared.display())),
+        "{stderr}"
+    );
+    assert!(!shared.join("fuse").exists(), "nothing made below it");
+}
+
+#[test]
+fn an_interrupted_build_leaves_no_compiler_and_no_files() {
+    let root = tempfile::tempdir().unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/gemver.yaml");
+    for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        let cache = root.path().join(format!("cache{signal}"));
+        let mut child = Command::new(env!("CARGO_BIN_EXE_fuse"))
+            .arg("run")
+            .arg(&script)
+            .args(["--backend", "emulate", "--size", "m=7", "--size", "n=5"])
+            .env("FUSE_CACHE_DIR", &cache)
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // The compile of a fresh cache takes seconds: wait until the compiler runs.
+        let emulate = cache.join("emulate");
+        let started = std::time::Instant::now();
+        while !compilers_running_in(&cache) {
+            assert!(started.elapsed().as_secs() < 60, "no build started");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        // SAFETY: kill has no memory preconditions.
+        unsafe { libc::kill(child.id() as i32, signal) };
+        let status = child.wait().unwrap();
+        assert_eq!(status.code(), Some(130), "signal {signal}");
+        assert!(scratch_folders(&emulate).is_empty(), "signal {signal}: a build folder is left");
+        // Killed, they take a moment to go.
+        let killed = std::time::Instant::now();
+        while compilers_running_in(&cache) {
+            assert!(killed.elapsed().as_secs() < 5, "signal {signal}: a compiler still runs in the cache");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
+}
+
+fn scratch_folders(dir: &Path) -> Vec<std::path::PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    entries
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with(".scratch-"))
+        .collect()
+}
+
+/// Whether a process works in a folder below `dir` (a removed one included).
+fn compilers_running_in(dir: &Path) -> bool {
+    std::fs::read_dir("/proc").unwrap().flatten().any(|process| {
+        std::fs::read_link(process.path().join("cwd")).is_ok_and(|cwd| cwd.starts_with(dir))
+    })
 }

@@ -25,9 +25,7 @@ fn spawn(args: &[&str]) -> Child {
 }
 
 fn interrupt(child: &Child) {
-    // SAFETY: kill(2) with the id of a child this test spawned and has not yet waited for.
-    let status = unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) };
-    assert_eq!(status, 0, "kill -INT {}", child.id());
+    signal(child, libc::SIGINT);
 }
 
 /// Every entry of `dir` with its contents (a folder's as empty).
@@ -44,61 +42,102 @@ fn snapshot(dir: &Path) -> Vec<(String, Vec<u8>)> {
     entries
 }
 
-/// Whether a temporary output file is in `dir`: the moment outputs are being written.
-fn writing(dir: &Path) -> bool {
-    std::fs::read_dir(dir)
-        .map(|mut entries| {
-            entries.any(|e| e.is_ok_and(|e| e.file_name().to_string_lossy().starts_with(".fuse-output-")))
-        })
-        .unwrap_or(false)
+/// Whether `child` has a file open in `dir`: the moment outputs are being written (they are
+/// unnamed files there until all are written, so the folder itself shows nothing).
+fn writing(child: &Child, dir: &Path) -> bool {
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{}/fd", child.id())) else {
+        return false;
+    };
+    fds.flatten()
+        .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|target| target.starts_with(dir) && target != dir))
+}
+
+fn signal(child: &Child, signal: libc::c_int) {
+    // SAFETY: kill(2) with the id of a child this test spawned and has not yet waited for.
+    let status = unsafe { libc::kill(child.id() as libc::pid_t, signal) };
+    assert_eq!(status, 0, "kill -{signal} {}", child.id());
 }
 
 #[test]
-fn ctrl_c_while_outputs_are_written_leaves_the_folder_as_it_was() {
+fn a_signal_while_outputs_are_written_leaves_the_folder_as_it_was() {
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGKILL] {
+        signal_while_writing(sig);
+    }
+}
+
+fn signal_while_writing(sig: libc::c_int) {
     let dir = tempfile::tempdir().unwrap();
+    // A folder the run makes, two deep: every folder it made goes when it stops.
     let out_dir: PathBuf = dir.path().join("out");
     std::fs::create_dir(&out_dir).unwrap();
     // An earlier run's output (a .npy array, which the run would replace) and a user's file.
     std::fs::write(out_dir.join("x.npy"), b"\x93NUMPY an earlier x").unwrap();
     std::fs::write(out_dir.join("notes.txt"), "mine").unwrap();
     let before = snapshot(&out_dir);
-    // x: 2^26 f32 numbers, 256 MiB: long enough to write that the signal lands while it is.
-    let args = [
-        "run",
-        &script("sscal.yaml"),
-        "--backend",
-        "cpu",
-        "--size",
-        "n=67108864",
-        "--outputs",
-        out_dir.to_str().unwrap(),
-    ];
-    // The run may finish writing before the signal lands on a fast disk: try a few times.
+    let nested = dir.path().join("new").join("deeper");
+    for target in [&out_dir, &nested] {
+        // x: 2^26 f32 numbers, 256 MiB: long enough to write that the signal lands while it is.
+        let args = [
+            "run",
+            &script("sscal.yaml"),
+            "--backend",
+            "cpu",
+            "--size",
+            "n=67108864",
+            "--outputs",
+            target.to_str().unwrap(),
+        ];
+        let check = || {
+            if target == &out_dir {
+                assert_eq!(snapshot(&out_dir), before, "signal {sig}: the folder is as it was");
+            } else if sig != libc::SIGKILL {
+                // (A killed run cannot remove them: it leaves empty folders, and no file.)
+                assert!(!dir.path().join("new").exists(), "signal {sig}: every folder made is removed");
+            }
+        };
+        let reset = || {
+            let _ = std::fs::remove_dir_all(dir.path().join("new"));
+            std::fs::write(out_dir.join("x.npy"), b"\x93NUMPY an earlier x").unwrap();
+        };
+        assert!(
+            caught_writing(&args, target, sig, check, reset),
+            "signal {sig}: the run was never caught while writing its outputs"
+        );
+    }
+}
+
+/// Runs `args` until `sig` lands while outputs are written to `target` (it may finish first on
+/// a fast disk: tried a few times, `reset` between), then checks the exit and runs `check`.
+fn caught_writing(args: &[&str], target: &Path, sig: libc::c_int, check: impl Fn(), reset: impl Fn()) -> bool {
     for attempt in 1..=3 {
-        let mut child = spawn(&args);
+        let mut child = spawn(args);
         let start = Instant::now();
-        while !writing(&out_dir) && child.try_wait().unwrap().is_none() {
+        while !writing(&child, target) && child.try_wait().unwrap().is_none() {
             assert!(start.elapsed() < Duration::from_secs(120), "no output was ever written");
             std::thread::sleep(Duration::from_micros(200));
         }
         let caught = child.try_wait().unwrap().is_none();
         if caught {
-            interrupt(&child);
+            signal(&child, sig);
         }
         let out = child.wait_with_output().unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
-        if caught && out.status.code() == Some(130) {
-            assert!(stderr.contains("interrupted: nothing written to"), "{stderr}");
-            assert_eq!(snapshot(&out_dir), before, "the folder is as it was");
-            return;
+        let stopped = match sig {
+            libc::SIGKILL => out.status.code().is_none(),
+            _ => out.status.code() == Some(130),
+        };
+        if caught && stopped {
+            if sig != libc::SIGKILL {
+                assert!(stderr.contains("interrupted: nothing written to"), "{stderr}");
+            }
+            check();
+            return true;
         }
-        // Too late: every output was written, and nothing else is left.
-        assert!(matches!(out.status.code(), Some(0 | 130)), "{:?}: {stderr}", out.status);
-        let names: Vec<String> = snapshot(&out_dir).into_iter().map(|(n, _)| n).collect();
-        assert_eq!(names, ["notes.txt", "x.npy"], "attempt {attempt}");
-        std::fs::write(out_dir.join("x.npy"), b"\x93NUMPY an earlier x").unwrap();
+        // Too late: every output was written.
+        assert!(out.status.success(), "attempt {attempt}, signal {sig}: {:?}: {stderr}", out.status);
+        reset();
     }
-    panic!("the run was never caught while writing its outputs");
+    false
 }
 
 #[test]

@@ -27,6 +27,7 @@ pub mod cache;
 pub mod data;
 pub mod error;
 pub mod explore;
+pub mod file;
 pub mod formula;
 pub mod graph;
 pub mod library;

@@ -172,7 +172,7 @@ impl Library {
         paths.sort();
         let mut files = Vec::new();
         for path in paths {
-            let text = std::fs::read_to_string(&path).map_err(|source| Error::Io {
+            let text = crate::file::read_text(&path, crate::file::ENTRY_LIMIT).map_err(|source| Error::Io {
                 path: path.display().to_string(),
                 source,
             })?;
@@ -318,13 +318,13 @@ fn parse_function(file: &str, text: &str) -> Result<ElementaryFunction, Diagnost
 }
 
 fn parse_form(raw: &RawForm, kind: HigherOrderKind) -> Result<Form, String> {
-    let signature = parse_signature(&raw.signature).map_err(|e| format!("signature `{}`: {e}", raw.signature))?;
+    let signature = parse_signature(&raw.signature).map_err(|e| format!("signature `{}`: {e}", crate::wording::excerpt(&raw.signature)))?;
     for dim in signature.result.dims() {
         if !signature.params.iter().any(|p| p.shape.dims().contains(&dim)) {
             return Err(format!("result dimension `{dim}` is not a dimension of any parameter"));
         }
     }
-    let formula = parse_formula(&raw.formula, &signature).map_err(|e| format!("formula `{}`: {e}", raw.formula))?;
+    let formula = parse_formula(&raw.formula, &signature).map_err(|e| format!("formula `{}`: {e}", crate::wording::excerpt(&raw.formula)))?;
     check_kind(kind, &signature, &formula)?;
     Ok(Form {
         signature,

@@ -22,7 +22,7 @@ const TOP_LEVEL_KEYS: [&str; 6] = ["name", "precision", "sizes", "inputs", "outp
 
 /// Reads and checks the script at `path`.
 pub fn load(path: &Path, library: &Library) -> Result<Program> {
-    let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
+    let text = crate::file::read_text(path, crate::file::SCRIPT_LIMIT).map_err(|source| Error::Io {
         path: path.display().to_string(),
         source,
     })?;
@@ -68,6 +68,8 @@ fn default_name(file: &str) -> String {
 
 fn parse_yaml(file: &str, text: &str) -> Result<Node, Diagnostic> {
     let options = LoaderOptions::default().error_on_duplicate_keys(true);
+    // A byte-order mark may open a YAML stream; it is no part of the first key.
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     marked_yaml::parse_yaml_with_options(0, text, options).map_err(|e| {
         let at = |m: &Marker| Location::at(file, m.line(), m.column());
         match e {
@@ -248,6 +250,12 @@ impl<'a> Checker<'a> {
             let key_node = Node::Scalar(key.clone());
             let symbol = self.identifier(&key_node, "size name")?;
             let text = self.scalar(value, "a positive integer")?;
+            if value.as_scalar().is_some_and(|s| !s.may_coerce()) {
+                return Err(self.err(
+                    value,
+                    format!("size `{symbol}` is the quoted text \"{text}\": write the number unquoted"),
+                ));
+            }
             let size = match text.parse::<u64>() {
                 Ok(0) => return Err(self.err(value, format!("size `{symbol}` is 0: sizes must be positive integers"))),
                 Ok(v) if v > usize::MAX as u64 => None,
@@ -500,6 +508,14 @@ impl<'a> Checker<'a> {
         if let Ok(v) = token.text.parse::<f64>() {
             if !v.is_finite() {
                 return Err(format!("literal `{}` is not a finite number", token.text));
+            }
+            // Every backend must read the same number: one that f32 cannot hold is refused.
+            if self.program.precision == Precision::F32 && !(v as f32).is_finite() {
+                return Err(format!(
+                    "literal `{}` is out of range of f32 (at most {:e} in magnitude): write a smaller one or use precision: f64",
+                    token.text,
+                    f32::MAX
+                ));
             }
             return match param.shape {
                 Shape::Scalar => Ok(Arg::Literal(v)),

@@ -10,6 +10,15 @@ pub fn closest(name: &str, candidates: impl IntoIterator<Item = String>) -> Opti
         .map(|(_, c)| c)
 }
 
+/// `text` as a message quotes it: whole when short, else its start and how long it is.
+pub fn excerpt(text: &str) -> String {
+    const SHOWN: usize = 120;
+    match text.char_indices().nth(SHOWN) {
+        None => text.to_string(),
+        Some((end, _)) => format!("{}… ({} bytes in all)", &text[..end], text.len()),
+    }
+}
+
 /// `a, b and c`, or `none`.
 pub fn list_or_none(items: &[&str]) -> String {
     match items {

@@ -4,22 +4,24 @@
 //! depends on: the source text, the NVRTC command line (which names the target architecture),
 //! the NVRTC release, this cache's format and fuse's version. A new NVRTC, another GPU or any
 //! change to the generated code gives a new name, so stale entries are never loaded, only left
-//! behind. Entries are written to a temporary file and renamed into place, so concurrent runs
-//! never read half a file; one that is not a cubin is a miss, and rebuilt.
+//! behind. Entries are stored sealed with their length and SHA-256 and written all or nothing,
+//! so concurrent runs never read half a file; one whose seal does not match is a miss, and
+//! rebuilt.
 //!
-//! The folder is `modules` under fuse's cache root (`fuse_core::cache`), and is used only when
-//! no one else can write it.
+//! The folder is `modules` under fuse's cache root, used only under the rules of
+//! `fuse_core::cache` (no one else can write it or a folder above it; reached through one
+//! handle).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use fuse_codegen::nvrtc::{self, Arch, CompileOptions};
 pub use fuse_core::cache::{cache_root, CACHE_ENV};
-use fuse_core::cache::{entry_name, private_dir};
+use fuse_core::cache::{entry_name, CacheDir, CacheError};
 
-use crate::error::{io, CudaError};
+use crate::error::CudaError;
 
 /// Bumped whenever what an entry holds changes meaning.
-const FORMAT: &str = "fuse-module-cache-2";
+const FORMAT: &str = "fuse-module-cache-3";
 
 /// The options every module is compiled with, for `arch`.
 fn options(arch: Arch) -> CompileOptions {
@@ -57,40 +59,58 @@ pub struct Module {
 /// The on-disk module cache.
 #[derive(Debug, Clone)]
 pub struct ModuleCache {
-    dir: Option<PathBuf>,
+    /// The cache root holding the entries; `None` for the user's `modules` folder.
+    root: Option<PathBuf>,
+    enabled: bool,
 }
 
 impl ModuleCache {
-    /// The cache in `dir`.
+    /// The cache in `dir`, which must follow the rules of a cache root.
     pub fn at(dir: impl Into<PathBuf>) -> ModuleCache {
-        ModuleCache { dir: Some(dir.into()) }
+        ModuleCache {
+            root: Some(dir.into()),
+            enabled: true,
+        }
     }
 
     /// The user's cache folder (see the module docs).
     pub fn default_location() -> ModuleCache {
-        ModuleCache::at(cache_root().join("modules"))
+        ModuleCache {
+            root: None,
+            enabled: true,
+        }
     }
 
     /// No cache: every module is compiled.
     pub fn disabled() -> ModuleCache {
-        ModuleCache { dir: None }
+        ModuleCache {
+            root: None,
+            enabled: false,
+        }
     }
 
-    /// The folder, if caching is on.
-    pub fn dir(&self) -> Option<&Path> {
-        self.dir.as_deref()
+    /// The cache folder, opened and checked; `None` when caching is off.
+    fn open(&self) -> Option<Result<CacheDir, CacheError>> {
+        self.enabled.then(|| match &self.root {
+            Some(root) => CacheDir::open_in(root, ""),
+            None => CacheDir::open("modules"),
+        })
     }
 
     /// The cubin of `source` for `arch`: from the cache, or compiled with NVRTC and stored.
     pub fn get_or_compile(&self, source: &str, arch: Arch) -> Result<Module, CudaError> {
-        let key = module_key(source, arch, nvrtc::version()?)?;
+        let name = format!("{}.cubin", module_key(source, arch, nvrtc::version()?)?);
         // A folder someone else could write is not used: the module is compiled, not cached.
-        let (dir, refused) = match self.dir.as_deref().map(private_dir).transpose() {
-            Ok(dir) => (dir, None),
+        let (cache, refused) = match self.open().transpose() {
+            Ok(cache) => (cache, None),
             Err(e) => (None, Some(e.to_string())),
         };
-        let path = dir.map(|d| d.join(format!("{key}.cubin")));
-        if let Some(cubin) = path.as_deref().and_then(read_entry) {
+        let cached = cache.as_ref().map(|c| c.load(&name)).transpose();
+        let (cached, unreadable) = match cached {
+            Ok(cached) => (cached.flatten(), None),
+            Err(e) => (None, Some(e.to_string())),
+        };
+        if let Some(cubin) = cached {
             return Ok(Module {
                 cubin,
                 from_cache: true,
@@ -98,26 +118,14 @@ impl ModuleCache {
             });
         }
         let cubin = nvrtc::compile(source, &options(arch))?.cubin;
-        let warning = refused.or_else(|| path.and_then(|p| store(&p, &cubin).err()).map(|e| e.to_string()));
+        let stored = || cache.as_ref().and_then(|c| c.store(&name, &cubin).err()).map(|e| e.to_string());
+        let warning = refused.or(unreadable).or_else(stored);
         Ok(Module {
             cubin,
             from_cache: false,
             warning,
         })
     }
-}
-
-/// An entry's bytes; a missing, unreadable or empty file is a miss.
-fn read_entry(path: &Path) -> Option<Vec<u8>> {
-    std::fs::read(path).ok().filter(|bytes| bytes.starts_with(b"\x7fELF"))
-}
-
-/// Writes `cubin` to `path` (in a folder checked private) through a temporary file renamed
-/// into place.
-fn store(path: &Path, cubin: &[u8]) -> Result<(), CudaError> {
-    let temporary = path.with_extension(format!("tmp{}", std::process::id()));
-    std::fs::write(&temporary, cubin).map_err(io(&temporary))?;
-    std::fs::rename(&temporary, path).map_err(io(path))
 }
 
 #[cfg(test)]
@@ -136,25 +144,14 @@ mod tests {
     }
 
     #[test]
-    fn entries_round_trip_and_garbage_is_a_miss() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("k.cubin");
-        store(&path, b"\x7fELF rest").unwrap();
-        assert_eq!(read_entry(&path).unwrap(), b"\x7fELF rest");
-        std::fs::write(&path, b"truncated").unwrap();
-        assert!(read_entry(&path).is_none());
-        assert!(read_entry(&dir.path().join("none")).is_none());
-    }
-
-    #[test]
     fn the_cache_root_follows_the_environment() {
         // Only the explicit override is checked: the others depend on the user's environment.
         if let Some(dir) = std::env::var_os(CACHE_ENV).filter(|v| !v.is_empty()) {
-            assert_eq!(cache_root(), PathBuf::from(dir));
+            assert_eq!(cache_root().unwrap(), PathBuf::from(dir));
         } else {
-            let root = cache_root();
+            let root = cache_root().unwrap();
             let last = root.file_name().unwrap().to_string_lossy();
-            assert!(last == "fuse" || last.starts_with("fuse-cache-"), "{}", root.display());
+            assert_eq!(last, "fuse", "{}", root.display());
         }
     }
 }

@@ -180,14 +180,6 @@ pub(crate) fn cublas(call: &'static str) -> impl Fn(cudarc::cublas::result::Cubl
     }
 }
 
-/// An I/O error on `path`.
-pub(crate) fn io(path: &std::path::Path) -> impl Fn(std::io::Error) -> CudaError + '_ {
-    move |err| CudaError::Io {
-        path: path.display().to_string(),
-        message: err.to_string(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -21,11 +21,10 @@ use fuse_core::explore::timing::Source;
 use fuse_core::explore::{library_checksum, TimingTable};
 use fuse_core::Library;
 
-use fuse_core::cache::{existing_private_dir, private_dir};
+use fuse_core::cache::CacheFile;
 
-use crate::cache::cache_root;
 use crate::device::DeviceInfo;
-use crate::error::{io, CudaError};
+use crate::error::CudaError;
 
 /// Env var naming a GPU timing table to use instead of the calibrated or shipped ones.
 pub const ENV: &str = "FUSE_CUDA_TIMINGS";
@@ -43,18 +42,23 @@ pub struct Selected {
 }
 
 /// Where `fuse calibrate` writes the table of `gpu` by default, and where it is looked up.
-pub fn calibrated_path(gpu: &DeviceInfo) -> PathBuf {
-    cache_root().join("timings").join(format!("{}.yaml", gpu.key()))
+fn calibrated(gpu: &DeviceInfo) -> CacheFile {
+    CacheFile::new("timings", &format!("{}.yaml", gpu.key()))
+}
+
+/// The path of [`calibrated`], for messages.
+pub fn calibrated_path(gpu: &DeviceInfo) -> Result<PathBuf, CudaError> {
+    Ok(calibrated(gpu).path()?)
 }
 
 /// Chooses the timing table for `gpu` and `library` (see the module docs).
 pub fn select(gpu: &DeviceInfo, library: &Library, explicit: Option<&Path>) -> Result<Selected, CudaError> {
-    select_with(&calibrated_path(gpu), gpu, library, explicit)
+    select_with(&calibrated(gpu), gpu, library, explicit)
 }
 
-/// [`select`], with the calibrated table looked up at `calibrated`.
+/// [`select`], with the calibrated table looked up in `calibrated`.
 fn select_with(
-    calibrated: &Path,
+    calibrated: &CacheFile,
     gpu: &DeviceInfo,
     library: &Library,
     explicit: Option<&Path>,
@@ -96,28 +100,25 @@ fn select_with(
     })
 }
 
-/// The table at `path` under the cache, if there is one, read only from a private folder.
-fn calibrated_table(path: &Path) -> Result<Option<TimingTable>, CudaError> {
-    let Some(dir) = path.parent() else {
+/// The calibrated table in `file`, if there is one, read only from a private folder.
+fn calibrated_table(file: &CacheFile) -> Result<Option<TimingTable>, CudaError> {
+    let Some(bytes) = file.read()? else {
         return Ok(None);
     };
-    if existing_private_dir(dir)?.is_none() || !path.exists() {
-        return Ok(None);
-    }
-    Ok(Some(TimingTable::load(path)?))
+    let path = file.path()?.display().to_string();
+    let text = String::from_utf8(bytes).map_err(|_| CudaError::Io {
+        path: path.clone(),
+        message: "not UTF-8 text".to_string(),
+    })?;
+    Ok(Some(TimingTable::parse(&path, &text)?))
 }
 
 /// Installs `yaml`, the table `fuse calibrate` measured on `gpu`, where [`select`] finds it:
-/// in the private `timings` cache folder, through a temporary file renamed into place.
+/// in the private `timings` cache folder, all or nothing.
 pub fn install(gpu: &DeviceInfo, yaml: &str) -> Result<PathBuf, CudaError> {
-    let path = calibrated_path(gpu);
-    if let Some(dir) = path.parent() {
-        private_dir(dir)?;
-    }
-    let temporary = path.with_extension(format!("tmp{}", std::process::id()));
-    std::fs::write(&temporary, yaml).map_err(io(&temporary))?;
-    std::fs::rename(&temporary, &path).map_err(io(&path))?;
-    Ok(path)
+    let file = calibrated(gpu);
+    file.write(yaml.as_bytes())?;
+    Ok(file.path()?)
 }
 
 /// Refuses a table measured on another library.
@@ -238,17 +239,18 @@ mod tests {
         let root = tempfile::tempdir().unwrap();
         let dir = root.path().join("timings");
         let path = dir.join("t.yaml");
+        let file = CacheFile::at(&path);
         // No folder yet: the shipped or analytic table, and nothing created.
-        let fallback = select_with(&path, &h100(), &library, None).unwrap();
+        let fallback = select_with(&file, &h100(), &library, None).unwrap();
         assert_ne!(fallback.table.origin, path.display().to_string());
         assert!(!dir.exists());
-        fuse_core::cache::private_dir(&dir).unwrap();
+        fuse_core::cache::CacheDir::open_in(&dir, "").unwrap();
         std::fs::write(&path, measured(&library_checksum(&library), "NVIDIA H100 80GB HBM3")).unwrap();
-        let mine = select_with(&path, &h100(), &library, None).unwrap();
+        let mine = select_with(&file, &h100(), &library, None).unwrap();
         assert_eq!(mine.table.origin, path.display().to_string());
         for mode in [0o777, 0o770, 0o702] {
             std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode)).unwrap();
-            let err = select_with(&path, &h100(), &library, None).unwrap_err();
+            let err = select_with(&file, &h100(), &library, None).unwrap_err();
             let text = err.to_string();
             assert!(matches!(err, CudaError::Cache(_)), "{text}");
             assert!(
@@ -260,7 +262,7 @@ mod tests {
 
     #[test]
     fn calibrated_tables_live_under_the_cache_by_gpu() {
-        let path = calibrated_path(&h100());
+        let path = calibrated_path(&h100()).unwrap();
         assert!(
             path.ends_with("timings/nvidia-h100-80gb-hbm3-sm90.yaml"),
             "{}",

@@ -16,13 +16,14 @@ use serde::{Deserialize, Serialize};
 
 use fuse_codegen::generate::generate_plan;
 use fuse_core::data::fill_random_inputs;
+use fuse_core::cache::CacheFile;
 use fuse_core::explore::library_checksum;
 use fuse_core::{explore, Bindings, Library, Limits, Plan, Program, Sizes, TimingTable};
 
-use crate::cache::{cache_root, ModuleCache};
+use crate::cache::ModuleCache;
 use crate::check::{capped, compare};
 use crate::device::{Device, DeviceInfo};
-use crate::error::{io, CudaError};
+use crate::error::CudaError;
 use crate::plan::CudaPlan;
 use crate::timer::{Timer, Timing, TimingOptions};
 
@@ -187,23 +188,27 @@ pub struct Entry {
 /// The tuned plans of one GPU, on disk.
 #[derive(Debug, Clone)]
 pub struct TuneCache {
-    path: PathBuf,
+    file: CacheFile,
 }
 
 impl TuneCache {
     /// The cache of `gpu` under the user's cache folder.
     pub fn for_gpu(gpu: &DeviceInfo) -> TuneCache {
-        TuneCache::at(cache_root().join("tune").join(format!("{}.json", gpu.key())))
+        TuneCache {
+            file: CacheFile::new("tune", &format!("{}.json", gpu.key())),
+        }
     }
 
-    /// The cache in file `path`.
-    pub fn at(path: impl Into<PathBuf>) -> TuneCache {
-        TuneCache { path: path.into() }
+    /// The cache in file `path`, whose folder follows the rules of a cache root.
+    pub fn at(path: &Path) -> TuneCache {
+        TuneCache {
+            file: CacheFile::at(path),
+        }
     }
 
     /// The file.
-    pub fn path(&self) -> &Path {
-        &self.path
+    pub fn path(&self) -> Result<PathBuf, CudaError> {
+        Ok(self.file.path()?)
     }
 
     /// The plan remembered for `program` at `sizes` with `library`, if any.
@@ -218,23 +223,22 @@ impl TuneCache {
     pub fn put(&self, program: &Program, sizes: &Sizes, entry: Entry) -> Result<(), CudaError> {
         let mut entries = self.read().unwrap_or_default();
         entries.insert(program_key(program, sizes), entry);
-        let text = serde_json::to_string_pretty(&entries).map_err(|e| CudaError::Io {
-            path: self.path.display().to_string(),
-            message: e.to_string(),
-        })?;
-        let dir = self.path.parent().unwrap_or(Path::new("."));
-        fuse_core::cache::private_dir(dir)?;
-        let temporary = self.path.with_extension(format!("tmp{}", std::process::id()));
-        std::fs::write(&temporary, text).map_err(io(&temporary))?;
-        std::fs::rename(&temporary, &self.path).map_err(io(&self.path))
+        let text = serde_json::to_string_pretty(&entries).map_err(|e| self.error(e.to_string()))?;
+        Ok(self.file.write(text.as_bytes())?)
     }
 
     fn read(&self) -> Result<BTreeMap<String, Entry>, CudaError> {
-        let text = std::fs::read_to_string(&self.path).map_err(io(&self.path))?;
-        serde_json::from_str(&text).map_err(|e| CudaError::Io {
-            path: self.path.display().to_string(),
-            message: format!("not a tune cache: {e}"),
-        })
+        match self.file.read()? {
+            Some(bytes) => serde_json::from_slice(&bytes).map_err(|e| self.error(format!("not a tune cache: {e}"))),
+            None => Ok(BTreeMap::new()),
+        }
+    }
+
+    fn error(&self, message: String) -> CudaError {
+        CudaError::Io {
+            path: self.file.path().map_or_else(|e| e.to_string(), |p| p.display().to_string()),
+            message,
+        }
     }
 }
 
@@ -314,7 +318,7 @@ mod tests {
     #[test]
     fn the_cache_remembers_per_program_and_library() {
         let dir = tempfile::tempdir().unwrap();
-        let cache = TuneCache::at(dir.path().join("tune").join("gpu.json"));
+        let cache = TuneCache::at(&dir.path().join("tune").join("gpu.json"));
         let library = Library::builtin().unwrap();
         let (program, plans) = top_plans("atax", 2);
         assert!(cache.get(&program, &program.sizes, &library).is_none());

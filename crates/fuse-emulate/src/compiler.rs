@@ -1,13 +1,20 @@
-//! Building an emulated module with the host C++ compiler, cached under fuse's per-user cache
-//! root (`emulate/`, a folder only this user can write: its modules are loaded and run) and
-//! named by the SHA-256 of everything that determines them.
+//! Building an emulated module with the host C++ compiler. Modules are cached sealed in fuse's
+//! per-user cache (`emulate/`; see `fuse_core::cache` for what makes it safe to load from),
+//! named by the SHA-256 of everything that determines them, and handed back as bytes that
+//! matched their seal.
+//!
+//! A build runs in a scratch folder of that cache folder, which the compiler gets as its working
+//! folder from the open handle, never by path. The compiler runs in its own process group, so
+//! that [`stop_builds`] can end it with everything it started, and its folder with it.
 
 use crate::error::EmulateError;
 use crate::headers::CUDA_EMU_HEADER;
-use fuse_core::cache::{cache_root, entry_name, private_dir};
-use std::io::{ErrorKind, Write};
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use fuse_core::cache::{entry_name, CacheDir, Scratch};
+use std::io::ErrorKind;
+use std::os::fd::AsRawFd;
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
+use std::sync::{Mutex, PoisonError};
 
 /// Flags besides `-include`, defines, input and output. Hidden visibility keeps the exports
 /// to the launch ABI; CUDA code type-puns freely, hence no strict aliasing.
@@ -20,14 +27,18 @@ const FLAGS: [&str; 6] = [
     "-fno-strict-aliasing",
 ];
 
-/// Compiles `source` (unless already cached) and returns the path of the shared library.
-pub(crate) fn build(source: &str, defines: &[(String, String)]) -> Result<PathBuf, EmulateError> {
+/// The files of a build, in its scratch folder.
+const HEADER_FILE: &str = "fuse_emu.h";
+const SOURCE_FILE: &str = "kernel.cu";
+const OUTPUT_FILE: &str = "kernel.so";
+
+/// The shared library of `source`: from the cache, or compiled and stored there.
+pub(crate) fn build(source: &str, defines: &[(String, String)]) -> Result<Vec<u8>, EmulateError> {
     let define_flags = defines
         .iter()
         .map(|(name, value)| define_flag(name, value))
         .collect::<Result<Vec<_>, _>>()?;
-    let dir = cache_dir()?;
-    let header = write_once(&dir, "h", CUDA_EMU_HEADER)?;
+    let cache = CacheDir::open("emulate")?;
     let mut tried = Vec::new();
     for compiler in compilers() {
         let command = [
@@ -42,24 +53,41 @@ pub(crate) fn build(source: &str, defines: &[(String, String)]) -> Result<PathBu
             command.join("\0").as_bytes(),
             source.as_bytes(),
         ]);
-        let library = dir.join(format!("{key}.so"));
-        if library.exists() {
-            return Ok(library);
+        let name = format!("{key}.so");
+        if let Some(module) = cache.load(&name)? {
+            return Ok(module);
         }
-        let input = write_once(&dir, "cu", source)?;
         let job = Job {
             compiler: &compiler,
-            header: &header,
             defines: &define_flags,
-            input: &input,
+            source,
         };
-        match job.run(&dir, &library) {
+        match job.run(&cache) {
             Err(JobError::NotStarted) => tried.push(compiler.program),
             Err(JobError::Failed(err)) => return Err(err),
-            Ok(()) => return Ok(library),
+            Ok(module) => {
+                cache.store(&name, &module)?;
+                return Ok(module);
+            }
         }
     }
     Err(EmulateError::CompilerNotFound { tried })
+}
+
+/// Ends every compiler run in progress, with the processes it started, and removes its
+/// scratch folder: for a process about to exit on a signal, which runs no destructors.
+pub fn stop_builds() {
+    for (group, scratch) in running().drain(..) {
+        // SAFETY: kill has no memory preconditions; the group is the compiler's own.
+        unsafe { libc::kill(-group, libc::SIGKILL) };
+        drop(scratch);
+    }
+}
+
+/// The process groups of the compilers running, each with its scratch folder.
+fn running() -> std::sync::MutexGuard<'static, Vec<(i32, Scratch)>> {
+    static RUNNING: Mutex<Vec<(i32, Scratch)>> = Mutex::new(Vec::new());
+    RUNNING.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// A compiler program with leading arguments (as in `CXX="ccache g++"`).
@@ -100,30 +128,11 @@ fn define_flag(name: &str, value: &str) -> Result<String, EmulateError> {
     Ok(format!("-D{name}={value}"))
 }
 
-fn cache_dir() -> Result<PathBuf, EmulateError> {
-    Ok(private_dir(&cache_root().join("emulate"))?)
-}
-
-/// Writes `text` to `<hash>.<ext>` in `dir` unless present; atomic, so that concurrent
-/// processes never see half a file.
-fn write_once(dir: &Path, ext: &str, text: &str) -> Result<PathBuf, EmulateError> {
-    let path = dir.join(format!("{}.{ext}", entry_name(&[text.as_bytes()])));
-    if path.exists() {
-        return Ok(path);
-    }
-    let context = || format!("writing {}", path.display());
-    let mut file = tempfile::NamedTempFile::new_in(dir).map_err(io(context()))?;
-    file.write_all(text.as_bytes()).map_err(io(context()))?;
-    file.persist(&path).map_err(|e| io(context())(e.error))?;
-    Ok(path)
-}
-
 /// One compiler run.
 struct Job<'a> {
     compiler: &'a Compiler,
-    header: &'a Path,
     defines: &'a [String],
-    input: &'a Path,
+    source: &'a str,
 }
 
 enum JobError {
@@ -133,20 +142,48 @@ enum JobError {
 }
 
 impl Job<'_> {
-    /// Compiles into a temporary file, then renames it to `library`.
-    fn run(&self, dir: &Path, library: &Path) -> Result<(), JobError> {
-        let output = tempfile::Builder::new()
-            .prefix(".build-")
-            .suffix(".so")
-            .tempfile_in(dir)
-            .map_err(|e| JobError::Failed(io(format!("creating a file in {}", dir.display()))(e)))?
-            .into_temp_path();
-        let mut command = self.command(&output);
-        let result = match command.output() {
-            Err(err) if err.kind() == ErrorKind::NotFound => return Err(JobError::NotStarted),
-            Err(err) => return Err(JobError::Failed(io(format!("running {command:?}"))(err))),
-            Ok(result) => result,
+    /// Compiles in a scratch folder of `cache` and returns the library's bytes.
+    fn run(&self, cache: &CacheDir) -> Result<Vec<u8>, JobError> {
+        let failed = |context: &str| {
+            let context = format!("{context} in {}", cache.path().display());
+            move |e| JobError::Failed(io(context)(e))
         };
+        let scratch = cache.scratch().map_err(|e| JobError::Failed(e.into()))?;
+        let dir = scratch.dir();
+        dir.write(HEADER_FILE, CUDA_EMU_HEADER).map_err(failed("writing the header"))?;
+        dir.write(SOURCE_FILE, self.source).map_err(failed("writing the source"))?;
+        let mut command = self.command();
+        let folder = dir.as_raw_fd();
+        // SAFETY: fchdir is async-signal-safe and touches no memory of the parent.
+        unsafe {
+            command.pre_exec(move || match libc::fchdir(folder) {
+                0 => Ok(()),
+                _ => Err(std::io::Error::last_os_error()),
+            });
+        }
+        // Registered as it starts, so that a signal's stop_builds finds it from then on.
+        let (child, group) = {
+            let mut running = running();
+            let child = match command.spawn() {
+                Err(err) if err.kind() == ErrorKind::NotFound => return Err(JobError::NotStarted),
+                Err(err) => return Err(JobError::Failed(io(format!("running {command:?}"))(err))),
+                Ok(child) => child,
+            };
+            let group = child.id() as i32;
+            running.push((group, scratch));
+            (child, group)
+        };
+        let result = child.wait_with_output();
+        let scratch = {
+            let mut running = running();
+            let at = running.iter().position(|(g, _)| *g == group);
+            // Gone only when stop_builds ended the run: the process is exiting.
+            match at {
+                Some(at) => running.swap_remove(at).1,
+                None => return Err(JobError::Failed(EmulateError::Stopped)),
+            }
+        };
+        let result = result.map_err(|e| JobError::Failed(io(format!("running {command:?}"))(e)))?;
         if !result.status.success() {
             let mut message = String::from_utf8_lossy(&result.stderr).into_owned();
             message.push_str(&String::from_utf8_lossy(&result.stdout));
@@ -155,23 +192,23 @@ impl Job<'_> {
                 message: message.trim_end().to_owned(),
             }));
         }
-        output
-            .persist(library)
-            .map_err(|e| JobError::Failed(io(format!("writing {}", library.display()))(e.error)))
+        scratch.dir().read(OUTPUT_FILE).map_err(failed("reading the compiled module"))
     }
 
-    fn command(&self, output: &Path) -> Command {
+    /// The compiler's command line, with file names relative to the scratch folder, in a
+    /// process group of its own.
+    fn command(&self) -> Command {
         let mut command = Command::new(&self.compiler.program);
         command
             .args(&self.compiler.args)
             .args(FLAGS)
-            .arg("-include")
-            .arg(self.header)
+            .args(["-include", HEADER_FILE])
             .args(self.defines)
-            .args(["-x", "c++"])
-            .arg(self.input)
-            .arg("-o")
-            .arg(output);
+            .args(["-x", "c++", SOURCE_FILE, "-o", OUTPUT_FILE])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0);
         command
     }
 }
@@ -190,16 +227,5 @@ mod tests {
         for (name, value) in [("-o", "x"), ("1A", "1"), ("", "1"), ("A", "\0")] {
             assert!(define_flag(name, value).is_err(), "{name:?}");
         }
-    }
-
-    #[test]
-    fn write_once_is_content_addressed() {
-        let dir = tempfile::tempdir().unwrap();
-        let a = write_once(dir.path(), "cu", "int a;").unwrap();
-        let again = write_once(dir.path(), "cu", "int a;").unwrap();
-        let b = write_once(dir.path(), "cu", "int b;").unwrap();
-        assert_eq!(a, again);
-        assert_ne!(a, b);
-        assert_eq!(std::fs::read_to_string(b).unwrap(), "int b;");
     }
 }

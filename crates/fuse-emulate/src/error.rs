@@ -19,9 +19,12 @@ pub enum EmulateError {
         /// The compiler's diagnostics.
         message: String,
     },
+    /// The compiler was stopped by [`stop_builds`](crate::stop_builds).
+    #[error("the host C++ compiler was stopped: fuse is exiting")]
+    Stopped,
     /// The module cache folder is not this user's alone, or cannot be made.
     #[error(transparent)]
-    Cache(#[from] fuse_core::cache::CacheError),
+    Cache(Box<fuse_core::cache::CacheError>),
     /// A file operation on the module cache failed.
     #[error("{context}: {source}")]
     Io {
@@ -34,7 +37,7 @@ pub enum EmulateError {
     /// The compiled module could not be loaded.
     #[error("cannot load emulated module {}: {source}", path.display())]
     Load {
-        /// The shared library.
+        /// Where it was loaded from.
         path: PathBuf,
         /// The loader's error.
         #[source]
@@ -99,4 +102,12 @@ pub enum EmulateError {
         /// Where, e.g. `4 bytes past the end`.
         detail: String,
     },
+}
+
+impl From<fuse_core::cache::CacheError> for EmulateError {
+    /// Boxed: cache errors carry two paths and a reason, and every launch's `Result` would
+    /// otherwise be as large.
+    fn from(err: fuse_core::cache::CacheError) -> Self {
+        EmulateError::Cache(Box::new(err))
+    }
 }

@@ -43,6 +43,7 @@ mod module;
 mod plan;
 
 pub use arg::KernelArg;
+pub use compiler::stop_builds;
 pub use error::EmulateError;
 pub use headers::{CUDA_EMU_HEADER, CUDA_PRELUDE};
 pub use module::{EmulateOptions, EmulatedModule};

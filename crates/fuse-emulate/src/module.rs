@@ -4,11 +4,10 @@ use crate::arg::{check_signature, KernelArg, Staged};
 use crate::compiler;
 use crate::error::EmulateError;
 use libloading::Library;
-use std::collections::HashMap;
+use fuse_core::cache::{CacheDir, Scratch};
 use std::ffi::{c_char, c_int, c_void, CStr};
-use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Mutex, PoisonError};
 
 /// Block limits of current NVIDIA GPUs.
 const MAX_BLOCK_THREADS: u32 = 1024;
@@ -47,31 +46,21 @@ pub struct EmulateOptions {
 
 /// A kernel source compiled for the host, ready to launch.
 pub struct EmulatedModule {
-    path: PathBuf,
     kernels: Vec<String>,
     workers: usize,
-    /// Held while launching: every module compiled from the same source shares its first copy
-    /// (the loader hands back the loaded object for the same file), and with it its globals.
-    file_lock: Arc<Mutex<()>>,
     copies: Mutex<Copies>,
-}
-
-/// The launch lock of the module file `path`, one per file in the process.
-fn file_lock(path: &Path) -> Arc<Mutex<()>> {
-    static LOCKS: OnceLock<Mutex<HashMap<PathBuf, Arc<Mutex<()>>>>> = OnceLock::new();
-    let mut locks = LOCKS
-        .get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner);
-    Arc::clone(locks.entry(path.to_owned()).or_default())
 }
 
 /// Loaded copies of the library, one per worker: each copy has its own globals (fibers,
 /// `__shared__` variables), so each can run blocks on its own thread.
 struct Copies {
+    /// The library's bytes, checked against their seal when read from the cache.
+    image: Vec<u8>,
     /// Dropped (unloaded) before the folder holding their files.
     loaded: Vec<Library>,
-    folder: Option<tempfile::TempDir>,
+    /// The files the copies were loaded from, each under a name of its own: the loader hands
+    /// back an already loaded object for a name it has seen.
+    folder: Scratch,
 }
 
 impl EmulatedModule {
@@ -82,17 +71,15 @@ impl EmulatedModule {
 
     /// Compiles `source` with the host C++ compiler (cached) and loads it.
     pub fn compile_with(source: &str, options: &EmulateOptions) -> Result<EmulatedModule, EmulateError> {
-        let path = compiler::build(source, &options.defines)?;
-        // A cached module that does not load (truncated by a crash, say) is rebuilt once.
-        let first = match load(&path) {
-            Ok(first) => first,
-            Err(_) => {
-                std::fs::remove_file(&path).ok();
-                load(&compiler::build(source, &options.defines)?)?
-            }
+        let image = compiler::build(source, &options.defines)?;
+        let mut copies = Copies {
+            image,
+            loaded: Vec::new(),
+            folder: CacheDir::open("emulate")?.scratch()?,
         };
+        copies.ensure(1)?;
         // SAFETY: the header defines this symbol with this type; it returns a static string.
-        let kernels = unsafe { call_text(&first, "fuse_emu_kernels") }?;
+        let kernels = unsafe { call_text(&copies.loaded[0], "fuse_emu_kernels") }?;
         let workers = match options.workers {
             0 => std::thread::available_parallelism()
                 .map_or(1, usize::from)
@@ -100,18 +87,13 @@ impl EmulatedModule {
             n => n,
         };
         Ok(EmulatedModule {
-            file_lock: file_lock(&path),
-            path,
             kernels: kernels
                 .split(',')
                 .filter(|k| !k.is_empty())
                 .map(str::to_owned)
                 .collect(),
             workers,
-            copies: Mutex::new(Copies {
-                loaded: vec![first],
-                folder: None,
-            }),
+            copies: Mutex::new(copies),
         })
     }
 
@@ -137,14 +119,13 @@ impl EmulatedModule {
             kernel: kernel.to_owned(),
             reason,
         })?;
-        let _file = self.file_lock.lock().unwrap_or_else(PoisonError::into_inner);
         let mut copies = self.copies.lock().unwrap_or_else(PoisonError::into_inner);
         // SAFETY: exported by FUSE_EMU_EXPORT for every name in `self.kernels`.
         let signature = unsafe { call_text(&copies.loaded[0], &format!("fuse_emu_signature_{kernel}")) }?;
         check_signature(kernel, &signature, args)?;
         let blocks = u64::from(grid.0) * u64::from(grid.1) * u64::from(grid.2);
         let workers = self.workers.min(usize::try_from(blocks).unwrap_or(usize::MAX));
-        copies.ensure(workers, &self.path)?;
+        copies.ensure(workers)?;
         let launchers = copies.loaded[..workers]
             .iter()
             .map(|library| launcher(library, kernel))
@@ -173,34 +154,26 @@ impl EmulatedModule {
 }
 
 impl Copies {
-    /// Loads copies of the library up to `count`, each from its own file: the loader would
-    /// hand back the already loaded object for the same file.
-    fn ensure(&mut self, count: usize, path: &Path) -> Result<(), EmulateError> {
+    /// Loads copies of the library up to `count`, each from a file of its own in the scratch
+    /// folder, reached through the folder's handle.
+    fn ensure(&mut self, count: usize) -> Result<(), EmulateError> {
         while self.loaded.len() < count {
-            let folder = match &mut self.folder {
-                Some(folder) => folder,
-                empty => empty.insert(tempfile::tempdir().map_err(|source| EmulateError::Io {
-                    context: "creating a folder for module copies".to_owned(),
+            let name = format!("{:016x}.so", rand::random::<u64>());
+            let path = self.folder.handle_path(&name);
+            self.folder
+                .dir()
+                .write(&name, &self.image)
+                .map_err(|source| EmulateError::Io {
+                    context: format!("writing {}", path.display()),
                     source,
-                })?),
-            };
-            let copy = folder.path().join(format!("worker{}.so", self.loaded.len()));
-            std::fs::copy(path, &copy).map_err(|source| EmulateError::Io {
-                context: format!("copying {} to {}", path.display(), copy.display()),
-                source,
-            })?;
-            self.loaded.push(load(&copy)?);
+                })?;
+            // SAFETY: our own module, built from the emulation header; its static initialisers
+            // only register kernel names.
+            let library = unsafe { Library::new(&path) }.map_err(|source| EmulateError::Load { path, source })?;
+            self.loaded.push(library);
         }
         Ok(())
     }
-}
-
-fn load(path: &Path) -> Result<Library, EmulateError> {
-    // SAFETY: our own module; its static initialisers only register kernel names.
-    unsafe { Library::new(path) }.map_err(|source| EmulateError::Load {
-        path: path.to_owned(),
-        source,
-    })
 }
 
 /// Calls a `const char* f(void)` export.

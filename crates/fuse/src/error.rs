@@ -187,9 +187,16 @@ impl Error {
     pub fn is_bad_input(&self) -> bool {
         use fuse_cuda::CudaError as C;
         match self {
-            Error::Cuda(e) => matches!(**e, C::StaleTimings { .. } | C::Timing(_) | C::Bind(_) | C::Explore(_)),
+            Error::Cuda(e) => matches!(
+                **e,
+                C::StaleTimings { .. } | C::Timing(_) | C::Bind(_) | C::Explore(_) | C::Cache(_)
+            ),
             Error::Failed(e) => e.is_bad_input(),
-            Error::Emulation(e) => matches!(e, fuse_emulate::EmulationError::Bind(_)),
+            Error::Emulation(e) => matches!(
+                e,
+                fuse_emulate::EmulationError::Bind(_)
+                    | fuse_emulate::EmulationError::Emulate(fuse_emulate::EmulateError::Cache(_))
+            ),
             Error::Internal(_) => false,
             _ => true,
         }

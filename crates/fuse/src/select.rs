@@ -115,7 +115,7 @@ pub fn gpu_plan(
             "plan: tuned by `fuse tune` (fastest of {} timed, {:.1} µs; {})",
             entry.timed,
             entry.measured_us,
-            cache.path().display()
+            cache.path()?.display()
         );
         return Ok((entry.plan, vec![note]));
     }

@@ -217,7 +217,7 @@ impl TimingTable {
     /// Reads the table at `path`.
     pub fn load(path: &Path) -> Result<TimingTable, TimingError> {
         let file = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|e| TimingError {
+        let text = crate::file::read_text(path, crate::file::ENTRY_LIMIT).map_err(|e| TimingError {
             file: file.clone(),
             message: format!("cannot read the timing table: {e}"),
         })?;

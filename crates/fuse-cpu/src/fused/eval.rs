@@ -125,7 +125,8 @@ struct Resolved<'s, T> {
 impl<'s, T: Real> Resolved<'s, T> {
     fn new() -> Self {
         Resolved {
-            konst: T::ZERO,
+            // The sum of no constants: `-0.0 · x` stays a negative zero.
+            konst: T::NEG_ZERO,
             lin: [(T::ZERO, &[]); MAX_TERMS],
             lins: 0,
             prod: [(T::ZERO, &[], &[]); MAX_TERMS],
@@ -147,7 +148,7 @@ impl<'s, T: Real> Resolved<'s, T> {
         if self.konst != T::ZERO {
             loops::add_const(dest, self.konst);
         }
-        (self.konst, self.lins, self.prods) = (T::ZERO, 0, 0);
+        (self.konst, self.lins, self.prods) = (T::NEG_ZERO, 0, 0);
     }
 
     /// Adds the terms of one segment (the stage guarantees at most two runs per term).

@@ -26,6 +26,9 @@ pub trait Real:
 {
     /// Zero.
     const ZERO: Self;
+    /// Negative zero: the identity of addition (`-0 + x` is `x` for every `x`, a negative
+    /// zero included, where `0 + -0` is `0`).
+    const NEG_ZERO: Self;
     /// Blue's thresholds and scales for a norm's squares, LAPACK's for this precision
     /// (`la_xnrm2`): magnitudes below `NORM_SMALL` are scaled up by `NORM_UP` before squaring,
     /// above `NORM_BIG` down by `NORM_DOWN`.
@@ -54,6 +57,7 @@ macro_rules! real {
     ($t:ty, $precision:ident, $variant:ident, $power:ident, [$small:expr, $big:expr, $up:expr, $down:expr]) => {
         impl Real for $t {
             const ZERO: Self = 0.0;
+            const NEG_ZERO: Self = -0.0;
             const NORM_SMALL: Self = $power($small);
             const NORM_BIG: Self = $power($big);
             const NORM_UP: Self = $power($up);
