@@ -8,7 +8,7 @@ use serde::Serialize;
 use fuse::stages::fuse_codegen::generate::{generate_plan, Step};
 use fuse::stages::fuse_codegen::nvrtc::{self, Arch, CompileOptions, NvrtcError};
 use fuse::stages::fuse_codegen::profile;
-use fuse::stages::fuse_core::{explore, Library, Limits, Plan, Program, Sizes, TimingTable};
+use fuse::stages::fuse_core::{explore, file, Library, Limits, Plan, Program, Sizes, TimingTable};
 
 use crate::failure::{bad_input, Failure};
 
@@ -146,7 +146,7 @@ fn clear_earlier_compile(out: &Path) -> Result<(), Failure> {
         .map(|e| e.map(|e| e.file_name().to_string_lossy().into_owned()))
         .collect::<Result<_, _>>()
         .map_err(|e| bad_input(format!("-o {}: {e}", out.display())))?;
-    let plan_of_fuse = std::fs::read_to_string(out.join("plan.yaml"))
+    let plan_of_fuse = file::read_text(&out.join("plan.yaml"), file::ENTRY_LIMIT)
         .is_ok_and(|text| text.contains("\nsteps:") && text.starts_with("script:"));
     if names.is_empty() {
         return Ok(());

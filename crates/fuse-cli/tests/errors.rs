@@ -406,3 +406,56 @@ fn npy_inputs_larger_than_the_host_memory_are_bad_input() {
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("not enough host memory"), "{stderr}");
 }
+
+#[test]
+fn a_quoted_size_is_text_not_a_number() {
+    let stderr = check_fails(&BICGK.replace("sizes: {m: 40, n: 30}", "sizes: {m: 40, n: \"30\"}"));
+    assert_message(&stderr, 3, 19, &["size `n` is the quoted text \"30\"", "unquoted"]);
+}
+
+#[test]
+fn a_byte_order_mark_opens_a_script_as_yaml_allows() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("script.yaml");
+    std::fs::write(&path, format!("\u{feff}{BICGK}")).unwrap();
+    let out = fuse(&["check", path.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
+fn a_literal_beyond_the_precision_is_refused_not_rounded_to_infinity() {
+    let text = "name: s\nsizes: {n: 4}\ninputs: {y: [n]}\noutputs: [z]\ncalls:\n  - z = sscal(3.5e38, y)\n";
+    let stderr = check_fails(text);
+    assert_message(&stderr, 6, 15, &["literal `3.5e38` is out of range of f32"]);
+    // The same number is fine in f64.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("d.yaml");
+    std::fs::write(&path, text.replace("name: s", "name: s\nprecision: f64").replace("sscal", "dscal")).unwrap();
+    assert!(fuse(&["check", path.to_str().unwrap()]).status.success());
+}
+
+#[test]
+fn scripts_that_are_not_files_or_never_end_are_refused_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("fifo.yaml");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    // A script of 17 MB: more than any script needs (a 20,000-call chain is about 1 MB).
+    let huge = dir.path().join("huge.yaml");
+    let calls = "  - y = sscal(2.0, y)\n".repeat(800_000);
+    std::fs::write(&huge, format!("name: h\nsizes: {{n: 4}}\ninputs: {{y: [n]}}\noutputs: [y]\ncalls:\n{calls}")).unwrap();
+    for (path, message) in [
+        (fifo.to_str().unwrap(), "is a FIFO (named pipe), not a regular file"),
+        ("/dev/zero", "is a character device, not a regular file"),
+        ("/dev/stdin", "not a regular file"),
+        (huge.to_str().unwrap(), "is longer than 16777216 bytes"),
+    ] {
+        let start = std::time::Instant::now();
+        let out = fuse(&["check", path]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{path}: {stderr}");
+        assert!(stderr.contains(message), "{path}: {stderr}");
+        assert!(start.elapsed().as_secs() < 20, "{path}: took {:?}", start.elapsed());
+    }
+}

@@ -331,3 +331,146 @@ proptest! {
         }
     }
 }
+
+/// A file where fuse expects a script or a `.npy` input: often not a file at all, or a `.npy`
+/// file that lies about itself.
+#[derive(Debug, Clone)]
+enum Hostile {
+    /// The right file.
+    Valid,
+    Fifo,
+    Folder,
+    DanglingLink,
+    /// A link to `/dev/zero`: endless.
+    Device,
+    /// A `.npy` header whose length field says `len` bytes.
+    HeaderLength(u32),
+    /// A `.npy` header naming a key twice (numpy takes the last).
+    RepeatedKey,
+    /// A valid header and too few elements.
+    Truncated,
+    Garbage(Vec<u8>),
+}
+
+fn hostile() -> impl Strategy<Value = Hostile> {
+    prop_oneof![
+        4 => Just(Hostile::Valid),
+        1 => Just(Hostile::Fifo),
+        1 => Just(Hostile::Folder),
+        1 => Just(Hostile::DanglingLink),
+        1 => Just(Hostile::Device),
+        1 => prop::sample::select(vec![0u32, 11, 60_000, 1 << 20, u32::MAX]).prop_map(Hostile::HeaderLength),
+        1 => Just(Hostile::RepeatedKey),
+        1 => Just(Hostile::Truncated),
+        1 => prop::collection::vec(any::<u8>(), 0..64).prop_map(Hostile::Garbage),
+    ]
+}
+
+/// Makes `path` the `kind` of file, where a valid one is an f32 array of `shape`.
+fn plant(path: &Path, kind: &Hostile, shape: &[usize]) {
+    let count: usize = shape.iter().product();
+    let dims: Vec<String> = shape.iter().map(|d| format!("{d},")).collect();
+    let header = |extra: &str| format!("{{'descr': '<f4', 'fortran_order': False, 'shape': ({}), {extra}}}\n", dims.concat());
+    let npy = |header: &str, claimed: u32, elements: usize| {
+        let mut bytes = b"\x93NUMPY\x02\x00".to_vec();
+        bytes.extend(claimed.to_le_bytes());
+        bytes.extend(header.as_bytes());
+        bytes.extend(vec![0u8; 4 * elements]);
+        bytes
+    };
+    match kind {
+        Hostile::Valid => common::write_f32(path, shape, &common::numbers(count, 5)),
+        Hostile::Fifo => {
+            let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+            // SAFETY: a valid NUL-terminated path.
+            assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        }
+        Hostile::Folder => std::fs::create_dir(path).unwrap(),
+        Hostile::DanglingLink => std::os::unix::fs::symlink("nowhere.npy", path).unwrap(),
+        Hostile::Device => std::os::unix::fs::symlink("/dev/zero", path).unwrap(),
+        Hostile::HeaderLength(len) => std::fs::write(path, npy(&header(""), *len, count)).unwrap(),
+        Hostile::RepeatedKey => {
+            let text = header("'descr': '<f8', 'descr': '<f4', ");
+            std::fs::write(path, npy(&text, text.len() as u32, count)).unwrap()
+        }
+        Hostile::Truncated => std::fs::write(path, npy(&header(""), header("").len() as u32, count / 2)).unwrap(),
+        Hostile::Garbage(bytes) => std::fs::write(path, bytes).unwrap(),
+    }
+}
+
+/// Every entry of `dir` with its bytes, sorted.
+fn snapshot(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut entries: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| {
+            let path = e.unwrap().path();
+            (path.file_name().unwrap().to_string_lossy().into_owned(), std::fs::read(&path).unwrap_or_default())
+        })
+        .collect();
+    entries.sort();
+    entries
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: config().cases / 8, ..config() })]
+
+    #[test]
+    fn no_special_or_lying_file_makes_fuse_hang_or_crash(
+        script in hostile(), a in hostile(), p in hostile(), r in hostile()
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("bicgk.yaml");
+        match script {
+            Hostile::Valid => { std::fs::copy(common::script("bicgk.yaml"), &path).unwrap(); }
+            ref other => plant(&path, other, &[1]),
+        }
+        let inputs = dir.path().join("in");
+        std::fs::create_dir(&inputs).unwrap();
+        for (name, kind, shape) in [("A", &a, &[5usize, 3][..]), ("p", &p, &[3]), ("r", &r, &[5])] {
+            plant(&inputs.join(format!("{name}.npy")), kind, shape);
+        }
+        let args = ["run", path.to_str().unwrap(), "--backend", "cpu", "--inputs", inputs.to_str().unwrap()];
+        let (code, stderr) = fuse_bounded(&args)?;
+        check_outcome(&args, code, &stderr)?;
+        let readable = [&a, &p, &r].iter().all(|k| matches!(k, Hostile::Valid | Hostile::RepeatedKey));
+        let all_valid = matches!(script, Hostile::Valid) && readable;
+        prop_assert_eq!(code == 0, all_valid, "{}", stderr);
+    }
+
+    #[test]
+    fn a_signal_at_any_moment_leaves_the_outputs_all_or_nothing(
+        signal in prop::sample::select(vec![libc::SIGINT, libc::SIGTERM, libc::SIGHUP]),
+        delay_ms in 0u64..600,
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("out");
+        std::fs::create_dir(&out).unwrap();
+        std::fs::write(out.join("q.npy"), b"\x93NUMPY an earlier q").unwrap();
+        std::fs::write(out.join("notes.txt"), "mine").unwrap();
+        let before = snapshot(&out);
+        let mut child = Command::new(env!("CARGO_BIN_EXE_fuse"))
+            .args(["run", &common::script("bicgk.yaml"), "--backend", "cpu", "--size", "m=3000", "--size", "n=2000"])
+            .args(["--outputs", out.to_str().unwrap()])
+            .env_remove("FUSE_CPU_TIMINGS")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(delay_ms));
+        // SAFETY: kill(2) with the id of a child this test spawned and has not waited for.
+        unsafe { libc::kill(child.id() as libc::pid_t, signal) };
+        let status = child.wait().unwrap();
+        let after = snapshot(&out);
+        let names: Vec<&str> = after.iter().map(|(n, _)| n.as_str()).collect();
+        match status.code() {
+            // Done before the signal: the new set, whole.
+            Some(0) => {
+                prop_assert_eq!(names, ["notes.txt", "q.npy", "s.npy"]);
+                prop_assert!(after[1].1 != before[1].1, "q.npy was not replaced");
+            }
+            // Stopped (or, in the first moments, ended before its handler was set): as before.
+            Some(130) | None => prop_assert_eq!(after, before, "{:?}", status),
+            _ => prop_assert!(false, "status {:?}", status),
+        }
+    }
+}

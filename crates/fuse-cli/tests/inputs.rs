@@ -174,3 +174,125 @@ fn a_file_that_is_no_input_is_warned_of() {
     assert!(message.contains("`notes.npy` is no input of"), "{message}");
     assert!(!message.contains("`A.npy` is no input"), "{message}");
 }
+
+/// `fuse run bicgk --inputs dir` with the files of `bicgk_inputs` (5 × 3), after `damage`.
+fn run_damaged(damage: impl FnOnce(&std::path::Path)) -> (Option<i32>, String) {
+    let dir = tempfile::tempdir().unwrap();
+    bicgk_inputs(dir.path(), 5, 3);
+    damage(dir.path());
+    let out = fuse(&["run", &script("bicgk.yaml"), "--backend", "cpu", "--inputs", dir.path().to_str().unwrap()]);
+    (out.status.code(), stderr(&out))
+}
+
+fn mkfifo(path: &std::path::Path) {
+    let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+}
+
+#[test]
+fn inputs_that_are_not_files_are_named_for_what_they_are() {
+    let cases: [(&str, &dyn Fn(&std::path::Path), &str); 4] = [
+        ("dangling link", &|d| {
+            std::fs::remove_file(d.join("A.npy")).unwrap();
+            std::os::unix::fs::symlink("gone.npy", d.join("A.npy")).unwrap();
+        }, "A.npy: is a link to gone.npy, which does not exist"),
+        ("folder", &|d| {
+            std::fs::remove_file(d.join("A.npy")).unwrap();
+            std::fs::create_dir(d.join("A.npy")).unwrap();
+        }, "A.npy: is a folder, not a regular file"),
+        // A FIFO with no writer would block a reader forever.
+        ("FIFO", &|d| {
+            std::fs::remove_file(d.join("p.npy")).unwrap();
+            mkfifo(&d.join("p.npy"));
+        }, "p.npy: is a FIFO (named pipe), not a regular file"),
+        ("device", &|d| {
+            std::fs::remove_file(d.join("r.npy")).unwrap();
+            std::os::unix::fs::symlink("/dev/zero", d.join("r.npy")).unwrap();
+        }, "r.npy: is a character device, not a regular file"),
+    ];
+    for (what, damage, message) in cases {
+        let (code, stderr) = run_damaged(damage);
+        assert_eq!(code, Some(2), "{what}: {stderr}");
+        assert!(stderr.contains(message), "{what}: {stderr}");
+        assert!(!stderr.contains("did you mean"), "{what}: {stderr}");
+    }
+}
+
+/// The bytes of a `.npy` file of format `version` whose header text is `header`, padded as
+/// numpy pads it, with the header length `claimed` where given, then `data`.
+fn npy_bytes(version: u8, header: &str, claimed: Option<u32>, data: &[u8]) -> Vec<u8> {
+    let mut out = vec![0x93, b'N', b'U', b'M', b'P', b'Y', version, 0];
+    let len = claimed.unwrap_or(header.len() as u32);
+    match version {
+        1 => out.extend((len as u16).to_le_bytes()),
+        _ => out.extend(len.to_le_bytes()),
+    }
+    out.extend(header.as_bytes());
+    out.extend(data);
+    out
+}
+
+#[test]
+fn a_header_length_beyond_the_file_or_the_limit_is_refused_before_allocating() {
+    let header = "{'descr': '<f4', 'fortran_order': False, 'shape': (3,), }\n";
+    let data = [0u8; 12];
+    for (claimed, message) in [
+        (u32::MAX, "its header claims 4294967295 bytes, more than the 1048576 fuse reads"),
+        (60_000, "its header claims 60000 bytes, more than the file's"),
+    ] {
+        let (code, stderr) = run_damaged(|d| std::fs::write(d.join("p.npy"), npy_bytes(2, header, Some(claimed), &data)).unwrap());
+        assert_eq!(code, Some(2), "{stderr}");
+        assert!(stderr.contains(message), "{stderr}");
+    }
+}
+
+#[test]
+fn a_repeated_header_key_counts_as_numpy_counts_it_the_last() {
+    // numpy evaluates the header as a dict literal, in which the last of a key wins.
+    let header = "{'descr': '<f8', 'fortran_order': False, 'shape': (9,), 'descr': '<f4', 'shape': (3,), }\n";
+    let p: Vec<u8> = [1.0f32, 2.0, 3.0].iter().flat_map(|x| x.to_le_bytes()).collect();
+    let (code, stderr) = run_damaged(|d| std::fs::write(d.join("p.npy"), npy_bytes(1, header, None, &p)).unwrap());
+    assert_eq!(code, Some(0), "{stderr}");
+}
+
+#[test]
+fn a_long_header_is_quoted_in_part() {
+    let header = format!("{{'descr': '<f4', 'shape': (3,), 'x': '{}' }}\n", "y".repeat(200_000));
+    let (code, stderr) = run_damaged(|d| std::fs::write(d.join("p.npy"), npy_bytes(2, &header, None, &[])).unwrap());
+    assert_eq!(code, Some(2), "{}", &stderr[..stderr.len().min(500)]);
+    assert!(stderr.contains("bytes in all)"), "{}", &stderr[..stderr.len().min(500)]);
+    assert!(stderr.len() < 1000, "the message is {} bytes", stderr.len());
+}
+
+#[test]
+fn a_folder_that_cannot_be_listed_says_so() {
+    // Root reads any folder: the run is made as another user, where this test runs as root.
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: running fuse as a second user needs root (the CI runs as root)");
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let inputs = dir.path().join("in");
+    std::fs::create_dir(&inputs).unwrap();
+    bicgk_inputs(&inputs, 5, 3);
+    std::fs::set_permissions(&inputs, std::fs::Permissions::from_mode(0o711)).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_fuse"))
+        .args(["run", &script("bicgk.yaml"), "--backend", "reference", "--inputs", inputs.to_str().unwrap()])
+        .env("HOME", dir.path())
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .unwrap();
+    let stderr = stderr(&out);
+    if stderr.contains("Permission denied") && stderr.contains("bicgk.yaml") {
+        eprintln!("skipped: user 65534 cannot read the checkout: {stderr}");
+        return;
+    }
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("cannot list it: Permission denied"), "{stderr}");
+}

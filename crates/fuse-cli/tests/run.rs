@@ -359,3 +359,134 @@ fn timing_reports_upload_compute_and_download() {
     );
     assert!(line.contains("compute ") && line.contains("on the host"), "{line}");
 }
+
+#[test]
+fn a_negative_zero_literal_keeps_its_sign_on_every_backend() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("neg.yaml");
+    let text = "name: neg\nsizes: {n: 5}\ninputs: {y: [n]}\noutputs: [z]\ncalls:\n  - z = sscal(-0.0, y)\n";
+    std::fs::write(&path, text).unwrap();
+    let inputs = dir.path().join("in");
+    std::fs::create_dir(&inputs).unwrap();
+    let y = [1.0f32, -2.0, 0.0, -0.0, 3.5];
+    common::write_f32(&inputs.join("y.npy"), &[5], &y);
+    // IEEE: -0 · y is -0 for positive y and +0 for negative y (and the reverse for zeros).
+    let want: Vec<u32> = y.iter().map(|v| (-0.0f32 * v).to_bits()).collect();
+    for backend in ["reference", "cpu", "emulate"] {
+        let out_dir = dir.path().join(backend);
+        let out = fuse(&[
+            "run",
+            path.to_str().unwrap(),
+            "--backend",
+            backend,
+            "--inputs",
+            inputs.to_str().unwrap(),
+            "--outputs",
+            out_dir.to_str().unwrap(),
+        ]);
+        assert!(out.status.success(), "{backend}: {}", String::from_utf8_lossy(&out.stderr));
+        let got: Vec<u32> = common::read_f32(&out_dir.join("z.npy")).iter().map(|v| v.to_bits()).collect();
+        assert_eq!(got, want, "{backend}: sign bits");
+    }
+}
+
+#[test]
+fn an_outputs_target_in_the_way_is_found_before_computing() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("file");
+    std::fs::write(&file, "not a folder").unwrap();
+    let outputs = dir.path().join("out");
+    std::fs::create_dir(&outputs).unwrap();
+    std::fs::write(outputs.join("q.npy"), "a user's notes, not an array").unwrap();
+    for (target, message) in [
+        (file.clone(), "is a file, not a folder".to_string()),
+        (file.join("deeper"), format!("{} is a file, not a folder", file.display())),
+        (outputs.clone(), "it is not a .npy array".to_string()),
+    ] {
+        // At 20000², the inputs alone take seconds to draw: the check must come first.
+        let start = std::time::Instant::now();
+        let out = fuse(&[
+            "run",
+            &script("bicgk.yaml"),
+            "--backend",
+            "cpu",
+            "--size",
+            "m=20000",
+            "--size",
+            "n=20000",
+            "--outputs",
+            target.to_str().unwrap(),
+        ]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains(&message), "{stderr}");
+        assert!(!stderr.contains("drawn at random"), "checked only after computing: {stderr}");
+        assert!(start.elapsed().as_secs() < 5, "took {:?}", start.elapsed());
+    }
+}
+
+#[test]
+fn two_runs_writing_one_folder_leave_one_runs_whole_set() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |seed: &str, out: &Path| {
+        Command::new(env!("CARGO_BIN_EXE_fuse"))
+            .args(["run", &script("bicgk.yaml"), "--backend", "cpu", "--size", "m=300", "--size", "n=200"])
+            .args(["--seed", seed, "--outputs", out.to_str().unwrap()])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    // Each seed's outputs, written alone.
+    let sets: Vec<(Vec<u8>, Vec<u8>)> = ["1", "2"]
+        .iter()
+        .map(|seed| {
+            let out = dir.path().join(format!("alone{seed}"));
+            assert!(run(seed, &out).wait().unwrap().success());
+            (std::fs::read(out.join("q.npy")).unwrap(), std::fs::read(out.join("s.npy")).unwrap())
+        })
+        .collect();
+    let shared = dir.path().join("shared");
+    for round in 0..10 {
+        let mut a = run("1", &shared);
+        let mut b = run("2", &shared);
+        assert!(a.wait().unwrap().success() && b.wait().unwrap().success());
+        let found = (
+            std::fs::read(shared.join("q.npy")).unwrap(),
+            std::fs::read(shared.join("s.npy")).unwrap(),
+        );
+        assert!(sets.contains(&found), "round {round}: q and s come from different runs");
+        let names: Vec<_> = std::fs::read_dir(&shared).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(names.len(), 2, "round {round}: {names:?}");
+    }
+}
+
+#[test]
+fn the_emulated_backend_under_a_memory_limit_stops_with_a_message_not_an_abort() {
+    use std::os::unix::process::CommandExt;
+    let cache = tempfile::tempdir().unwrap();
+    // Address space enough to compile the kernels and hold A (100 MB), not always for the
+    // emulated device's copies of it or its threads' stacks as well.
+    for megabytes in [300u64, 400, 500, 700] {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_fuse"));
+        command
+            .args(["run", &script("bicgk.yaml"), "--backend", "emulate", "--size", "m=5000", "--size", "n=5000"])
+            .env("FUSE_CACHE_DIR", cache.path());
+        let limit = libc::rlimit {
+            rlim_cur: megabytes << 20,
+            rlim_max: megabytes << 20,
+        };
+        // SAFETY: setrlimit is async-signal-safe and reads only `limit`, copied into the closure.
+        unsafe {
+            command.pre_exec(move || match libc::setrlimit(libc::RLIMIT_AS, &limit) {
+                0 => Ok(()),
+                _ => Err(std::io::Error::last_os_error()),
+            });
+        }
+        let out = command.output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let ok = out.status.success();
+        let clean = matches!(out.status.code(), Some(1 | 2)) && stderr.contains("memory") && !stderr.contains("panicked");
+        assert!(ok || clean, "{megabytes} MB: {:?}: {stderr}", out.status);
+    }
+}

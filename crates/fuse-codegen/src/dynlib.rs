@@ -244,7 +244,8 @@ fn wheel_dirs(wheel: &str) -> Vec<PathBuf> {
     String::from_utf8_lossy(&out.stdout)
         .lines()
         .map(|line| Path::new(line.trim()).join(wheel))
-        .filter(|dir| dir.is_dir())
+        // Found, not named by the user: used only where no other user could have put it there.
+        .filter(|dir| dir.is_dir() && fuse_core::cache::trusted(dir).is_ok())
         .collect()
 }
 

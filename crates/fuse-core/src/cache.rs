@@ -190,6 +190,10 @@ impl CacheDir {
     /// the folders above `root` by [`ancestor_problem`], `root` and below by
     /// [`private_problem`]. Missing folders are made (mode 700) when `create`, else `None`.
     fn walk(root: &Path, sub: &str, create: bool) -> Result<Option<CacheDir>, CacheError> {
+        CacheDir::walk_with(root, sub, create, Rules::Cache)
+    }
+
+    fn walk_with(root: &Path, sub: &str, create: bool, rules: Rules) -> Result<Option<CacheDir>, CacheError> {
         let cache = root.join(sub);
         let io = |what: &str, source| CacheError::Io {
             dir: cache.clone(),
@@ -225,7 +229,7 @@ impl CacheDir {
             let meta = next
                 .dir_metadata()
                 .map_err(|e| io(&format!("reading {}", path.display()), e))?;
-            let problem = if depth < ancestors {
+            let problem = if depth < ancestors || rules == Rules::Trusted {
                 ancestor_problem(meta.uid(), meta.mode())
             } else {
                 private_problem(meta.uid(), meta.mode())
@@ -393,6 +397,22 @@ impl Drop for Scratch {
 fn open_child_new(parent: &Dir, name: &str) -> std::io::Result<Dir> {
     parent.create_dir_with(name, DirBuilder::new().mode(0o700))?;
     parent.open_dir_nofollow(name)
+}
+
+/// Which rules a walk checks: a cache's (private from its root down) or those of a folder fuse
+/// loads code from that it did not make, such as an installed library's (see [`trusted`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Rules {
+    Cache,
+    Trusted,
+}
+
+/// Checks that no other user (root aside) could have put what is in folder `dir`: every folder
+/// from `/` to it is owned by you or root and writable by no one else unless sticky — the rule
+/// for the folders above a cache. For folders fuse finds and loads code from on its own, such
+/// as a pip wheel's libraries.
+pub fn trusted(dir: &Path) -> Result<(), CacheError> {
+    CacheDir::walk_with(dir, "", false, Rules::Trusted).map(drop)
 }
 
 /// `name` in `parent`, never through a link; made (mode 700) first when missing and `create`.

@@ -1,6 +1,7 @@
 //! Kernel arguments and the device-side copies of buffers.
 
 use crate::error::EmulateError;
+use fuse_core::data::{try_vec, HostMemoryError};
 
 /// One kernel argument: a scalar (`f32`, `f64`, `i32`, `u32`, `i64`, `u64`) or a buffer
 /// (`&[T]` / `&mut [T]` of `f32`, `f64`, `i32`, `u32`), built with `From`/`into()`.
@@ -128,15 +129,18 @@ struct DeviceBuffer {
 }
 
 impl DeviceBuffer {
-    fn new(data: &[u8]) -> DeviceBuffer {
-        let mut storage = vec![POISON; data.len() + 2 * RED_ZONE + RED_ZONE];
+    /// A device copy of `data`; an error, not an abort, where the host cannot hold it.
+    fn new(data: &[u8]) -> Result<DeviceBuffer, HostMemoryError> {
+        let bytes = data.len() + 2 * RED_ZONE + RED_ZONE;
+        let mut storage = try_vec(bytes, || "an emulated device copy of a kernel argument".to_string())?;
+        storage.resize(bytes, POISON);
         let start = storage.as_ptr().align_offset(RED_ZONE) + RED_ZONE;
         storage[start..start + data.len()].copy_from_slice(data);
-        DeviceBuffer {
+        Ok(DeviceBuffer {
             storage,
             start,
             len: data.len(),
-        }
+        })
     }
 
     fn address(&mut self) -> usize {
@@ -160,7 +164,7 @@ impl DeviceBuffer {
 }
 
 impl Staged {
-    pub(crate) fn new(args: &[KernelArg]) -> Staged {
+    pub(crate) fn new(args: &[KernelArg]) -> Result<Staged, HostMemoryError> {
         let mut staged = Staged {
             slots: Vec::with_capacity(args.len()),
             buffers: Vec::new(),
@@ -168,19 +172,19 @@ impl Staged {
         for (index, arg) in args.iter().enumerate() {
             let bytes = match &arg.0 {
                 Repr::Scalar { bytes, .. } => *bytes,
-                Repr::Buffer { data, .. } => staged.add_buffer(index, data),
-                Repr::BufferMut { data, .. } => staged.add_buffer(index, data),
+                Repr::Buffer { data, .. } => staged.add_buffer(index, data)?,
+                Repr::BufferMut { data, .. } => staged.add_buffer(index, data)?,
             };
             staged.slots.push(Slot(bytes));
         }
-        staged
+        Ok(staged)
     }
 
-    fn add_buffer(&mut self, index: usize, data: &[u8]) -> [u8; 8] {
-        let mut buffer = DeviceBuffer::new(data);
+    fn add_buffer(&mut self, index: usize, data: &[u8]) -> Result<[u8; 8], HostMemoryError> {
+        let mut buffer = DeviceBuffer::new(data)?;
         let address = buffer.address() as u64;
         self.buffers.push((index, buffer));
-        address.to_ne_bytes()
+        Ok(address.to_ne_bytes())
     }
 
     /// `args[i]` of the launch ABI: a pointer to argument i's value.
@@ -247,7 +251,7 @@ mod tests {
 
     #[test]
     fn buffers_are_aligned_and_fenced() {
-        let mut buffer = DeviceBuffer::new(&[1, 2, 3]);
+        let mut buffer = DeviceBuffer::new(&[1, 2, 3]).unwrap();
         assert_eq!(buffer.address() % RED_ZONE, 0);
         assert_eq!(buffer.data(), [1, 2, 3]);
         assert_eq!(buffer.overrun(), None);
@@ -262,7 +266,7 @@ mod tests {
     fn mutable_buffers_are_copied_back() {
         let mut x = [0.0f32; 2];
         let mut args = [KernelArg::from(&mut x[..]), KernelArg::from(7i32)];
-        let mut staged = Staged::new(&args);
+        let mut staged = Staged::new(&args).unwrap();
         let pointers = staged.pointers();
         // The scalar slot holds the value itself.
         // SAFETY: slot 1 holds the 4 bytes of an i32.

@@ -75,7 +75,8 @@ pub(crate) fn build(source: &str, defines: &[(String, String)]) -> Result<Vec<u8
 }
 
 /// Ends every compiler run in progress, with the processes it started, and removes its
-/// scratch folder: for a process about to exit on a signal, which runs no destructors.
+/// scratch folder: for a process about to exit on a signal, which runs no destructors. The
+/// threads that waited for those runs wait for the exit.
 pub fn stop_builds() {
     for (group, scratch) in running().drain(..) {
         // SAFETY: kill has no memory preconditions; the group is the compiler's own.
@@ -177,10 +178,13 @@ impl Job<'_> {
         let scratch = {
             let mut running = running();
             let at = running.iter().position(|(g, _)| *g == group);
-            // Gone only when stop_builds ended the run: the process is exiting.
             match at {
                 Some(at) => running.swap_remove(at).1,
-                None => return Err(JobError::Failed(EmulateError::Stopped)),
+                // Gone only when stop_builds ended the run: the process is exiting, with the
+                // status its signal handler chose, which an error here must not pre-empt.
+                None => loop {
+                    std::thread::park();
+                },
             }
         };
         let result = result.map_err(|e| JobError::Failed(io(format!("running {command:?}"))(e)))?;

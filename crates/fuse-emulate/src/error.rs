@@ -19,9 +19,9 @@ pub enum EmulateError {
         /// The compiler's diagnostics.
         message: String,
     },
-    /// The compiler was stopped by [`stop_builds`](crate::stop_builds).
-    #[error("the host C++ compiler was stopped: fuse is exiting")]
-    Stopped,
+    /// The host cannot hold the device copies of a launch's arguments.
+    #[error(transparent)]
+    HostMemory(#[from] fuse_core::data::HostMemoryError),
     /// The module cache folder is not this user's alone, or cannot be made.
     #[error(transparent)]
     Cache(Box<fuse_core::cache::CacheError>),

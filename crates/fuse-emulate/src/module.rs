@@ -130,7 +130,7 @@ impl EmulatedModule {
             .iter()
             .map(|library| launcher(library, kernel))
             .collect::<Result<Vec<_>, _>>()?;
-        let mut staged = Staged::new(args);
+        let mut staged = Staged::new(args)?;
         let pointers = ArgPointers(staged.pointers());
         let launch = Launch {
             grid: dim3(grid),

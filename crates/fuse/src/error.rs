@@ -195,7 +195,9 @@ impl Error {
             Error::Emulation(e) => matches!(
                 e,
                 fuse_emulate::EmulationError::Bind(_)
-                    | fuse_emulate::EmulationError::Emulate(fuse_emulate::EmulateError::Cache(_))
+                    | fuse_emulate::EmulationError::Emulate(
+                        fuse_emulate::EmulateError::Cache(_) | fuse_emulate::EmulateError::HostMemory(_)
+                    )
             ),
             Error::Internal(_) => false,
             _ => true,

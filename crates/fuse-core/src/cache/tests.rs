@@ -225,3 +225,20 @@ fn scratch_folders_go_when_dropped_and_when_abandoned_not_while_held() {
     drop(held);
     assert!(!folder.join(name).exists());
 }
+
+#[test]
+fn a_folder_others_may_write_is_not_trusted_to_load_code_from() {
+    let base = base();
+    let lib = base.path().join("site-packages").join("nvidia");
+    std::fs::create_dir_all(&lib).unwrap();
+    trusted(&lib).unwrap();
+    chmod(&base.path().join("site-packages"), 0o777);
+    match trusted(&lib) {
+        Err(CacheError::NotPrivate { dir, .. }) => assert_eq!(dir, base.path().join("site-packages")),
+        other => panic!("trusted a folder below one anyone may write: {other:?}"),
+    }
+    chmod(&base.path().join("site-packages"), 0o755);
+    // Readable by all is fine where only you can write: installed software is.
+    chmod(&lib, 0o755);
+    trusted(&lib).unwrap();
+}
