@@ -113,18 +113,13 @@ impl CacheDir {
         CacheDir::open_in(&cache_root()?, sub)
     }
 
-    /// Folder `sub` of fuse's cache root if it exists: `None` where it (or the root) does not,
-    /// and nothing is created.
-    pub fn open_existing(sub: &str) -> Result<Option<CacheDir>, CacheError> {
-        CacheDir::walk(&cache_root()?, sub, false)
-    }
-
     /// Folder `sub` of the cache root `root`, created where missing.
     pub fn open_in(root: &Path, sub: &str) -> Result<CacheDir, CacheError> {
         Ok(CacheDir::walk(root, sub, true)?.expect("created where missing"))
     }
 
-    /// Folder `sub` of the cache root `root` if it exists.
+    /// Folder `sub` of the cache root `root` if it exists: `None` where it (or the root) does
+    /// not, and nothing is created.
     pub fn open_existing_in(root: &Path, sub: &str) -> Result<Option<CacheDir>, CacheError> {
         CacheDir::walk(root, sub, false)
     }
@@ -132,11 +127,6 @@ impl CacheDir {
     /// The folder's path when it was opened, for messages.
     pub fn path(&self) -> &Path {
         &self.path
-    }
-
-    /// The open folder, for reaching what is in it by relative names.
-    pub fn dir(&self) -> &Dir {
-        &self.dir
     }
 
     /// The bytes of file `name`; `None` where there is none.
@@ -379,11 +369,6 @@ impl Scratch {
     pub fn handle_path(&self, name: &str) -> PathBuf {
         use std::os::fd::AsRawFd;
         PathBuf::from(format!("/proc/self/fd/{}", self.dir.as_raw_fd())).join(name)
-    }
-
-    /// The folder's name in its cache folder.
-    pub fn name(&self) -> &str {
-        &self.name
     }
 }
 

@@ -375,6 +375,16 @@ mod tests {
     }
 
     #[test]
+    fn a_long_formula_is_quoted_in_part() {
+        // 90 KB of formula with one bad name at its end.
+        let formula = format!("out[i] = {}q[i]", "x[i] + ".repeat(12_000));
+        let text = AXPY.replace("out[i] = a * x[i] + y[i]", &formula);
+        let message = lib(&[("axpy.yaml", &text)]).unwrap_err().to_string();
+        assert!(message.len() < 1_000, "a message of {} bytes", message.len());
+        assert!(message.contains(&format!("({} bytes in all)", formula.len())), "{message}");
+    }
+
+    #[test]
     fn lookup_resolves_prefix_and_precision() {
         let l = lib(&[("axpy.yaml", AXPY)]).unwrap();
         assert_eq!(l.lookup("saxpy", Precision::F32).unwrap().name, "axpy");

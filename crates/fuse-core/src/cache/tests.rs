@@ -220,8 +220,8 @@ fn scratch_folders_go_when_dropped_and_when_abandoned_not_while_held() {
     assert!(abandoned.exists(), "a folder may be young because its maker is about to lock it");
     cache.remove_abandoned(std::time::Duration::ZERO);
     assert!(!abandoned.exists());
-    assert!(folder.join(held.name()).exists(), "a held scratch folder stays");
-    let name = held.name().to_owned();
+    assert!(folder.join(&held.name).exists(), "a held scratch folder stays");
+    let name = held.name.clone();
     drop(held);
     assert!(!folder.join(name).exists());
 }
