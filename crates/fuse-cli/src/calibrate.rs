@@ -1,11 +1,12 @@
 //! `fuse calibrate`: measure this machine and write a timing table for the explorer.
 
+use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 
-use fuse::stages::fuse_core::Library;
+use fuse::stages::fuse_core::{file, Library};
 use fuse::stages::fuse_cpu::fused::calibrate::{calibrate, to_yaml};
 use fuse::stages::fuse_cpu::fused::timings;
 use fuse::stages::fuse_cuda::calibrate::{self as gpu_calibrate, CalibrateOptions};
@@ -74,11 +75,15 @@ pub fn run(args: &CalibrateArgs, library: &Library) -> Result<(), Failure> {
 /// Refuses `-o` over anything but a timing table, before minutes of measuring: the file may be
 /// the user's.
 fn check_out(path: &Path) -> Result<(), Failure> {
-    if path.is_dir() {
-        return Err(bad_input(format!("-o {}: is a folder", path.display())));
-    }
-    let Ok(text) = std::fs::read_to_string(path) else {
-        return Ok(()); // nothing there (or unreadable: writing will say so)
+    let text = match file::read_text(path, file::ENTRY_LIMIT) {
+        Ok(text) => text,
+        // Nothing there, or unreadable: writing will say so.
+        Err(e) if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::PermissionDenied) && !dangling(path) => {
+            return Ok(())
+        }
+        // A folder, a FIFO (which would block the write), a dangling link, a huge file.
+        Err(e) if e.kind() != ErrorKind::InvalidData => return Err(bad_input(format!("-o {}: {e}", path.display()))),
+        Err(_) => String::new(),
     };
     let is_table = match serde_yaml::from_str::<serde_yaml::Value>(&text) {
         Ok(serde_yaml::Value::Mapping(m)) => m.contains_key("routines") && m.contains_key("device"),
@@ -91,6 +96,11 @@ fn check_out(path: &Path) -> Result<(), Failure> {
             path.display()
         ))),
     }
+}
+
+/// Whether `path` is a link that leads nowhere.
+fn dangling(path: &Path) -> bool {
+    file::is_there(path) && !path.exists()
 }
 
 /// `fuse calibrate --backend cuda`: measures GPU `--device`, installs the table for that GPU
