@@ -13,6 +13,10 @@ fn fuse(args: &[&str]) -> Output {
         .expect("the fuse binary runs")
 }
 
+fn repo() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
 fn stdout(out: &Output) -> String {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8(out.stdout.clone()).unwrap()
@@ -287,4 +291,53 @@ fn a_malformed_timing_table_is_a_clear_error() {
         err.contains("bad.yaml: not a timing table") && !err.contains("secret"),
         "{err}"
     );
+}
+
+/// A GPU timing table calibrated with another function library, in `dir`.
+fn stale_gpu_table(dir: &Path) -> std::path::PathBuf {
+    let text = std::fs::read_to_string(repo().join("library/timings/nvidia-h100-80gb-hbm3-sm90.yaml")).unwrap();
+    let stale: String = text
+        .lines()
+        .map(|line| match line.starts_with("library_checksum:") {
+            true => "library_checksum: fnv1a64:0000000000000001\n".to_string(),
+            false => format!("{line}\n"),
+        })
+        .collect();
+    assert!(stale.contains("fnv1a64:0000000000000001") && stale.contains("routines:"));
+    let path = dir.join("stale-gpu.yaml");
+    std::fs::write(&path, stale).unwrap();
+    path
+}
+
+#[test]
+fn a_stale_table_named_for_generated_code_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let table = stale_gpu_table(dir.path());
+    let out = fuse(&[
+        "compile",
+        &repo().join("scripts/bicgk.yaml").display().to_string(),
+        "-o",
+        dir.path().join("out").to_str().unwrap(),
+        "--timings",
+        table.to_str().unwrap(),
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("was calibrated with another function library"), "{stderr}");
+}
+
+#[test]
+fn a_gpu_table_given_to_the_cpu_backend_is_called_one_not_stale() {
+    let dir = tempfile::tempdir().unwrap();
+    let table = stale_gpu_table(dir.path());
+    let out = Command::new(env!("CARGO_BIN_EXE_fuse"))
+        .args(["run", &repo().join("scripts/bicgk.yaml").display().to_string(), "--backend", "cpu"])
+        .env("FUSE_CPU_TIMINGS", &table)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("a GPU timing table"), "{stderr}");
+    // Its advice must not be to overwrite the GPU table with a CPU calibration.
+    assert!(!stderr.contains(&format!("-o {}", table.display())), "{stderr}");
 }

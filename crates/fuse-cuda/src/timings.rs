@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use include_dir::{include_dir, Dir};
 
 use fuse_core::explore::timing::Source;
-use fuse_core::explore::{library_checksum, TimingTable};
+use fuse_core::explore::{library_checksum, TimingTable, Vocabulary};
 use fuse_core::Library;
 
 use fuse_core::cache::CacheFile;
@@ -66,7 +66,7 @@ fn select_with(
     let checksum = library_checksum(library);
     let from_env = std::env::var_os(ENV).filter(|v| !v.is_empty());
     if let Some(path) = explicit.or(from_env.as_deref().map(Path::new)) {
-        let table = TimingTable::load(path)?;
+        let table = TimingTable::load(path)?.of_kind(Vocabulary::Gpu)?;
         check_fresh(&table, &checksum)?;
         let note = other_gpu(&table, gpu);
         return Ok(Selected { table, note });

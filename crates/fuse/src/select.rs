@@ -8,7 +8,7 @@
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
 
-use fuse_core::explore::{TimingError, Vocabulary};
+use fuse_core::explore::Vocabulary;
 use fuse_core::{explore, Library, Limits, Plan, Program, Sizes, TimingTable};
 use fuse_cpu::fused::timings as cpu_timings;
 use fuse_cuda::timings as gpu_timings;
@@ -41,7 +41,7 @@ pub struct Table {
 pub fn cpu_table(library: &Library, explicit: Option<&Path>) -> Result<Table> {
     let selected = cpu_timings::select(library, explicit)?;
     Ok(Table {
-        table: of_kind(selected.table, Vocabulary::Cpu)?,
+        table: selected.table.of_kind(Vocabulary::Cpu)?,
         note: selected.note.map(|n| format!("note: {n}")),
     })
 }
@@ -51,7 +51,7 @@ pub fn cpu_table(library: &Library, explicit: Option<&Path>) -> Result<Table> {
 pub fn gpu_table(gpu: &DeviceInfo, library: &Library, explicit: Option<&Path>) -> Result<Table> {
     let selected = gpu_timings::select(gpu, library, explicit)?;
     Ok(Table {
-        table: of_kind(selected.table, Vocabulary::Gpu)?,
+        table: selected.table.of_kind(Vocabulary::Gpu)?,
         note: selected.note.map(|n| format!("note: {n}")),
     })
 }
@@ -60,10 +60,9 @@ pub fn gpu_table(gpu: &DeviceInfo, library: &Library, explicit: Option<&Path>) -
 /// when there is one, else the built-in analytic H100 estimate.
 pub fn generator_table(library: &Library, explicit: Option<&Path>) -> Result<Table> {
     if let Some(path) = explicit {
-        return Ok(Table {
-            table: of_kind(TimingTable::load(path)?, Vocabulary::Gpu)?,
-            note: None,
-        });
+        let table = TimingTable::load(path)?.of_kind(Vocabulary::Gpu)?;
+        gpu_timings::check_fresh(&table, &explore::library_checksum(library))?;
+        return Ok(Table { table, note: None });
     }
     match DeviceInfo::query(0) {
         Ok(gpu) => gpu_table(&gpu, library, None),
@@ -72,26 +71,6 @@ pub fn generator_table(library: &Library, explicit: Option<&Path>) -> Result<Tab
             note: None,
         }),
     }
-}
-
-/// `table`, if it was measured on the kind of machine `words` names: a GPU table ranks no CPU
-/// plans, nor a CPU table GPU ones.
-fn of_kind(table: TimingTable, words: Vocabulary) -> Result<TimingTable> {
-    if Vocabulary::of(&table.device) == words {
-        return Ok(table);
-    }
-    let (is, wanted, calibrate) = match words {
-        Vocabulary::Cpu => ("a GPU", "the CPU backend needs a CPU table", "--backend cpu"),
-        Vocabulary::Gpu => ("a CPU", "GPU plans need a GPU table", "--backend cuda"),
-    };
-    Err(TimingError {
-        message: format!(
-            "{is} timing table ({}): {wanted} (see `fuse calibrate {calibrate}`)",
-            table.device.name
-        ),
-        file: table.origin,
-    }
-    .into())
 }
 
 /// The best predicted plan of `program` at `sizes` by `table`.

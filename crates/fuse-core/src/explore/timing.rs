@@ -209,6 +209,27 @@ pub struct TimingError {
 }
 
 impl TimingTable {
+    /// The table, if it was measured on the kind of machine `words` names: a GPU table ranks
+    /// no CPU plans, nor a CPU table GPU ones. Checked before its freshness, so that the advice
+    /// for a stale table never names a table of the other kind as the one to re-calibrate.
+    pub fn of_kind(self, words: crate::explore::Vocabulary) -> Result<TimingTable, TimingError> {
+        use crate::explore::Vocabulary;
+        if Vocabulary::of(&self.device) == words {
+            return Ok(self);
+        }
+        let (is, wanted, calibrate) = match words {
+            Vocabulary::Cpu => ("a GPU", "the CPU backend needs a CPU table", "--backend cpu"),
+            Vocabulary::Gpu => ("a CPU", "GPU plans need a GPU table", "--backend cuda"),
+        };
+        Err(TimingError {
+            message: format!(
+                "{is} timing table ({}): {wanted} (see `fuse calibrate {calibrate}`)",
+                self.device.name
+            ),
+            file: self.origin,
+        })
+    }
+
     /// The shipped default table (an analytic H100 estimate).
     pub fn builtin() -> Result<TimingTable, TimingError> {
         Self::parse(&format!("built-in {BUILTIN_FILE}"), BUILTIN_TEXT)

@@ -16,7 +16,7 @@ use std::path::Path;
 
 use include_dir::{include_dir, Dir};
 
-use fuse_core::explore::{library_checksum, TimingTable};
+use fuse_core::explore::{library_checksum, TimingTable, Vocabulary};
 use fuse_core::Library;
 
 use super::error::CpuError;
@@ -47,7 +47,7 @@ pub fn select(library: &Library, explicit: Option<&Path>) -> Result<Selected, Cp
     let checksum = library_checksum(library);
     let from_env = std::env::var_os(ENV).filter(|v| !v.is_empty());
     if let Some(path) = explicit.or(from_env.as_deref().map(Path::new)) {
-        let table = TimingTable::load(path)?;
+        let table = TimingTable::load(path)?.of_kind(Vocabulary::Cpu)?;
         check_fresh(&table, &checksum)?;
         return Ok(Selected { table, note: None });
     }
