@@ -192,7 +192,8 @@ fn mkfifo(path: &std::path::Path) {
 
 #[test]
 fn inputs_that_are_not_files_are_named_for_what_they_are() {
-    let cases: [(&str, &dyn Fn(&std::path::Path), &str); 4] = [
+    type Damage<'a> = &'a dyn Fn(&std::path::Path);
+    let cases: [(&str, Damage, &str); 4] = [
         ("dangling link", &|d| {
             std::fs::remove_file(d.join("A.npy")).unwrap();
             std::os::unix::fs::symlink("gone.npy", d.join("A.npy")).unwrap();
