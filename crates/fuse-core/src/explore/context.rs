@@ -1,6 +1,8 @@
 //! What every explorer pass needs to know about a program, computed once: each call's
 //! block-to-data mapping, who produces and who reads each value, and which calls share arrays.
 
+use std::ops::RangeInclusive;
+
 use crate::explore::mapping::{call_mapping, Axis, CallMapping, Role, StripLayout, ELEMENT_SIDE, MAX_ROW_THREADS};
 use crate::explore::vocabulary::Vocabulary;
 use crate::program::{Arg, CallId, Program, ValueId};
@@ -78,6 +80,13 @@ impl<'p> Context<'p> {
     /// The calls sharing an array with call `c` (a dependency or a common input), a call
     /// once for each array it shares.
     pub fn array_neighbours(&self, c: CallId) -> impl Iterator<Item = CallId> + '_ {
+        self.arrays(c)
+            .flat_map(|v| self.touching(v, 0..=CallId::MAX))
+            .filter(move |&d| d != c)
+    }
+
+    /// The vectors and matrices call `c` writes or reads, each once.
+    pub fn arrays(&self, c: CallId) -> impl Iterator<Item = ValueId> + '_ {
         let call = &self.program.calls[c];
         // The values read, each once, without collecting them: enumeration asks this of every
         // member of every candidate.
@@ -85,16 +94,18 @@ impl<'p> Context<'p> {
             Arg::Value(v) if !call.args[..k].contains(a) => Some(*v),
             _ => None,
         });
-        let arrays = std::iter::once(call.result).chain(reads);
-        arrays
+        std::iter::once(call.result)
+            .chain(reads)
             .filter(|&v| self.program.values[v].shape != Shape::Scalar)
-            .flat_map(|v| {
-                self.program.values[v]
-                    .producer
-                    .into_iter()
-                    .chain(self.readers[v].iter().copied())
-            })
-            .filter(move |&d| d != c)
+    }
+
+    /// The calls in `span` that produce or read value `v`, in call order.
+    pub fn touching(&self, v: ValueId, span: RangeInclusive<CallId>) -> impl Iterator<Item = CallId> + '_ {
+        let readers = &self.readers[v];
+        let from = readers.partition_point(|d| d < span.start());
+        let producer = self.program.values[v].producer.filter(|p| span.contains(p));
+        let readers = readers[from..].iter().copied().take_while(move |d| d <= span.end());
+        producer.into_iter().chain(readers)
     }
 
     /// Number of calls.

@@ -1,12 +1,13 @@
 //! Why two calls that share data are, or are not, in one kernel of a plan: the rule that keeps
 //! them apart, or the prediction that fusing them is slower.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
 use crate::explore::callset::CallSet;
+use crate::explore::context::Context;
 use crate::explore::plan::{Plan, Plans};
 use crate::explore::rules::{self, Rule, Violation};
 use crate::explore::Exploration;
@@ -76,6 +77,7 @@ pub fn explain(ex: &Exploration, best: &Plan) -> Vec<PairExplanation> {
     for (k, kernel) in best.kernels.iter().enumerate() {
         kernel.calls.iter().for_each(|&c| kernel_of[c] = k + 1);
     }
+    let held = held_pairs(ex);
     sharing_pairs(ex)
         .into_iter()
         .map(|((first, second), values)| {
@@ -83,7 +85,7 @@ pub fn explain(ex: &Exploration, best: &Plan) -> Vec<PairExplanation> {
                 true => Verdict::Fused {
                     kernel: kernel_of[first],
                 },
-                false => apart(ex, best, first, second),
+                false => apart(ex, &held, best, first, second),
             };
             PairExplanation {
                 first,
@@ -96,7 +98,7 @@ pub fn explain(ex: &Exploration, best: &Plan) -> Vec<PairExplanation> {
 }
 
 /// Pairs of calls that pass or both read a value, with those values.
-fn sharing_pairs(ex: &Exploration) -> BTreeMap<(CallId, CallId), Vec<ValueId>> {
+pub(super) fn sharing_pairs(ex: &Exploration) -> BTreeMap<(CallId, CallId), Vec<ValueId>> {
     let program = ex.program();
     let mut pairs: BTreeMap<(CallId, CallId), Vec<ValueId>> = BTreeMap::new();
     for (v, readers) in ex.context.readers.iter().enumerate() {
@@ -117,33 +119,56 @@ fn sharing_pairs(ex: &Exploration) -> BTreeMap<(CallId, CallId), Vec<ValueId>> {
     pairs
 }
 
-fn apart(ex: &Exploration, best: &Plan, a: CallId, b: CallId) -> Verdict {
-    let rule = |v: Violation| Verdict::Apart {
+/// For each pair of calls that some fusion holds, whether one such fusion has an
+/// implementation. Indexed once: scanning the fusions for every pair costs their product.
+fn held_pairs(ex: &Exploration) -> HashMap<(CallId, CallId), bool> {
+    let mut held = HashMap::new();
+    for (fusion, implemented) in ex.fusions.iter().zip(&ex.implementations) {
+        for (k, &a) in fusion.calls.iter().enumerate() {
+            for &b in &fusion.calls[k + 1..] {
+                *held.entry((a, b)).or_insert(false) |= !implemented.list.is_empty();
+            }
+        }
+    }
+    held
+}
+
+/// Why `a` and `b` (`a` first) are apart; `held` as from [`held_pairs`].
+fn apart(ex: &Exploration, held: &HashMap<(CallId, CallId), bool>, best: &Plan, a: CallId, b: CallId) -> Verdict {
+    if let Err(v) = rules::pair(&ex.context, a, b) {
+        return ruled(v);
+    }
+    match held.get(&(a, b)) {
+        Some(true) => slower(ex, best, a, b),
+        Some(false) => unimplemented(ex, a, b),
+        None => unheld(ex, a, b, rules::check(&ex.context, &between(&ex.context, a, b))),
+    }
+}
+
+fn ruled(v: Violation) -> Verdict {
+    Verdict::Apart {
         why: Why::Rule(v.rule),
         message: v.message,
-    };
-    if let Err(v) = rules::pair(&ex.context, a, b) {
-        return rule(v);
     }
-    let holding: Vec<usize> = (0..ex.fusions.len())
-        .filter(|&f| ex.fusions[f].calls.contains(&a) && ex.fusions[f].calls.contains(&b))
-        .collect();
-    if holding.iter().any(|&f| !ex.implementations[f].list.is_empty()) {
-        return slower(ex, best, a, b);
+}
+
+/// Fusions hold `a` and `b`, but none has an implementation.
+fn unimplemented(ex: &Exploration, a: CallId, b: CallId) -> Verdict {
+    Verdict::Apart {
+        why: Why::Rule(Rule::ResourceLimit),
+        message: format!(
+            "no implementation of a {} holding `{}` and `{}` fits the device's limits on threads and shared memory",
+            ex.context.words.kernel(),
+            ex.context.text(a),
+            ex.context.text(b)
+        ),
     }
-    if !holding.is_empty() {
-        return Verdict::Apart {
-            why: Why::Rule(Rule::ResourceLimit),
-            message: format!(
-                "no implementation of a {} holding `{}` and `{}` fits the device's limits on threads and shared memory",
-                ex.context.words.kernel(),
-                ex.context.text(a),
-                ex.context.text(b)
-            ),
-        };
-    }
-    match rules::check(&ex.context, &between(ex, a, b)) {
-        Err(v) if v.calls.iter().all(|&c| c == a || c == b) => rule(v),
+}
+
+/// No fusion holds `a` and `b`; `check` is the rules checked on them with the calls between.
+fn unheld(ex: &Exploration, a: CallId, b: CallId, check: Result<(), Violation>) -> Verdict {
+    match check {
+        Err(v) if v.calls.iter().all(|&c| c == a || c == b) => ruled(v),
         Err(v) => Verdict::Apart {
             why: Why::Rule(v.rule),
             message: format!(
@@ -159,32 +184,29 @@ fn apart(ex: &Exploration, best: &Plan, a: CallId, b: CallId) -> Verdict {
     }
 }
 
-/// `a`, `b` and every call on a dependency path between them (`a` before `b`). Calls run in
-/// a topological order, so no path from beyond `b` comes back to it: walks stop there.
-fn between(ex: &Exploration, a: CallId, b: CallId) -> CallSet {
-    let descendants = |from: CallId| {
-        let mut seen = HashSet::new();
-        let mut stack = vec![from];
-        while let Some(c) = stack.pop() {
-            for &d in ex.context.consumers(c).iter().filter(|&&d| d <= b) {
-                if seen.insert(d) {
-                    stack.push(d);
-                }
-            }
-        }
-        seen
-    };
-    let mut set = CallSet::of(&[a, b]);
-    for &c in descendants(a).iter().filter(|&&c| c < b) {
-        if descendants(c).contains(&b) {
-            set.insert(c);
+/// `a`, `b` and every call on a dependency path between them (`a` before `b`): those reached
+/// from `a` that reach `b`. Calls run in a topological order, so every such path stays within
+/// `a..=b`, and one sweep each way over that span finds them.
+fn between(ctx: &Context, a: CallId, b: CallId) -> CallSet {
+    let within = |c: CallId| ctx.consumers(c).iter().copied().take_while(move |&d| d <= b);
+    let mut from_a = vec![false; b - a + 1];
+    from_a[0] = true;
+    for c in a..b {
+        if from_a[c - a] {
+            within(c).for_each(|d| from_a[d - a] = true);
         }
     }
-    set
+    let mut to_b = vec![false; b - a + 1];
+    to_b[b - a] = true;
+    for c in (a..b).rev() {
+        to_b[c - a] = within(c).any(|d| to_b[d - a]);
+    }
+    let inner = (a + 1..b).filter(|&c| from_a[c - a] && to_b[c - a]);
+    CallSet::of(&std::iter::once(a).chain(inner).chain([b]).collect::<Vec<_>>())
 }
 
 /// The best plan that fuses `a` and `b`, against `best`.
-fn slower(ex: &Exploration, best: &Plan, a: CallId, b: CallId) -> Verdict {
+pub(super) fn slower(ex: &Exploration, best: &Plan, a: CallId, b: CallId) -> Verdict {
     let together = move |calls: &[CallId]| calls.contains(&a) == calls.contains(&b);
     let fused_us = Plans::new(ex, Some(Box::new(together)))
         .next()

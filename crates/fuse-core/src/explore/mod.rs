@@ -50,6 +50,8 @@ pub mod timing;
 pub mod vocabulary;
 
 #[cfg(test)]
+mod reference;
+#[cfg(test)]
 mod tests;
 
 use serde::{Deserialize, Serialize};

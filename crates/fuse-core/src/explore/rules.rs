@@ -148,18 +148,33 @@ pub fn pair(ctx: &Context, a: CallId, b: CallId) -> Result<(), Violation> {
 
 /// Rule [`Rule::SavesTraffic`]: the members are connected through arrays they share.
 pub fn saves_traffic(ctx: &Context, members: &CallSet) -> Result<(), Violation> {
-    let Some(first) = members.first() else { return Ok(()) };
-    let mut reached = CallSet::of(&[first]);
+    let calls = members.as_slice();
+    let (Some(&first), Some(&last)) = (calls.first(), calls.last()) else {
+        return Ok(());
+    };
+    // Walked through each array once, not from each member to each call sharing it: an input
+    // that every call reads would cost the square of the members.
+    let mut walked = vec![false; ctx.program.values.len()];
+    let mut reached = vec![false; calls.len()];
+    reached[0] = true;
     let mut stack = vec![first];
     while let Some(c) = stack.pop() {
-        for d in ctx.array_neighbours(c) {
-            if members.contains(d) && !reached.contains(d) {
-                reached.insert(d);
-                stack.push(d);
+        for v in ctx.arrays(c) {
+            if std::mem::replace(&mut walked[v], true) {
+                continue;
+            }
+            for d in ctx.touching(v, first..=last) {
+                match calls.binary_search(&d) {
+                    Ok(k) if !reached[k] => {
+                        reached[k] = true;
+                        stack.push(d);
+                    }
+                    _ => {}
+                }
             }
         }
     }
-    let Some(alone) = members.iter().find(|&m| !reached.contains(m)) else {
+    let Some(alone) = (calls.iter().zip(&reached)).find_map(|(&c, &r)| (!r).then_some(c)) else {
         return Ok(());
     };
     Err(Violation {
@@ -177,6 +192,9 @@ pub fn saves_traffic(ctx: &Context, members: &CallSet) -> Result<(), Violation> 
 /// Rule [`Rule::Convex`]: no path leaves the members and comes back.
 pub fn convex(ctx: &Context, members: &CallSet) -> Result<(), Violation> {
     let last = members.last().unwrap_or(0);
+    // A call walked from an earlier start leads to no member (that walk would have stopped),
+    // so later walks skip it and still find the same first member: together they cost one.
+    let mut seen = HashSet::new();
     for m in members.iter() {
         for outside in ctx
             .consumers(m)
@@ -184,7 +202,7 @@ pub fn convex(ctx: &Context, members: &CallSet) -> Result<(), Violation> {
             .copied()
             .filter(|&x| !members.contains(x) && x < last)
         {
-            if let Some(back) = reaches(ctx, outside, members, last) {
+            if let Some(back) = reaches(ctx, outside, members, last, &mut seen) {
                 return Err(Violation {
                     rule: Rule::Convex,
                     calls: vec![m, outside, back],
@@ -203,10 +221,18 @@ pub fn convex(ctx: &Context, members: &CallSet) -> Result<(), Violation> {
     Ok(())
 }
 
-/// The first member reachable from `start` through non-members (calls are in topological
-/// order, so nothing after `last` can lead back).
-fn reaches(ctx: &Context, start: CallId, members: &CallSet, last: CallId) -> Option<CallId> {
-    let mut seen = HashSet::from([start]);
+/// The first member reachable from `start` through non-members and calls not in `seen`
+/// (calls are in topological order, so nothing after `last` can lead back).
+fn reaches(
+    ctx: &Context,
+    start: CallId,
+    members: &CallSet,
+    last: CallId,
+    seen: &mut HashSet<CallId>,
+) -> Option<CallId> {
+    if !seen.insert(start) {
+        return None;
+    }
     let mut stack = vec![start];
     while let Some(c) = stack.pop() {
         for &d in ctx.consumers(c).iter().filter(|&&d| d <= last) {
@@ -223,14 +249,40 @@ fn reaches(ctx: &Context, start: CallId, members: &CallSet, last: CallId) -> Opt
 
 /// Every structural rule for a candidate fusion (resources are checked per implementation).
 pub fn check(ctx: &Context, members: &CallSet) -> Result<(), Violation> {
-    let calls: Vec<CallId> = members.iter().collect();
-    for (k, &a) in calls.iter().enumerate() {
-        for &b in &calls[k + 1..] {
-            pair(ctx, a, b)?;
-        }
-    }
+    pairs(ctx, members)?;
     saves_traffic(ctx, members)?;
     convex(ctx, members)
+}
+
+/// The pairwise rules for every two members: the first pair in call order that breaks one.
+/// Two calls of one nesting level and block mapping conflict only where a reduce feeds the
+/// other, so each member is checked against the members it feeds and the first later member
+/// of another level or mapping, not against every member.
+fn pairs(ctx: &Context, members: &CallSet) -> Result<(), Violation> {
+    let calls = members.as_slice();
+    let class = |c: CallId| (ctx.program.calls[c].kind.nesting_level(), &ctx.mappings[c].space);
+    // For each member, the first later member of another class, if any.
+    let mut other = vec![None; calls.len()];
+    for k in (1..calls.len()).rev() {
+        other[k - 1] = match class(calls[k]) != class(calls[k - 1]) {
+            true => Some(calls[k]),
+            false => other[k],
+        };
+    }
+    for (&a, other) in calls.iter().zip(other) {
+        let before_other = |&&d: &&CallId| other.is_none_or(|o| d < o);
+        if ctx.is_reduce(a) {
+            for &d in ctx.consumers(a).iter().take_while(before_other) {
+                if members.contains(d) {
+                    pair(ctx, a, d)?;
+                }
+            }
+        }
+        if let Some(o) = other {
+            pair(ctx, a, o)?;
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -10,15 +10,15 @@ use crate::explore::{explore, Exploration, GpuLayout, Limits, Plan, TimingTable,
 use crate::testing::{programs, random_program};
 use crate::{script, Library, Program};
 
-fn library() -> Library {
+pub(super) fn library() -> Library {
     Library::builtin().unwrap()
 }
 
-fn load(name: &str) -> Program {
+pub(super) fn load(name: &str) -> Program {
     script::load(Path::new(&format!("../../scripts/{name}.yaml")), &library()).unwrap()
 }
 
-fn explored(program: &Program, limits: Limits) -> Exploration<'_> {
+pub(super) fn explored(program: &Program, limits: Limits) -> Exploration<'_> {
     let table = TimingTable::builtin().unwrap();
     explore(program, &program.sizes, &table, &library(), limits).unwrap()
 }
@@ -297,13 +297,60 @@ proptest! {
 }
 
 /// A chain of `calls` scalings on 64 numbers, `y1 = sscal(2.0, x)`, `y2 = sscal(2.0, y1)`, …
-fn chain(calls: usize, outputs: &str) -> Program {
+pub(super) fn chain(calls: usize, outputs: &str) -> Program {
     let rest: String = (1..calls)
         .map(|k| format!("  - y{} = sscal(2.0, y{k})\n", k + 1))
         .collect();
     let text =
         format!("sizes: {{n: 64}}\ninputs: {{x: [n]}}\noutputs: [{outputs}]\ncalls:\n  - y1 = sscal(2.0, x)\n{rest}");
     script::parse("chain.yaml", &text, &library()).unwrap()
+}
+
+/// A verdict's kind as `fuse explain` prints it: `fused`, or the rule or reason.
+pub(super) fn kind(verdict: &Verdict) -> String {
+    match verdict {
+        Verdict::Fused { .. } => "fused".to_string(),
+        Verdict::Apart { why, .. } => why.to_string(),
+    }
+}
+
+/// The text of a script of `calls` calls in rounds of four over `x` and `A`:
+/// `p = saxpy(2.0, r, x)`, `q = sgemv(A, p)`, `d = sdot(q, x)`, `r = saxpy(d, q, p)`.
+pub(super) fn rounds(calls: usize) -> String {
+    let mut lines = Vec::new();
+    for k in 0..calls.div_ceil(4) {
+        let previous = if k == 0 { "x".to_string() } else { format!("r{}", k - 1) };
+        lines.push(format!("  - p{k} = saxpy(2.0, {previous}, x)\n"));
+        lines.push(format!("  - q{k} = sgemv(A, p{k})\n"));
+        lines.push(format!("  - d{k} = sdot(q{k}, x)\n"));
+        lines.push(format!("  - r{k} = saxpy(d{k}, q{k}, p{k})\n"));
+    }
+    lines.truncate(calls);
+    let last = lines.last().and_then(|l| l.split_whitespace().nth(1)).unwrap_or("x");
+    format!(
+        "sizes: {{n: 4096}}\ninputs: {{A: [n, n], x: [n]}}\noutputs: [{last}]\ncalls:\n{}",
+        lines.concat()
+    )
+}
+
+#[test]
+fn a_script_of_300_calls_sharing_an_input_is_explained_quickly() {
+    // Half the calls read `x`: 14 399 pairs, most with long runs of calls between them.
+    // Scanning every fusion, walking from every call between and checking every two of them,
+    // pair by pair, took the fourth power of the calls: 50 s at 500 calls.
+    let program = script::parse("rounds.yaml", &rounds(300), &library()).unwrap();
+    let ex = explored(&program, Limits::default());
+    let mut kinds = std::collections::BTreeMap::new();
+    for pair in ex.explain(&ex.best()) {
+        *kinds.entry(kind(&pair.verdict)).or_insert(0) += 1;
+    }
+    let expected = [
+        ("fused", 10),
+        ("global-barrier", 5625),
+        ("not-explored", 64),
+        ("same-nesting-level", 8700),
+    ];
+    assert_eq!(kinds, expected.map(|(k, n)| (k.to_string(), n)).into());
 }
 
 #[test]
