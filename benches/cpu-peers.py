@@ -1,0 +1,111 @@
+#!/usr/bin/env python3
+"""fuse's CPU backend against numpy + OpenBLAS on the same sequences, in one interleaved run.
+
+Each round visits every (sequence, size) once: numpy's version of the sequence is timed in
+this process (median of RUNS after a warm-up), then `fuse bench --backend cpu --json` times
+fuse's chosen plan and its unfused plan. A busy minute of the shared machine so touches one
+measurement of a point, not all of them. Prints one JSON line per point and round, then a
+Markdown table of the medians over the rounds and the ratio numpy / fuse (> 1: fuse faster).
+
+Run it with OpenBLAS's own kernel choice, as a user's numpy runs:
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python3 benches/cpu-peers.py > raw.txt
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+try:
+    from threadpoolctl import threadpool_info
+except ImportError:  # the summary then names numpy's BLAS from its build configuration
+    threadpool_info = None
+
+# The sequences of scripts/, written as numpy users write them.
+SEQUENCES = {
+    "sgemv": (lambda d: d["alpha"] * (d["A"] @ d["x"]) + d["beta"] * d["y"]),
+    "bicgk": (lambda d: (d["A"] @ d["p"], d["A"].T @ d["r"])),
+    "atax": (lambda d: d["A"].T @ (d["A"] @ d["x"])),
+    "gesummv": (lambda d: d["alpha"] * (d["A"] @ d["x"]) + d["beta"] * (d["B"] @ d["x"])),
+    "sgemvt": (lambda d: (d["beta"] * (d["A"].T @ d["y"]) + d["z"], d["alpha"] * (d["A"] @ d["x"]))),
+}
+VECTORS = {"x": "n", "y": "m", "p": "n", "r": "m", "z": "n"}
+
+
+def inputs(name, size, rng):
+    f32 = np.float32
+    data = {"A": rng.uniform(-1, 1, (size, size)).astype(f32), "alpha": f32(1.5), "beta": f32(0.5)}
+    if name == "gesummv":
+        data["B"] = rng.uniform(-1, 1, (size, size)).astype(f32)
+    for v in VECTORS:
+        data[v] = rng.uniform(-1, 1, size).astype(f32)
+    return data
+
+
+def time_numpy(name, size, runs):
+    data = inputs(name, size, np.random.default_rng(0))
+    run = SEQUENCES[name]
+    run(data)
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        run(data)
+        times.append((time.perf_counter() - start) * 1e6)
+    return statistics.median(times)
+
+
+def time_fuse(fuse, name, size, runs):
+    out = subprocess.run(
+        [fuse, "bench", f"scripts/{name}.yaml", "--backend", "cpu", "--size", f"m={size}",
+         "--size", f"n={size}", "--runs", str(runs), "--json"],
+        capture_output=True, text=True, check=True)
+    result = json.loads(out.stdout)["results"][0]
+    return result["fused_us"], result["baseline_us"]
+
+
+def blas():
+    if threadpool_info is None:
+        return "numpy " + np.__version__
+    pools = [p for p in threadpool_info() if p.get("user_api") == "blas"]
+    return "; ".join(
+        f"numpy {np.__version__}, {p['internal_api']} {p['version']} ({p.get('architecture')} kernels, "
+        f"{p['num_threads']} threads)" for p in pools)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--fuse", default="target/release/fuse")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--sizes", default="2048,4096,8192")
+    parser.add_argument("--sequences", default=",".join(SEQUENCES))
+    args = parser.parse_args()
+    os.chdir(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    sizes = [int(s) for s in args.sizes.split(",")]
+    names = args.sequences.split(",")
+    points = {}
+    for round_ in range(1, args.rounds + 1):
+        for name in names:
+            for size in sizes:
+                numpy_us = time_numpy(name, size, args.runs)
+                fused_us, unfused_us = time_fuse(args.fuse, name, size, args.runs)
+                line = {"round": round_, "sequence": name, "size": size, "numpy_us": numpy_us,
+                        "fuse_us": fused_us, "fuse_unfused_us": unfused_us}
+                print(json.dumps(line), flush=True)
+                points.setdefault((name, size), []).append(line)
+    print(f"\n{blas()}; OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', 'unset')}; "
+          f"{args.rounds} rounds of {args.runs} runs, medians\n")
+    print("| sequence | size | numpy µs | fuse µs | fuse unfused µs | numpy / fuse |")
+    print("|---|---|---|---|---|---|")
+    for (name, size), lines in points.items():
+        med = {k: statistics.median(l[k] for l in lines) for k in ("numpy_us", "fuse_us", "fuse_unfused_us")}
+        print(f"| {name} | {size}² | {med['numpy_us']:.0f} | {med['fuse_us']:.0f} | "
+              f"{med['fuse_unfused_us']:.0f} | {med['numpy_us'] / med['fuse_us']:.2f}× |")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
