@@ -343,9 +343,10 @@ struct Search<'e, 'p> {
     /// A fusion whose calls include those of one listed before it is left out: it is free of
     /// covered calls only when that one is too, and its share is no less.
     shares: Vec<Vec<(f64, u32)>>,
-    /// For each call `d`, the entries `(c, i)` of `shares` whose fusion holds `d`: the picks
-    /// that covering `d` can move on.
-    holders: Vec<Vec<(u32, u32)>>,
+    /// For each call `d`, the calls `c` (increasing) with an entry of `shares` whose fusion
+    /// holds `d`: those whose pick covering `d` can move on. Only the picked entry of each
+    /// matters, so listing calls rather than entries spares checking every other entry.
+    sharers: Vec<Vec<u32>>,
 }
 
 impl<'e, 'p> Search<'e, 'p> {
@@ -386,11 +387,13 @@ impl<'e, 'p> Search<'e, 'p> {
                 kept
             })
             .collect();
-        let mut holders = vec![Vec::new(); n];
+        let mut sharers: Vec<Vec<u32>> = vec![Vec::new(); n];
         for (c, list) in shares.iter().enumerate() {
-            for (i, &(_, f)) in list.iter().enumerate() {
+            for &(_, f) in list {
                 for &d in &ex.fusions[f as usize].calls {
-                    holders[d].push((c as u32, i as u32));
+                    if sharers[d].last() != Some(&(c as u32)) {
+                        sharers[d].push(c as u32);
+                    }
                 }
             }
         }
@@ -398,7 +401,7 @@ impl<'e, 'p> Search<'e, 'p> {
             ex,
             by_first,
             shares,
-            holders,
+            sharers,
         }
     }
 
@@ -440,11 +443,14 @@ impl<'e, 'p> Search<'e, 'p> {
     /// whose picked fusion shares a call with `f`, its new pick — the first entry free of
     /// covered calls and of `f`, or the list's length if there is none.
     fn moved_picks(&self, p: &Partial, f: usize) -> Vec<(CallId, u32)> {
+        let fusion = &self.ex.fusions[f];
         let mut moved: Vec<(CallId, u32)> = Vec::new();
         for &d in self.calls(f) {
-            for &(c, i) in &self.holders[d] {
-                let c = c as usize;
-                let affected = p.picks.get(c) == i && !p.cover.covers(c) && !self.ex.fusions[f].holds(c);
+            for &c in &self.sharers[d] {
+                let (c, i) = (c as usize, p.picks.get(c as usize));
+                let picked = |&(_, g): &(f64, u32)| self.ex.fusions[g as usize].holds(d);
+                let affected =
+                    !p.cover.covers(c) && !fusion.holds(c) && self.shares[c].get(i as usize).is_some_and(picked);
                 if affected && !moved.iter().any(|&(m, _)| m == c) {
                     let shares = &self.shares[c];
                     let next = (i as usize + 1..shares.len())
