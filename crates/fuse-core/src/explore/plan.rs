@@ -14,9 +14,8 @@
 //! Deterministic node budgets, not clocks, bound the search on large scripts.
 
 use std::cmp::Ordering;
-use std::collections::{BTreeSet, BinaryHeap, HashSet};
+use std::collections::{BTreeSet, BinaryHeap};
 use std::fmt::Write;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::rc::Rc;
 
 use serde::{Deserialize, Serialize};
@@ -536,7 +535,9 @@ impl<'e, 'p> Search<'e, 'p> {
         let ctx = &self.ex.context;
         let (calls, members) = (self.calls(f), &self.ex.fusions[f]);
         let horizon = cover.reach.max(calls[calls.len() - 1] + 1);
-        let mut seen = SeenCalls::default();
+        // FxHash: every candidate kernel of every partial plan fills one of these, and SipHash,
+        // which guards against keys chosen to collide, took half the search's time.
+        let mut seen = rustc_hash::FxHashSet::default();
         let mut stack: Vec<CallId> = calls
             .iter()
             .flat_map(|&c| ctx.consumers(c).iter().copied())
@@ -576,32 +577,6 @@ impl<'e, 'p> Search<'e, 'p> {
             predicted_us: cost,
             kernels,
         }
-    }
-}
-
-/// Calls a walk has seen, hashed with one multiplication (as rustc's FxHash does): every
-/// candidate kernel of every partial plan fills one, and SipHash, which guards against keys
-/// chosen to collide, took half the search's time on random scripts.
-type SeenCalls = HashSet<CallId, BuildHasherDefault<CallHasher>>;
-
-#[derive(Default)]
-struct CallHasher(u64);
-
-impl Hasher for CallHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        bytes.iter().for_each(|&b| self.write_u64(b.into()));
-    }
-
-    fn write_u64(&mut self, n: u64) {
-        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x517c_c1b7_2722_0a95);
-    }
-
-    fn write_usize(&mut self, n: usize) {
-        self.write_u64(n as u64);
     }
 }
 
