@@ -1,5 +1,7 @@
 //! `fuse bench`, `fuse run --backend cpu` and the CPU timing table from the command line.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -142,9 +144,7 @@ fn calibrate_never_overwrites_a_file_that_is_not_a_timing_table() {
 fn calibrate_refuses_a_fifo_or_folder_as_its_output_before_measuring() {
     let dir = tempfile::tempdir().unwrap();
     let fifo = dir.path().join("table.yaml");
-    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
-    // SAFETY: a valid NUL-terminated path.
-    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    common::mkfifo(&fifo);
     for (target, message) in [(&fifo, "is a FIFO (named pipe)"), (&dir.path().to_path_buf(), "is a folder")] {
         let out = fuse(&["calibrate", "--backend", "cpu", "-o", target.to_str().unwrap()], &[]);
         let stderr = String::from_utf8_lossy(&out.stderr);

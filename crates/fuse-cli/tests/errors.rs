@@ -1,6 +1,8 @@
 //! Every class of bad input gets a one-line message naming the file, line and column, the
 //! offending text and what was expected, and exit status 2 — never a panic.
 
+mod common;
+
 use std::path::Path;
 use std::process::{Command, Output};
 
@@ -438,9 +440,7 @@ fn a_literal_beyond_the_precision_is_refused_not_rounded_to_infinity() {
 fn scripts_that_are_not_files_or_never_end_are_refused_at_once() {
     let dir = tempfile::tempdir().unwrap();
     let fifo = dir.path().join("fifo.yaml");
-    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
-    // SAFETY: a valid NUL-terminated path.
-    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    common::mkfifo(&fifo);
     // A script of 17 MB: more than any script needs (a 20,000-call chain is about 1 MB).
     let huge = dir.path().join("huge.yaml");
     let calls = "  - y = sscal(2.0, y)\n".repeat(800_000);

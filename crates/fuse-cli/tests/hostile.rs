@@ -380,11 +380,7 @@ fn plant(path: &Path, kind: &Hostile, shape: &[usize]) {
     };
     match kind {
         Hostile::Valid => common::write_f32(path, shape, &common::numbers(count, 5)),
-        Hostile::Fifo => {
-            let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
-            // SAFETY: a valid NUL-terminated path.
-            assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
-        }
+        Hostile::Fifo => common::mkfifo(path),
         Hostile::Folder => std::fs::create_dir(path).unwrap(),
         Hostile::DanglingLink => std::os::unix::fs::symlink("nowhere.npy", path).unwrap(),
         Hostile::Device => std::os::unix::fs::symlink("/dev/zero", path).unwrap(),

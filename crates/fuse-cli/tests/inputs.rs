@@ -184,12 +184,6 @@ fn run_damaged(damage: impl FnOnce(&std::path::Path)) -> (Option<i32>, String) {
     (out.status.code(), stderr(&out))
 }
 
-fn mkfifo(path: &std::path::Path) {
-    let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
-    // SAFETY: a valid NUL-terminated path.
-    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
-}
-
 #[test]
 fn inputs_that_are_not_files_are_named_for_what_they_are() {
     type Damage<'a> = &'a dyn Fn(&std::path::Path);
@@ -205,7 +199,7 @@ fn inputs_that_are_not_files_are_named_for_what_they_are() {
         // A FIFO with no writer would block a reader forever.
         ("FIFO", &|d| {
             std::fs::remove_file(d.join("p.npy")).unwrap();
-            mkfifo(&d.join("p.npy"));
+            common::mkfifo(&d.join("p.npy"));
         }, "p.npy: is a FIFO (named pipe), not a regular file"),
         ("device", &|d| {
             std::fs::remove_file(d.join("r.npy")).unwrap();

@@ -89,3 +89,10 @@ pub fn relative_error(got: &[f32], want: &[f64]) -> f64 {
     let norm: f64 = want.iter().map(|w| w * w).sum();
     (diff / norm).sqrt()
 }
+
+/// Makes a FIFO (named pipe) at `path`: a file that blocks whoever reads it until someone writes.
+pub fn mkfifo(path: &Path) {
+    let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0, "mkfifo {}", path.display());
+}
