@@ -153,9 +153,12 @@ pub fn saves_traffic(ctx: &Context, members: &CallSet) -> Result<(), Violation> 
         return Ok(());
     };
     // Walked through each array once, not from each member to each call sharing it: an input
-    // that every call reads would cost the square of the members.
+    // that every call reads would cost the square of the members. Calls are looked up by
+    // their offset from `first`, as the arrays of a long run of members touch most of them.
     let mut walked = vec![false; ctx.program.values.len()];
-    let mut reached = vec![false; calls.len()];
+    let mut member = vec![false; last - first + 1];
+    calls.iter().for_each(|&c| member[c - first] = true);
+    let mut reached = vec![false; last - first + 1];
     reached[0] = true;
     let mut stack = vec![first];
     while let Some(c) = stack.pop() {
@@ -164,17 +167,14 @@ pub fn saves_traffic(ctx: &Context, members: &CallSet) -> Result<(), Violation> 
                 continue;
             }
             for d in ctx.touching(v, first..=last) {
-                match calls.binary_search(&d) {
-                    Ok(k) if !reached[k] => {
-                        reached[k] = true;
-                        stack.push(d);
-                    }
-                    _ => {}
+                if member[d - first] && !reached[d - first] {
+                    reached[d - first] = true;
+                    stack.push(d);
                 }
             }
         }
     }
-    let Some(alone) = (calls.iter().zip(&reached)).find_map(|(&c, &r)| (!r).then_some(c)) else {
+    let Some(&alone) = calls.iter().find(|&&c| !reached[c - first]) else {
         return Ok(());
     };
     Err(Violation {
