@@ -443,7 +443,11 @@ fn run_script(program: &Program, options: &RunOptions) -> Result<(), Failure> {
     let (files, read) = read_input_files(program, options)?;
     if let Some(dir) = &options.outputs {
         // Before the computation: a target in the way is found at once, not after minutes.
-        let names: Vec<&str> = program.outputs.iter().map(|&v| program.values[v].variable.as_str()).collect();
+        let names: Vec<&str> = program
+            .outputs
+            .iter()
+            .map(|&v| program.values[v].variable.as_str())
+            .collect();
         let never = || false;
         let check = output_options(program, &read, options.force, &never);
         npy::check_outputs(&names, dir, &check).map_err(bad_input)?;
@@ -536,9 +540,8 @@ fn write_outputs(
     inputs: &[PathBuf],
     force: bool,
 ) -> Result<Vec<PathBuf>, Failure> {
-    let (written, interrupted) = interrupt::deferred(|stop| {
-        npy::write_outputs(results, dir, &output_options(program, inputs, force, stop))
-    });
+    let (written, interrupted) =
+        interrupt::deferred(|stop| npy::write_outputs(results, dir, &output_options(program, inputs, force, stop)));
     match (written, interrupted) {
         (Err(_), true) => Err(Failure {
             code: interrupt::EXIT_INTERRUPTED,

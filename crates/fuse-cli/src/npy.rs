@@ -352,7 +352,10 @@ pub fn write_outputs(outputs: &Bindings, dir: &Path, options: &WriteOptions) -> 
 
 /// Makes `dir` and its missing parents; returns those it made, outermost first.
 fn make_folders(dir: &Path) -> Result<Vec<PathBuf>, String> {
-    let missing: Vec<&Path> = dir.ancestors().take_while(|p| !p.as_os_str().is_empty() && !file::is_there(p)).collect();
+    let missing: Vec<&Path> = dir
+        .ancestors()
+        .take_while(|p| !p.as_os_str().is_empty() && !file::is_there(p))
+        .collect();
     let mut made = Vec::new();
     for folder in missing.into_iter().rev() {
         match std::fs::create_dir(folder) {
@@ -362,7 +365,11 @@ fn make_folders(dir: &Path) -> Result<Vec<PathBuf>, String> {
                 for folder in made.iter().rev() {
                     let _ = std::fs::remove_dir(folder);
                 }
-                return Err(format!("--outputs {}: cannot make {}: {e}", dir.display(), folder.display()));
+                return Err(format!(
+                    "--outputs {}: cannot make {}: {e}",
+                    dir.display(),
+                    folder.display()
+                ));
             }
         }
     }
@@ -394,7 +401,8 @@ fn write_all_or_none(outputs: &Bindings, dir: &Path, options: &WriteOptions) -> 
     let mut written = Vec::new();
     for ((name, _), file) in targets.into_iter().zip(staged) {
         let path = dir.join(&name);
-        file.replace(&name).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        file.replace(&name)
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
         written.push(path);
     }
     Ok(written)

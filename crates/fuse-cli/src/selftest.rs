@@ -7,7 +7,9 @@ use clap::{Args, ValueEnum};
 
 use fuse::stages::fuse_codegen::generate::{generate, Generated, KernelGroup, Serial, Walk};
 use fuse::stages::fuse_core::data::fill_random_inputs;
-use fuse::stages::fuse_core::{explore, file, script, Bindings, Library, Limits, Precision, Program, Sizes, TimingTable};
+use fuse::stages::fuse_core::{
+    explore, file, script, Bindings, Library, Limits, Precision, Program, Sizes, TimingTable,
+};
 use fuse::stages::fuse_cuda::check::compare;
 use fuse::stages::fuse_cuda::{CudaPlan, Device};
 use fuse::stages::fuse_emulate::EmulatedPlan;
@@ -145,7 +147,8 @@ fn variants(path: &Path, library: &Library, only: Option<PrecisionArg>) -> Resul
     let program = script::load(path, library).map_err(bad_input)?;
     let mut out = vec![program.clone()];
     if program.precision == Precision::F32 {
-        let text = file::read_text(path, file::SCRIPT_LIMIT).map_err(|e| bad_input(format!("{}: {e}", path.display())))?;
+        let text =
+            file::read_text(path, file::SCRIPT_LIMIT).map_err(|e| bad_input(format!("{}: {e}", path.display())))?;
         let twin = text.replace("precision: f32", "precision: f64").replace("= s", "= d");
         match script::parse(&program.file, &twin, library) {
             Ok(p) if p.precision == Precision::F64 => out.push(p),

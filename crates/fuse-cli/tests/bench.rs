@@ -145,7 +145,10 @@ fn calibrate_refuses_a_fifo_or_folder_as_its_output_before_measuring() {
     let dir = tempfile::tempdir().unwrap();
     let fifo = dir.path().join("table.yaml");
     common::mkfifo(&fifo);
-    for (target, message) in [(&fifo, "is a FIFO (named pipe)"), (&dir.path().to_path_buf(), "is a folder")] {
+    for (target, message) in [
+        (&fifo, "is a FIFO (named pipe)"),
+        (&dir.path().to_path_buf(), "is a folder"),
+    ] {
         let out = fuse(&["calibrate", "--backend", "cpu", "-o", target.to_str().unwrap()], &[]);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{stderr}");

@@ -67,7 +67,10 @@ fn a_cache_below_a_folder_others_may_write_is_refused() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(
-        stderr.contains(&format!("{}, a folder on its way, is writable by others", shared.display())),
+        stderr.contains(&format!(
+            "{}, a folder on its way, is writable by others",
+            shared.display()
+        )),
         "{stderr}"
     );
     assert!(!shared.join("fuse").exists(), "nothing made below it");
@@ -98,11 +101,17 @@ fn an_interrupted_build_leaves_no_compiler_and_no_files() {
         unsafe { libc::kill(child.id() as i32, signal) };
         let status = child.wait().unwrap();
         assert_eq!(status.code(), Some(130), "signal {signal}");
-        assert!(scratch_folders(&emulate).is_empty(), "signal {signal}: a build folder is left");
+        assert!(
+            scratch_folders(&emulate).is_empty(),
+            "signal {signal}: a build folder is left"
+        );
         // Killed, they take a moment to go.
         let killed = std::time::Instant::now();
         while compilers_running_in(&cache) {
-            assert!(killed.elapsed().as_secs() < 5, "signal {signal}: a compiler still runs in the cache");
+            assert!(
+                killed.elapsed().as_secs() < 5,
+                "signal {signal}: a compiler still runs in the cache"
+            );
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
     }
@@ -120,7 +129,8 @@ fn scratch_folders(dir: &Path) -> Vec<std::path::PathBuf> {
 
 /// Whether a process works in a folder below `dir` (a removed one included).
 fn compilers_running_in(dir: &Path) -> bool {
-    std::fs::read_dir("/proc").unwrap().flatten().any(|process| {
-        std::fs::read_link(process.path().join("cwd")).is_ok_and(|cwd| cwd.starts_with(dir))
-    })
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .any(|process| std::fs::read_link(process.path().join("cwd")).is_ok_and(|cwd| cwd.starts_with(dir)))
 }

@@ -432,7 +432,12 @@ fn a_literal_beyond_the_precision_is_refused_not_rounded_to_infinity() {
     // The same number is fine in f64.
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("d.yaml");
-    std::fs::write(&path, text.replace("name: s", "name: s\nprecision: f64").replace("sscal", "dscal")).unwrap();
+    std::fs::write(
+        &path,
+        text.replace("name: s", "name: s\nprecision: f64")
+            .replace("sscal", "dscal"),
+    )
+    .unwrap();
     assert!(fuse(&["check", path.to_str().unwrap()]).status.success());
 }
 
@@ -444,7 +449,11 @@ fn scripts_that_are_not_files_or_never_end_are_refused_at_once() {
     // A script of 17 MB: more than any script needs (a 20,000-call chain is about 1 MB).
     let huge = dir.path().join("huge.yaml");
     let calls = "  - y = sscal(2.0, y)\n".repeat(800_000);
-    std::fs::write(&huge, format!("name: h\nsizes: {{n: 4}}\ninputs: {{y: [n]}}\noutputs: [y]\ncalls:\n{calls}")).unwrap();
+    std::fs::write(
+        &huge,
+        format!("name: h\nsizes: {{n: 4}}\ninputs: {{y: [n]}}\noutputs: [y]\ncalls:\n{calls}"),
+    )
+    .unwrap();
     for (path, message) in [
         (fifo.to_str().unwrap(), "is a FIFO (named pipe), not a regular file"),
         ("/dev/zero", "is a character device, not a regular file"),

@@ -323,7 +323,10 @@ fn a_stale_table_named_for_generated_code_is_refused() {
     ]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
-    assert!(stderr.contains("was calibrated with another function library"), "{stderr}");
+    assert!(
+        stderr.contains("was calibrated with another function library"),
+        "{stderr}"
+    );
 }
 
 #[test]
@@ -331,7 +334,12 @@ fn a_gpu_table_given_to_the_cpu_backend_is_called_one_not_stale() {
     let dir = tempfile::tempdir().unwrap();
     let table = stale_gpu_table(dir.path());
     let out = Command::new(env!("CARGO_BIN_EXE_fuse"))
-        .args(["run", &repo().join("scripts/bicgk.yaml").display().to_string(), "--backend", "cpu"])
+        .args([
+            "run",
+            &repo().join("scripts/bicgk.yaml").display().to_string(),
+            "--backend",
+            "cpu",
+        ])
         .env("FUSE_CPU_TIMINGS", &table)
         .output()
         .unwrap();

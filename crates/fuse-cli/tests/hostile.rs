@@ -370,7 +370,12 @@ fn hostile() -> impl Strategy<Value = Hostile> {
 fn plant(path: &Path, kind: &Hostile, shape: &[usize]) {
     let count: usize = shape.iter().product();
     let dims: Vec<String> = shape.iter().map(|d| format!("{d},")).collect();
-    let header = |extra: &str| format!("{{'descr': '<f4', 'fortran_order': False, 'shape': ({}), {extra}}}\n", dims.concat());
+    let header = |extra: &str| {
+        format!(
+            "{{'descr': '<f4', 'fortran_order': False, 'shape': ({}), {extra}}}\n",
+            dims.concat()
+        )
+    };
     let npy = |header: &str, claimed: u32, elements: usize| {
         let mut bytes = b"\x93NUMPY\x02\x00".to_vec();
         bytes.extend(claimed.to_le_bytes());
@@ -400,7 +405,10 @@ fn snapshot(dir: &Path) -> Vec<(String, Vec<u8>)> {
         .unwrap()
         .map(|e| {
             let path = e.unwrap().path();
-            (path.file_name().unwrap().to_string_lossy().into_owned(), std::fs::read(&path).unwrap_or_default())
+            (
+                path.file_name().unwrap().to_string_lossy().into_owned(),
+                std::fs::read(&path).unwrap_or_default(),
+            )
         })
         .collect();
     entries.sort();

@@ -180,7 +180,14 @@ fn run_damaged(damage: impl FnOnce(&std::path::Path)) -> (Option<i32>, String) {
     let dir = tempfile::tempdir().unwrap();
     bicgk_inputs(dir.path(), 5, 3);
     damage(dir.path());
-    let out = fuse(&["run", &script("bicgk.yaml"), "--backend", "cpu", "--inputs", dir.path().to_str().unwrap()]);
+    let out = fuse(&[
+        "run",
+        &script("bicgk.yaml"),
+        "--backend",
+        "cpu",
+        "--inputs",
+        dir.path().to_str().unwrap(),
+    ]);
     (out.status.code(), stderr(&out))
 }
 
@@ -188,23 +195,39 @@ fn run_damaged(damage: impl FnOnce(&std::path::Path)) -> (Option<i32>, String) {
 fn inputs_that_are_not_files_are_named_for_what_they_are() {
     type Damage<'a> = &'a dyn Fn(&std::path::Path);
     let cases: [(&str, Damage, &str); 4] = [
-        ("dangling link", &|d| {
-            std::fs::remove_file(d.join("A.npy")).unwrap();
-            std::os::unix::fs::symlink("gone.npy", d.join("A.npy")).unwrap();
-        }, "A.npy: is a link to gone.npy, which does not exist"),
-        ("folder", &|d| {
-            std::fs::remove_file(d.join("A.npy")).unwrap();
-            std::fs::create_dir(d.join("A.npy")).unwrap();
-        }, "A.npy: is a folder, not a regular file"),
+        (
+            "dangling link",
+            &|d| {
+                std::fs::remove_file(d.join("A.npy")).unwrap();
+                std::os::unix::fs::symlink("gone.npy", d.join("A.npy")).unwrap();
+            },
+            "A.npy: is a link to gone.npy, which does not exist",
+        ),
+        (
+            "folder",
+            &|d| {
+                std::fs::remove_file(d.join("A.npy")).unwrap();
+                std::fs::create_dir(d.join("A.npy")).unwrap();
+            },
+            "A.npy: is a folder, not a regular file",
+        ),
         // A FIFO with no writer would block a reader forever.
-        ("FIFO", &|d| {
-            std::fs::remove_file(d.join("p.npy")).unwrap();
-            common::mkfifo(&d.join("p.npy"));
-        }, "p.npy: is a FIFO (named pipe), not a regular file"),
-        ("device", &|d| {
-            std::fs::remove_file(d.join("r.npy")).unwrap();
-            std::os::unix::fs::symlink("/dev/zero", d.join("r.npy")).unwrap();
-        }, "r.npy: is a character device, not a regular file"),
+        (
+            "FIFO",
+            &|d| {
+                std::fs::remove_file(d.join("p.npy")).unwrap();
+                common::mkfifo(&d.join("p.npy"));
+            },
+            "p.npy: is a FIFO (named pipe), not a regular file",
+        ),
+        (
+            "device",
+            &|d| {
+                std::fs::remove_file(d.join("r.npy")).unwrap();
+                std::os::unix::fs::symlink("/dev/zero", d.join("r.npy")).unwrap();
+            },
+            "r.npy: is a character device, not a regular file",
+        ),
     ];
     for (what, damage, message) in cases {
         let (code, stderr) = run_damaged(damage);
@@ -233,10 +256,14 @@ fn a_header_length_beyond_the_file_or_the_limit_is_refused_before_allocating() {
     let header = "{'descr': '<f4', 'fortran_order': False, 'shape': (3,), }\n";
     let data = [0u8; 12];
     for (claimed, message) in [
-        (u32::MAX, "its header claims 4294967295 bytes, more than the 1048576 fuse reads"),
+        (
+            u32::MAX,
+            "its header claims 4294967295 bytes, more than the 1048576 fuse reads",
+        ),
         (60_000, "its header claims 60000 bytes, more than the file's"),
     ] {
-        let (code, stderr) = run_damaged(|d| std::fs::write(d.join("p.npy"), npy_bytes(2, header, Some(claimed), &data)).unwrap());
+        let (code, stderr) =
+            run_damaged(|d| std::fs::write(d.join("p.npy"), npy_bytes(2, header, Some(claimed), &data)).unwrap());
         assert_eq!(code, Some(2), "{stderr}");
         assert!(stderr.contains(message), "{stderr}");
     }
@@ -277,7 +304,14 @@ fn a_folder_that_cannot_be_listed_says_so() {
     bicgk_inputs(&inputs, 5, 3);
     std::fs::set_permissions(&inputs, std::fs::Permissions::from_mode(0o711)).unwrap();
     let run = std::process::Command::new(env!("CARGO_BIN_EXE_fuse"))
-        .args(["run", &script("bicgk.yaml"), "--backend", "reference", "--inputs", inputs.to_str().unwrap()])
+        .args([
+            "run",
+            &script("bicgk.yaml"),
+            "--backend",
+            "reference",
+            "--inputs",
+            inputs.to_str().unwrap(),
+        ])
         .env("HOME", dir.path())
         .uid(65534)
         .gid(65534)

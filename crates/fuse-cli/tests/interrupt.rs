@@ -92,7 +92,10 @@ fn signal_while_writing(sig: libc::c_int) {
                 assert_eq!(snapshot(&out_dir), before, "signal {sig}: the folder is as it was");
             } else if sig != libc::SIGKILL {
                 // (A killed run cannot remove them: it leaves empty folders, and no file.)
-                assert!(!dir.path().join("new").exists(), "signal {sig}: every folder made is removed");
+                assert!(
+                    !dir.path().join("new").exists(),
+                    "signal {sig}: every folder made is removed"
+                );
             }
         };
         let reset = || {
@@ -134,7 +137,11 @@ fn caught_writing(args: &[&str], target: &Path, sig: libc::c_int, check: impl Fn
             return true;
         }
         // Too late: every output was written.
-        assert!(out.status.success(), "attempt {attempt}, signal {sig}: {:?}: {stderr}", out.status);
+        assert!(
+            out.status.success(),
+            "attempt {attempt}, signal {sig}: {:?}: {stderr}",
+            out.status
+        );
         reset();
     }
     false

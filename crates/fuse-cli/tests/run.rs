@@ -384,8 +384,15 @@ fn a_negative_zero_literal_keeps_its_sign_on_every_backend() {
             "--outputs",
             out_dir.to_str().unwrap(),
         ]);
-        assert!(out.status.success(), "{backend}: {}", String::from_utf8_lossy(&out.stderr));
-        let got: Vec<u32> = common::read_f32(&out_dir.join("z.npy")).iter().map(|v| v.to_bits()).collect();
+        assert!(
+            out.status.success(),
+            "{backend}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let got: Vec<u32> = common::read_f32(&out_dir.join("z.npy"))
+            .iter()
+            .map(|v| v.to_bits())
+            .collect();
         assert_eq!(got, want, "{backend}: sign bits");
     }
 }
@@ -400,7 +407,10 @@ fn an_outputs_target_in_the_way_is_found_before_computing() {
     std::fs::write(outputs.join("q.npy"), "a user's notes, not an array").unwrap();
     for (target, message) in [
         (file.clone(), "is a file, not a folder".to_string()),
-        (file.join("deeper"), format!("{} is a file, not a folder", file.display())),
+        (
+            file.join("deeper"),
+            format!("{} is a file, not a folder", file.display()),
+        ),
         (outputs.clone(), "it is not a .npy array".to_string()),
     ] {
         // At 20000², the inputs alone take seconds to draw: the check must come first.
@@ -420,7 +430,10 @@ fn an_outputs_target_in_the_way_is_found_before_computing() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{stderr}");
         assert!(stderr.contains(&message), "{stderr}");
-        assert!(!stderr.contains("drawn at random"), "checked only after computing: {stderr}");
+        assert!(
+            !stderr.contains("drawn at random"),
+            "checked only after computing: {stderr}"
+        );
         assert!(start.elapsed().as_secs() < 5, "took {:?}", start.elapsed());
     }
 }
@@ -430,7 +443,16 @@ fn two_runs_writing_one_folder_leave_one_runs_whole_set() {
     let dir = tempfile::tempdir().unwrap();
     let run = |seed: &str, out: &Path| {
         Command::new(env!("CARGO_BIN_EXE_fuse"))
-            .args(["run", &script("bicgk.yaml"), "--backend", "cpu", "--size", "m=300", "--size", "n=200"])
+            .args([
+                "run",
+                &script("bicgk.yaml"),
+                "--backend",
+                "cpu",
+                "--size",
+                "m=300",
+                "--size",
+                "n=200",
+            ])
             .args(["--seed", seed, "--outputs", out.to_str().unwrap()])
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
@@ -443,7 +465,10 @@ fn two_runs_writing_one_folder_leave_one_runs_whole_set() {
         .map(|seed| {
             let out = dir.path().join(format!("alone{seed}"));
             assert!(run(seed, &out).wait().unwrap().success());
-            (std::fs::read(out.join("q.npy")).unwrap(), std::fs::read(out.join("s.npy")).unwrap())
+            (
+                std::fs::read(out.join("q.npy")).unwrap(),
+                std::fs::read(out.join("s.npy")).unwrap(),
+            )
         })
         .collect();
     let shared = dir.path().join("shared");
@@ -456,7 +481,10 @@ fn two_runs_writing_one_folder_leave_one_runs_whole_set() {
             std::fs::read(shared.join("s.npy")).unwrap(),
         );
         assert!(sets.contains(&found), "round {round}: q and s come from different runs");
-        let names: Vec<_> = std::fs::read_dir(&shared).unwrap().map(|e| e.unwrap().file_name()).collect();
+        let names: Vec<_> = std::fs::read_dir(&shared)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
         assert_eq!(names.len(), 2, "round {round}: {names:?}");
     }
 }
@@ -470,7 +498,16 @@ fn the_emulated_backend_under_a_memory_limit_stops_with_a_message_not_an_abort()
     for megabytes in [300u64, 400, 500, 700] {
         let mut command = Command::new(env!("CARGO_BIN_EXE_fuse"));
         command
-            .args(["run", &script("bicgk.yaml"), "--backend", "emulate", "--size", "m=5000", "--size", "n=5000"])
+            .args([
+                "run",
+                &script("bicgk.yaml"),
+                "--backend",
+                "emulate",
+                "--size",
+                "m=5000",
+                "--size",
+                "n=5000",
+            ])
             .env("FUSE_CACHE_DIR", cache.path());
         let limit = libc::rlimit {
             rlim_cur: megabytes << 20,
@@ -486,7 +523,8 @@ fn the_emulated_backend_under_a_memory_limit_stops_with_a_message_not_an_abort()
         let out = command.output().unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
         let ok = out.status.success();
-        let clean = matches!(out.status.code(), Some(1 | 2)) && stderr.contains("memory") && !stderr.contains("panicked");
+        let clean =
+            matches!(out.status.code(), Some(1 | 2)) && stderr.contains("memory") && !stderr.contains("panicked");
         assert!(ok || clean, "{megabytes} MB: {:?}: {stderr}", out.status);
     }
 }

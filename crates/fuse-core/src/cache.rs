@@ -65,7 +65,11 @@ pub enum CacheError {
 fn not_private(cache: &Path, dir: &Path, why: &str) -> String {
     let place = match dir == cache {
         true => format!("cache folder {}", cache.display()),
-        false => format!("cache folder {}: {}, a folder on its way,", cache.display(), dir.display()),
+        false => format!(
+            "cache folder {}: {}, a folder on its way,",
+            cache.display(),
+            dir.display()
+        ),
     };
     format!(
         "{place} {why}: refusing to use it, since fuse loads code from its cache (set {CACHE_ENV} to a folder only you can write)"
@@ -79,7 +83,10 @@ pub fn cache_root() -> Result<PathBuf, CacheError> {
 
 /// [`cache_root`] from the environment `var` and the home folder `home` of the password
 /// database.
-fn root_from(var: impl Fn(&str) -> Option<OsString>, home: impl FnOnce() -> Option<PathBuf>) -> Result<PathBuf, CacheError> {
+fn root_from(
+    var: impl Fn(&str) -> Option<OsString>,
+    home: impl FnOnce() -> Option<PathBuf>,
+) -> Result<PathBuf, CacheError> {
     let var = |name: &str| var(name).filter(|v| !v.is_empty()).map(PathBuf::from);
     // The XDG variables count only when absolute, as the specification says.
     let absolute = |name: &str| var(name).filter(|p| p.is_absolute());
@@ -263,7 +270,9 @@ impl CacheFile {
         CacheFile {
             root: Some(parent.unwrap_or(Path::new(".")).to_owned()),
             folder: String::new(),
-            name: path.file_name().map_or_else(String::new, |n| n.to_string_lossy().into_owned()),
+            name: path
+                .file_name()
+                .map_or_else(String::new, |n| n.to_string_lossy().into_owned()),
         }
     }
 
@@ -480,7 +489,8 @@ fn unseal(mut sealed: Vec<u8>) -> Option<Vec<u8>> {
     let rest = sealed.strip_prefix(SEAL)?;
     let (len, rest) = rest.split_first_chunk::<8>()?;
     let (digest, bytes) = rest.split_first_chunk::<32>()?;
-    let intact = u64::try_from(bytes.len()).ok()? == u64::from_le_bytes(*len) && Sha256::digest(bytes)[..] == digest[..];
+    let intact =
+        u64::try_from(bytes.len()).ok()? == u64::from_le_bytes(*len) && Sha256::digest(bytes)[..] == digest[..];
     intact.then(|| sealed.split_off(SEAL.len() + 40))
 }
 
@@ -512,7 +522,15 @@ fn home_of_user() -> Option<PathBuf> {
     let mut found = std::ptr::null_mut();
     // SAFETY: every pointer is valid for the call and the buffer's length is given; on success
     // `found` points at `entry`, whose strings live in `buffer`.
-    let status = unsafe { libc::getpwuid_r(current_user(), &mut entry, buffer.as_mut_ptr(), buffer.len(), &mut found) };
+    let status = unsafe {
+        libc::getpwuid_r(
+            current_user(),
+            &mut entry,
+            buffer.as_mut_ptr(),
+            buffer.len(),
+            &mut found,
+        )
+    };
     if status != 0 || found.is_null() || entry.pw_dir.is_null() {
         return None;
     }

@@ -25,7 +25,10 @@ pub fn open_regular(path: &Path) -> Result<File, Error> {
         .map_err(|e| explain_open(path, e))?;
     let kind = file.metadata()?.file_type();
     if !kind.is_file() {
-        return Err(Error::new(ErrorKind::InvalidInput, format!("is {}, not a regular file", describe(kind))));
+        return Err(Error::new(
+            ErrorKind::InvalidInput,
+            format!("is {}, not a regular file", describe(kind)),
+        ));
     }
     Ok(file)
 }
@@ -91,7 +94,11 @@ pub fn lock(dir: &impl AsFd, wait: bool) -> Result<OwnedFd, Error> {
     }
     // SAFETY: just opened, owned by nothing else.
     let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    let operation = if wait { libc::LOCK_EX } else { libc::LOCK_EX | libc::LOCK_NB };
+    let operation = if wait {
+        libc::LOCK_EX
+    } else {
+        libc::LOCK_EX | libc::LOCK_NB
+    };
     loop {
         // SAFETY: flock on an open descriptor has no other preconditions.
         if unsafe { libc::flock(fd.as_raw_fd(), operation) } == 0 {
@@ -148,6 +155,9 @@ mod tests {
         let err = read_text(&long, 100).unwrap_err().to_string();
         assert!(err.contains("longer than 100 bytes"), "{err}");
         std::fs::write(&long, b"ok\xff").unwrap();
-        assert_eq!(read_text(&long, 100).unwrap_err().to_string(), "is not UTF-8 text (byte 2)");
+        assert_eq!(
+            read_text(&long, 100).unwrap_err().to_string(),
+            "is not UTF-8 text (byte 2)"
+        );
     }
 }

@@ -318,13 +318,15 @@ fn parse_function(file: &str, text: &str) -> Result<ElementaryFunction, Diagnost
 }
 
 fn parse_form(raw: &RawForm, kind: HigherOrderKind) -> Result<Form, String> {
-    let signature = parse_signature(&raw.signature).map_err(|e| format!("signature `{}`: {e}", crate::wording::excerpt(&raw.signature)))?;
+    let signature = parse_signature(&raw.signature)
+        .map_err(|e| format!("signature `{}`: {e}", crate::wording::excerpt(&raw.signature)))?;
     for dim in signature.result.dims() {
         if !signature.params.iter().any(|p| p.shape.dims().contains(&dim)) {
             return Err(format!("result dimension `{dim}` is not a dimension of any parameter"));
         }
     }
-    let formula = parse_formula(&raw.formula, &signature).map_err(|e| format!("formula `{}`: {e}", crate::wording::excerpt(&raw.formula)))?;
+    let formula = parse_formula(&raw.formula, &signature)
+        .map_err(|e| format!("formula `{}`: {e}", crate::wording::excerpt(&raw.formula)))?;
     check_kind(kind, &signature, &formula)?;
     Ok(Form {
         signature,
@@ -381,7 +383,10 @@ mod tests {
         let text = AXPY.replace("out[i] = a * x[i] + y[i]", &formula);
         let message = lib(&[("axpy.yaml", &text)]).unwrap_err().to_string();
         assert!(message.len() < 1_000, "a message of {} bytes", message.len());
-        assert!(message.contains(&format!("({} bytes in all)", formula.len())), "{message}");
+        assert!(
+            message.contains(&format!("({} bytes in all)", formula.len())),
+            "{message}"
+        );
     }
 
     #[test]

@@ -68,7 +68,9 @@ fn default_name(file: &str) -> String {
 
 fn parse_yaml(file: &str, text: &str) -> Result<Node, Diagnostic> {
     // Quoted scalars are kept apart from plain ones: `"5"` is text, not a size.
-    let options = LoaderOptions::default().error_on_duplicate_keys(true).prevent_coercion(true);
+    let options = LoaderOptions::default()
+        .error_on_duplicate_keys(true)
+        .prevent_coercion(true);
     // A byte-order mark may open a YAML stream; it is no part of the first key.
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     marked_yaml::parse_yaml_with_options(0, text, options).map_err(|e| {

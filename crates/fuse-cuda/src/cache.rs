@@ -118,7 +118,12 @@ impl ModuleCache {
             });
         }
         let cubin = nvrtc::compile(source, &options(arch))?.cubin;
-        let stored = || cache.as_ref().and_then(|c| c.store(&name, &cubin).err()).map(|e| e.to_string());
+        let stored = || {
+            cache
+                .as_ref()
+                .and_then(|c| c.store(&name, &cubin).err())
+                .map(|e| e.to_string())
+        };
         let warning = refused.or(unreadable).or_else(stored);
         Ok(Module {
             cubin,

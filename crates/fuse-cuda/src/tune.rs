@@ -15,8 +15,8 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use fuse_codegen::generate::generate_plan;
-use fuse_core::data::fill_random_inputs;
 use fuse_core::cache::CacheFile;
+use fuse_core::data::fill_random_inputs;
 use fuse_core::explore::library_checksum;
 use fuse_core::{explore, Bindings, Library, Limits, Plan, Program, Sizes, TimingTable};
 
@@ -236,7 +236,10 @@ impl TuneCache {
 
     fn error(&self, message: String) -> CudaError {
         CudaError::Io {
-            path: self.file.path().map_or_else(|e| e.to_string(), |p| p.display().to_string()),
+            path: self
+                .file
+                .path()
+                .map_or_else(|e| e.to_string(), |p| p.display().to_string()),
             message,
         }
     }

@@ -151,8 +151,10 @@ impl Job<'_> {
         };
         let scratch = cache.scratch().map_err(|e| JobError::Failed(e.into()))?;
         let dir = scratch.dir();
-        dir.write(HEADER_FILE, CUDA_EMU_HEADER).map_err(failed("writing the header"))?;
-        dir.write(SOURCE_FILE, self.source).map_err(failed("writing the source"))?;
+        dir.write(HEADER_FILE, CUDA_EMU_HEADER)
+            .map_err(failed("writing the header"))?;
+        dir.write(SOURCE_FILE, self.source)
+            .map_err(failed("writing the source"))?;
         let mut command = self.command();
         let folder = dir.as_raw_fd();
         // SAFETY: fchdir is async-signal-safe and touches no memory of the parent.
@@ -196,7 +198,10 @@ impl Job<'_> {
                 message: message.trim_end().to_owned(),
             }));
         }
-        scratch.dir().read(OUTPUT_FILE).map_err(failed("reading the compiled module"))
+        scratch
+            .dir()
+            .read(OUTPUT_FILE)
+            .map_err(failed("reading the compiled module"))
     }
 
     /// The compiler's command line, with file names relative to the scratch folder, in a

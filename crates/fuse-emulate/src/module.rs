@@ -3,8 +3,8 @@
 use crate::arg::{check_signature, KernelArg, Staged};
 use crate::compiler;
 use crate::error::EmulateError;
-use libloading::Library;
 use fuse_core::cache::{CacheDir, Scratch};
+use libloading::Library;
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Mutex, PoisonError};

@@ -28,7 +28,10 @@ fn a_private_folder_is_made_and_a_shared_one_refused_not_repaired() {
     }
     chmod(&root.join("emulate"), 0o777);
     let err = CacheDir::open_in(&root, "emulate").unwrap_err().to_string();
-    assert!(err.contains("writable by others (mode 777)") && err.contains(CACHE_ENV), "{err}");
+    assert!(
+        err.contains("writable by others (mode 777)") && err.contains(CACHE_ENV),
+        "{err}"
+    );
     assert_eq!(mode(&root.join("emulate")), 0o777);
     // The root itself must be private too, and read-only use refuses what writing refuses.
     chmod(&root.join("emulate"), 0o700);
@@ -54,7 +57,11 @@ fn a_folder_above_the_root_that_others_may_write_is_refused_unless_sticky() {
     std::fs::create_dir(&shared).unwrap();
     chmod(&shared, 0o777);
     let root = shared.join("mine").join("fuse");
-    assert_refused(CacheDir::open_in(&root, "modules"), &shared, "writable by others (mode 777)");
+    assert_refused(
+        CacheDir::open_in(&root, "modules"),
+        &shared,
+        "writable by others (mode 777)",
+    );
     assert!(!shared.join("mine").exists(), "nothing is made below a refused folder");
     // Like /tmp: others may write it, but not rename what is ours in it.
     chmod(&shared, 0o1777);
@@ -97,7 +104,10 @@ fn a_rename_racing_the_reads_changes_nothing() {
     let root = base.path().join("fuse");
     let cache = CacheDir::open_in(&root, "emulate").unwrap();
     cache.store("m.so", b"ours").unwrap();
-    CacheDir::open_in(&root, "planted").unwrap().store("m.so", b"planted").unwrap();
+    CacheDir::open_in(&root, "planted")
+        .unwrap()
+        .store("m.so", b"planted")
+        .unwrap();
     let done = std::sync::atomic::AtomicBool::new(false);
     std::thread::scope(|s| {
         s.spawn(|| {
@@ -139,15 +149,25 @@ fn sealed_entries_load_only_when_intact() {
 
 #[test]
 fn the_root_never_falls_back_to_a_shared_folder() {
-    let vars = |set: &'static [(&str, &str)]| move |name: &str| set.iter().find(|(n, _)| *n == name).map(|(_, v)| v.into());
+    let vars =
+        |set: &'static [(&str, &str)]| move |name: &str| set.iter().find(|(n, _)| *n == name).map(|(_, v)| v.into());
     let root = |set, home: Option<&str>| root_from(vars(set), || home.map(PathBuf::from));
     assert_eq!(root(&[(CACHE_ENV, "/c")], Some("/h")).unwrap(), Path::new("/c"));
-    assert_eq!(root(&[("XDG_CACHE_HOME", "/x"), ("HOME", "/h")], None).unwrap(), Path::new("/x/fuse"));
+    assert_eq!(
+        root(&[("XDG_CACHE_HOME", "/x"), ("HOME", "/h")], None).unwrap(),
+        Path::new("/x/fuse")
+    );
     // A relative XDG_CACHE_HOME is ignored, as the XDG specification says.
-    assert_eq!(root(&[("XDG_CACHE_HOME", "x"), ("HOME", "/h")], None).unwrap(), Path::new("/h/.cache/fuse"));
+    assert_eq!(
+        root(&[("XDG_CACHE_HOME", "x"), ("HOME", "/h")], None).unwrap(),
+        Path::new("/h/.cache/fuse")
+    );
     // HOME unset (cron, services, env -i): the home in the password database.
     assert_eq!(root(&[], Some("/pw")).unwrap(), Path::new("/pw/.cache/fuse"));
-    assert_eq!(root(&[("XDG_RUNTIME_DIR", "/run/user/7")], None).unwrap(), Path::new("/run/user/7/fuse"));
+    assert_eq!(
+        root(&[("XDG_RUNTIME_DIR", "/run/user/7")], None).unwrap(),
+        Path::new("/run/user/7/fuse")
+    );
     let err = root(&[], None).unwrap_err().to_string();
     assert!(err.contains(CACHE_ENV), "{err}");
     // This user's real home is found without HOME.
@@ -202,7 +222,11 @@ fn a_cache_below_a_folder_of_another_user_is_refused() {
         return;
     };
     std::fs::create_dir(theirs.join("mine")).unwrap();
-    assert_refused(CacheDir::open_in(&theirs.join("mine"), ""), &theirs, "belongs to user 65534");
+    assert_refused(
+        CacheDir::open_in(&theirs.join("mine"), ""),
+        &theirs,
+        "belongs to user 65534",
+    );
 }
 
 #[test]
@@ -217,7 +241,10 @@ fn scratch_folders_go_when_dropped_and_when_abandoned_not_while_held() {
     let abandoned = folder.join(format!("{SCRATCH_PREFIX}0000000000000000"));
     std::fs::create_dir(&abandoned).unwrap();
     cache.remove_abandoned(std::time::Duration::from_secs(3600));
-    assert!(abandoned.exists(), "a folder may be young because its maker is about to lock it");
+    assert!(
+        abandoned.exists(),
+        "a folder may be young because its maker is about to lock it"
+    );
     cache.remove_abandoned(std::time::Duration::ZERO);
     assert!(!abandoned.exists());
     assert!(folder.join(&held.name).exists(), "a held scratch folder stays");
