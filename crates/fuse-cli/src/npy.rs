@@ -306,11 +306,22 @@ pub struct WriteOptions<'a> {
 /// [`write_outputs`] would: `dir` is a folder or can be made, and no file of theirs is in the
 /// way. (Checked again when writing, under the folder's lock.)
 pub fn check_outputs(names: &[&str], dir: &Path, options: &WriteOptions) -> Result<(), String> {
+    if check_folder(dir)? {
+        for name in names {
+            check_target(&dir.join(format!("{name}.npy")), options.protected, options.force)?;
+        }
+    }
+    Ok(())
+}
+
+/// Whether `dir` is there already (a folder); an error where it, or the nearest of its parents
+/// that is there, is a file.
+fn check_folder(dir: &Path) -> Result<bool, String> {
     let mut existing = dir;
     while !file::is_there(existing) {
         match existing.parent() {
             Some(parent) if !parent.as_os_str().is_empty() => existing = parent,
-            _ => return Ok(()),
+            _ => return Ok(false),
         }
     }
     if !existing.is_dir() {
@@ -320,12 +331,7 @@ pub fn check_outputs(names: &[&str], dir: &Path, options: &WriteOptions) -> Resu
         };
         return Err(format!("--outputs {}: {what}", dir.display()));
     }
-    if existing == dir {
-        for name in names {
-            check_target(&dir.join(format!("{name}.npy")), options.protected, options.force)?;
-        }
-    }
-    Ok(())
+    Ok(existing == dir)
 }
 
 /// Writes each array as `DIR/<name>.npy`, creating `DIR` and its missing parents: all or
@@ -337,15 +343,13 @@ pub fn check_outputs(names: &[&str], dir: &Path, options: &WriteOptions) -> Resu
 /// made. A `protected` file is never overwritten, nor — unless `force` — a file in the way that
 /// is not a `.npy` array.
 pub fn write_outputs(outputs: &Bindings, dir: &Path, options: &WriteOptions) -> Result<Vec<PathBuf>, String> {
-    let names: Vec<&str> = outputs.keys().map(String::as_str).collect();
-    check_outputs(&names, dir, options)?;
+    // What is in the way is checked under the folder's lock, in write_all_or_none.
+    check_folder(dir)?;
     let made = make_folders(dir)?;
     let written = write_all_or_none(outputs, dir, options);
     if written.is_err() {
         // Empty again: the unnamed files vanish when dropped.
-        for folder in made.iter().rev() {
-            let _ = std::fs::remove_dir(folder);
-        }
+        remove_folders(&made);
     }
     written
 }
@@ -362,9 +366,7 @@ fn make_folders(dir: &Path) -> Result<Vec<PathBuf>, String> {
             Ok(()) => made.push(folder.to_path_buf()),
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
             Err(e) => {
-                for folder in made.iter().rev() {
-                    let _ = std::fs::remove_dir(folder);
-                }
+                remove_folders(&made);
                 return Err(format!(
                     "--outputs {}: cannot make {}: {e}",
                     dir.display(),
@@ -374,6 +376,13 @@ fn make_folders(dir: &Path) -> Result<Vec<PathBuf>, String> {
         }
     }
     Ok(made)
+}
+
+/// Removes the empty folders `made` (outermost first), innermost first.
+fn remove_folders(made: &[PathBuf]) {
+    for folder in made.iter().rev() {
+        let _ = std::fs::remove_dir(folder);
+    }
 }
 
 fn write_all_or_none(outputs: &Bindings, dir: &Path, options: &WriteOptions) -> Result<Vec<PathBuf>, String> {

@@ -32,13 +32,13 @@ const HEADER_FILE: &str = "fuse_emu.h";
 const SOURCE_FILE: &str = "kernel.cu";
 const OUTPUT_FILE: &str = "kernel.so";
 
-/// The shared library of `source`: from the cache, or compiled and stored there.
-pub(crate) fn build(source: &str, defines: &[(String, String)]) -> Result<Vec<u8>, EmulateError> {
+/// The shared library of `source`: from `cache` (fuse's `emulate` cache folder), or compiled
+/// and stored there.
+pub(crate) fn build(cache: &CacheDir, source: &str, defines: &[(String, String)]) -> Result<Vec<u8>, EmulateError> {
     let define_flags = defines
         .iter()
         .map(|(name, value)| define_flag(name, value))
         .collect::<Result<Vec<_>, _>>()?;
-    let cache = CacheDir::open("emulate")?;
     let mut tried = Vec::new();
     for compiler in compilers() {
         let command = [
@@ -62,7 +62,7 @@ pub(crate) fn build(source: &str, defines: &[(String, String)]) -> Result<Vec<u8
             defines: &define_flags,
             source,
         };
-        match job.run(&cache) {
+        match job.run(cache) {
             Err(JobError::NotStarted) => tried.push(compiler.program),
             Err(JobError::Failed(err)) => return Err(err),
             Ok(module) => {

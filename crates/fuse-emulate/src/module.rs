@@ -71,11 +71,11 @@ impl EmulatedModule {
 
     /// Compiles `source` with the host C++ compiler (cached) and loads it.
     pub fn compile_with(source: &str, options: &EmulateOptions) -> Result<EmulatedModule, EmulateError> {
-        let image = compiler::build(source, &options.defines)?;
+        let cache = CacheDir::open("emulate")?;
         let mut copies = Copies {
-            image,
+            image: compiler::build(&cache, source, &options.defines)?,
             loaded: Vec::new(),
-            folder: CacheDir::open("emulate")?.scratch()?,
+            folder: cache.scratch()?,
         };
         copies.ensure(1)?;
         // SAFETY: the header defines this symbol with this type; it returns a static string.
