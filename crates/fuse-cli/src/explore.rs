@@ -3,6 +3,7 @@
 //! sizes in force, in its words — passes, threads and tiles on the CPU; kernels, blocks and
 //! shared memory on a GPU.
 
+use std::io::Write;
 use std::path::PathBuf;
 
 use clap::Args;
@@ -13,7 +14,7 @@ use fuse::stages::fuse_core::{Library, Program};
 use fuse::stages::fuse_cpu::fused::FusedPlan;
 
 use crate::args::{load, parse_size, Backend};
-use crate::failure::{bad_input, failure, internal, Failure};
+use crate::failure::{bad_input, failure, internal, stdout, Failure};
 
 /// Where the explorer's inputs come from, shared by both commands.
 #[derive(Args)]
@@ -95,10 +96,8 @@ impl Prepared {
     }
 
     /// The header: the program, the backend and the table.
-    fn print_header(&self, ex: &Exploration) {
-        println!("{}", self.program);
-        println!("backend: {}", self.backend);
-        println!("timings: {}", ex.timings);
+    fn header(&self, ex: &Exploration) -> String {
+        format!("{}\nbackend: {}\ntimings: {}\n", self.program, self.backend, ex.timings)
     }
 
     /// `plan` described in the words of the backend.
@@ -121,7 +120,7 @@ pub fn run_explore(args: &ExploreArgs, library: &Library) -> Result<(), Failure>
     let count = ex.count();
     let wanted = if args.all { ex.limits.max_plans } else { args.top };
     if !args.json {
-        prepared.print_header(&ex);
+        print!("{}", prepared.header(&ex));
         println!("plans: {count} in total");
         ex.notes.iter().for_each(|n| println!("note: {n}"));
     }
@@ -201,22 +200,27 @@ fn kernel_json(program: &Program, k: &Kernel) -> Value {
 }
 
 /// `fuse explain`: for every pair of calls that share data, fused in the best plan or why not.
+/// Written through one buffer: a script whose calls share an input has the square of its calls
+/// in pairs, and a write per line took as long as explaining them.
 pub fn run_explain(args: &ExplainArgs, library: &Library) -> Result<(), Failure> {
     let prepared = Prepared::new(&args.inputs, library)?;
     let program = &prepared.program;
     let ex = prepared.explored(library)?;
     let words = ex.words();
     let best = ex.best();
-    prepared.print_header(&ex);
-    println!(
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    write!(out, "{}", prepared.header(&ex)).map_err(stdout)?;
+    writeln!(
+        out,
         "best plan: {}, {:.2} µs",
         words.kernels(best.kernels.len()),
         best.predicted_us
-    );
-    print!("{}", prepared.describe(&best)?);
+    )
+    .map_err(stdout)?;
+    write!(out, "{}", prepared.describe(&best)?).map_err(stdout)?;
     let pairs = ex.explain(&best);
     if pairs.is_empty() {
-        println!("no two calls share data");
+        writeln!(out, "no two calls share data").map_err(stdout)?;
     }
     for pair in pairs {
         let shared: Vec<&str> = pair
@@ -224,20 +228,12 @@ pub fn run_explain(args: &ExplainArgs, library: &Library) -> Result<(), Failure>
             .iter()
             .map(|&v| program.values[v].variable.as_str())
             .collect();
-        println!();
-        println!(
-            "{}  ·  {}",
-            program.calls[pair.first].text, program.calls[pair.second].text
-        );
-        match pair.verdict {
-            Verdict::Fused { kernel } => {
-                println!("  share {}: fused in {} {kernel}", shared.join(", "), words.kernel())
-            }
-            Verdict::Apart { why, message } => {
-                println!("  share {}: apart ({why})", shared.join(", "));
-                println!("  {message}");
-            }
-        }
+        let (first, second) = (&program.calls[pair.first].text, &program.calls[pair.second].text);
+        let verdict = match pair.verdict {
+            Verdict::Fused { kernel } => format!("fused in {} {kernel}", words.kernel()),
+            Verdict::Apart { why, message } => format!("apart ({why})\n  {message}"),
+        };
+        writeln!(out, "\n{first}  ·  {second}\n  share {}: {verdict}", shared.join(", ")).map_err(stdout)?;
     }
-    Ok(())
+    out.flush().map_err(stdout)
 }

@@ -29,6 +29,22 @@ pub fn internal(message: impl ToString) -> Failure {
     }
 }
 
+/// Exit status when standard output was closed early (`fuse explain | head`): 128 + SIGPIPE, as a
+/// shell reports a tool the signal ended.
+pub const EXIT_CLOSED_OUTPUT: u8 = 141;
+
+/// A failed write to standard output. A closed pipe ends the run quietly, as it ends other Unix
+/// tools; any other error is reported.
+pub fn stdout(e: std::io::Error) -> Failure {
+    match e.kind() {
+        std::io::ErrorKind::BrokenPipe => Failure {
+            code: EXIT_CLOSED_OUTPUT,
+            message: String::new(),
+        },
+        _ => internal(format!("cannot write to standard output: {e}")),
+    }
+}
+
 /// An error of fuse (or of a backend below it) for the terminal.
 pub fn failure(err: impl Into<fuse::Error>) -> Failure {
     let err = err.into();

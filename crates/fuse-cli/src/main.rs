@@ -26,7 +26,7 @@ use fuse::stages::fuse_core::{script, DataGraph};
 use fuse::{Bindings, CompileOptions, Inputs, Library, Program, Sizes};
 
 use args::{load, parse_size, Backend};
-use failure::{bad_input, failure, Failure, EXIT_NO_DEVICE};
+use failure::{bad_input, failure, Failure, EXIT_CLOSED_OUTPUT, EXIT_NO_DEVICE};
 
 #[derive(Parser)]
 #[command(
@@ -259,7 +259,9 @@ fn main() -> ExitCode {
                 Some(a) if f.code == EXIT_NO_DEVICE => format!(", or {a}"),
                 _ => String::new(),
             };
-            eprintln!("error: {}{advice}", f.message);
+            if f.code != EXIT_CLOSED_OUTPUT {
+                eprintln!("error: {}{advice}", f.message);
+            }
             ExitCode::from(f.code)
         }
     }

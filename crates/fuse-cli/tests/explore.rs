@@ -349,3 +349,29 @@ fn a_gpu_table_given_to_the_cpu_backend_is_called_one_not_stale() {
     // Its advice must not be to overwrite the GPU table with a CPU calibration.
     assert!(!stderr.contains(&format!("-o {}", table.display())), "{stderr}");
 }
+
+#[test]
+fn a_reader_that_stops_early_ends_explain_quietly() {
+    // `fuse explain long.yaml | head`: standard output closed after the first lines. A write
+    // per line once panicked there ("failed printing to stdout").
+    let calls: String = (1..=300)
+        .map(|k| format!("  - y{k} = saxpy(2.0, y{}, x)\n", k - 1))
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("reads-x.yaml");
+    let text = format!("sizes: {{n: 4096}}\ninputs: {{x: [n], y0: [n]}}\noutputs: [y300]\ncalls:\n{calls}");
+    std::fs::write(&script, text).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_fuse"))
+        .args(["explain", "--backend", "cpu"])
+        .arg(&script)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = [0u8; 16];
+    std::io::Read::read_exact(child.stdout.as_mut().unwrap(), &mut first).unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(141), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.stderr.is_empty(), "{}", String::from_utf8_lossy(&out.stderr));
+}

@@ -195,7 +195,7 @@ pub fn explore<'p>(
 impl<'p> Exploration<'p> {
     /// All plans, best predicted first, computed as they are taken.
     pub fn plans(&self) -> Plans<'_, 'p> {
-        Plans::new(self, None)
+        Plans::new(self)
     }
 
     /// The best predicted plan.

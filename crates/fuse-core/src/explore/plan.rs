@@ -16,6 +16,7 @@
 use std::cmp::Ordering;
 use std::collections::{BTreeSet, BinaryHeap};
 use std::fmt::Write;
+use std::ops::Range;
 use std::rc::Rc;
 
 use serde::{Deserialize, Serialize};
@@ -239,9 +240,6 @@ impl std::fmt::Display for PlanCount {
     }
 }
 
-/// Which fusions a search may use.
-pub type FusionFilter<'e> = Box<dyn Fn(&[CallId]) -> bool + 'e>;
-
 /// Which kernel covers each call: the part of a partial plan that decides which fusions may
 /// come next. Counting plans walks it in place, adding and removing kernels.
 #[derive(Debug, Clone)]
@@ -250,8 +248,11 @@ struct Cover {
     kernel_of: ChunkedVec,
     /// The fusion of each kernel, in the order chosen.
     kernels: ChunkedVec,
-    /// The lowest uncovered call (the number of calls once all are covered).
+    /// The lowest uncovered call (`end` once all are covered).
     first: CallId,
+    /// One past the last call searched: those beyond it, and those below the first searched,
+    /// are [`OUTSIDE`].
+    end: CallId,
     /// One past the highest covered call: no path from an uncovered call beyond it (and
     /// beyond a new fusion) can come back (see [`Search::closes_cycle`]).
     reach: CallId,
@@ -261,13 +262,28 @@ struct Cover {
 
 const NONE: u32 = u32::MAX;
 
+/// The kernel of a call outside the calls searched: covered by a kernel fixed beforehand, which
+/// no path from a call searched leaves and comes back through (see [`best_us_within`]).
+const OUTSIDE: u32 = u32::MAX - 1;
+
 impl Cover {
     fn empty(calls: usize) -> Self {
+        Cover::within(calls, 0..calls)
+    }
+
+    /// No call of `searched` covered; every other call of the `calls` [`OUTSIDE`].
+    fn within(calls: usize, searched: Range<CallId>) -> Self {
+        let mut kernel_of = ChunkedVec::filled(calls, NONE);
+        if searched != (0..calls) {
+            kernel_of = ChunkedVec::filled(calls, OUTSIDE);
+            searched.clone().for_each(|c| kernel_of.set(c, NONE));
+        }
         Cover {
-            kernel_of: ChunkedVec::filled(calls, NONE),
+            kernel_of,
             kernels: ChunkedVec::default(),
-            first: 0,
-            reach: 0,
+            first: searched.start,
+            end: searched.end,
+            reach: searched.start,
             size: 0,
         }
     }
@@ -277,7 +293,7 @@ impl Cover {
     }
 
     fn first_uncovered(&self) -> Option<CallId> {
-        (self.first < self.kernel_of.len()).then_some(self.first)
+        (self.first < self.end).then_some(self.first)
     }
 
     /// Covers `calls` (fusion `f`, free of covered calls) with a new kernel.
@@ -289,7 +305,7 @@ impl Cover {
         self.kernels.push(f as u32);
         self.size += calls.len();
         self.reach = self.reach.max(calls[calls.len() - 1] + 1);
-        while self.first < self.kernel_of.len() && self.covers(self.first) {
+        while self.first < self.end && self.covers(self.first) {
             self.first += 1;
         }
     }
@@ -336,6 +352,8 @@ fn units(us: f64) -> Units {
 /// The search over an exploration's fusions.
 struct Search<'e, 'p> {
     ex: &'e Exploration<'p>,
+    /// The calls to cover.
+    searched: Range<CallId>,
     /// Allowed fusions by their lowest call.
     by_first: Vec<Vec<usize>>,
     /// For each call, the shares of a kernel's time it can carry, least first: (the fastest
@@ -350,13 +368,14 @@ struct Search<'e, 'p> {
 }
 
 impl<'e, 'p> Search<'e, 'p> {
-    fn new(ex: &'e Exploration<'p>, filter: Option<FusionFilter<'e>>) -> Self {
+    /// The search covering the calls `searched` with `fusions` (indices into `ex.fusions`, each
+    /// once, their calls among those searched).
+    fn new(ex: &'e Exploration<'p>, fusions: impl IntoIterator<Item = usize>, searched: Range<CallId>) -> Self {
         let n = ex.context.calls();
         let mut by_first = vec![Vec::new(); n];
         let mut candidates = vec![Vec::new(); n];
-        for (f, fusion) in ex.fusions.iter().enumerate() {
-            let allowed = filter.as_ref().is_none_or(|keep| keep(&fusion.calls));
-            let Some(best) = ex.implementations[f].list.first().filter(|_| allowed) else {
+        for f in fusions {
+            let (fusion, Some(best)) = (&ex.fusions[f], ex.implementations[f].list.first()) else {
                 continue;
             };
             by_first[fusion.calls[0]].push(f);
@@ -399,6 +418,7 @@ impl<'e, 'p> Search<'e, 'p> {
         }
         Search {
             ex,
+            searched,
             by_first,
             shares,
             sharers,
@@ -419,12 +439,12 @@ impl<'e, 'p> Search<'e, 'p> {
     fn root(&self) -> Partial {
         let n = self.ex.context.calls();
         let mut p = Partial {
-            cover: Cover::empty(n),
+            cover: Cover::within(n, self.searched.clone()),
             picks: ChunkedVec::filled(n, 0),
             bound: 0,
             stranded: 0,
         };
-        for shares in &self.shares {
+        for shares in &self.shares[self.searched.clone()] {
             match shares.first() {
                 Some(&(share, _)) => p.bound += units(share),
                 None => p.stranded += 1,
@@ -552,6 +572,7 @@ impl<'e, 'p> Search<'e, 'p> {
             }
             let group = match cover.kernel_of.get(x) {
                 NONE => std::slice::from_ref(&x),
+                OUTSIDE => continue,
                 k => self.calls(cover.kernels.get(k as usize) as usize),
             };
             for &y in group {
@@ -690,6 +711,11 @@ impl Ord for Entry {
 /// implementations of their kernels are thus never expanded twice.
 pub struct Plans<'e, 'p> {
     search: Search<'e, 'p>,
+    /// Partial plans expanded before plans are completed greedily.
+    nodes: usize,
+    /// Greedy completions that may still fail before the search gives up: on a program where
+    /// few plans are free of cycles, each tries as long as a search.
+    failures_left: usize,
     heap: BinaryHeap<Entry>,
     seq: u64,
     expanded: usize,
@@ -698,10 +724,28 @@ pub struct Plans<'e, 'p> {
 }
 
 impl<'e, 'p> Plans<'e, 'p> {
-    pub(crate) fn new(ex: &'e Exploration<'p>, filter: Option<FusionFilter<'e>>) -> Self {
-        let search = Search::new(ex, filter);
+    /// The plans of `ex`.
+    pub(crate) fn new(ex: &'e Exploration<'p>) -> Self {
+        Plans::among(ex, 0..ex.fusions.len())
+    }
+
+    /// The plans of `ex` whose kernels are all among `fusions` (indices into `ex.fusions`,
+    /// each once).
+    pub(crate) fn among(ex: &'e Exploration<'p>, fusions: impl IntoIterator<Item = usize>) -> Self {
+        Plans::searching(
+            Search::new(ex, fusions, 0..ex.context.calls()),
+            ex.limits.max_search_nodes,
+            usize::MAX,
+        )
+    }
+
+    /// Plans of `search`, best first while at most `nodes` partial plans are expanded; past
+    /// those, greedy completions until `failures` of them have failed.
+    fn searching(search: Search<'e, 'p>, nodes: usize, failures: usize) -> Self {
         let mut plans = Plans {
             search,
+            nodes,
+            failures_left: failures,
             heap: BinaryHeap::new(),
             seq: 0,
             expanded: 0,
@@ -720,7 +764,7 @@ impl<'e, 'p> Plans<'e, 'p> {
     fn node_budget(&self) -> usize {
         let limits = &self.search.ex.limits;
         let calls = self.search.ex.context.calls().max(1);
-        limits.max_search_nodes.min(limits.max_search_cells / calls)
+        self.nodes.min(limits.max_search_cells / calls)
     }
 
     /// Whether the node budget ran out: plans from then on are greedy completions, the best
@@ -771,7 +815,7 @@ impl<'e, 'p> Plans<'e, 'p> {
     /// fastest implementations comes first. A successor shares `choice` and names the one
     /// index it raises, and its cost is this one's changed by difference (never below it):
     /// summed afresh, or copied, each would cost as much as the plan is long.
-    fn emit(&mut self, plan: Rc<Partial>, choice: Vec<u32>, pivot: usize, cost: f64) -> Plan {
+    fn emit(&mut self, plan: Rc<Partial>, choice: Vec<u32>, pivot: usize, cost: f64) -> Emitted {
         let depth = plan.cover.size;
         let choice = Rc::new(choice);
         for k in (pivot..choice.len()).rev() {
@@ -788,7 +832,7 @@ impl<'e, 'p> Plans<'e, 'p> {
             }
         }
         self.rank += 1;
-        self.search.plan(&plan, &choice, self.rank, cost)
+        Emitted { plan, choice, cost }
     }
 
     /// The plan of child `k` of `parent`, and its cost so far.
@@ -810,10 +854,40 @@ impl<'e, 'p> Plans<'e, 'p> {
     }
 }
 
+/// The predicted time of the best cover of the calls `searched` with `fusions` (indices into
+/// `ex.fusions`, each once, their calls among those searched) found expanding at most `nodes`
+/// partial plans and as many greedy completions, or `None` if none of those is free of cycles. The other calls count as covered by kernels fixed beforehand, which must leave no
+/// path from a call searched that comes back to one: then no cycle passes through them, and
+/// the search stays within the calls searched, however long the program.
+pub(crate) fn best_us_within(
+    ex: &Exploration,
+    fusions: impl IntoIterator<Item = usize>,
+    searched: Range<CallId>,
+    nodes: usize,
+) -> Option<f64> {
+    Plans::searching(Search::new(ex, fusions, searched), nodes, nodes)
+        .next_emitted()
+        .map(|e| e.cost)
+}
+
+/// A complete plan taken from the heap: its kernels, their implementations and its cost.
+struct Emitted {
+    plan: Rc<Partial>,
+    choice: Rc<Vec<u32>>,
+    cost: f64,
+}
+
 impl Iterator for Plans<'_, '_> {
     type Item = Plan;
 
     fn next(&mut self) -> Option<Plan> {
+        let e = self.next_emitted()?;
+        Some(self.search.plan(&e.plan, &e.choice, self.rank, e.cost))
+    }
+}
+
+impl Plans<'_, '_> {
+    fn next_emitted(&mut self) -> Option<Emitted> {
         while let Some(entry) = self.heap.pop() {
             let (parent, k) = match entry.node {
                 Node::Choice { plan, base, raise } => {
@@ -846,6 +920,10 @@ impl Iterator for Plans<'_, '_> {
                     let choice = vec![0; partial.cover.kernels.len()];
                     return Some(self.emit(Rc::new(partial), choice, 0, g));
                 }
+                if self.failures_left == 0 {
+                    return None;
+                }
+                self.failures_left -= 1;
             }
         }
         None
@@ -856,7 +934,7 @@ impl Iterator for Plans<'_, '_> {
 /// search walks one [`Cover`] in place, with a stack of its own, so neither memory nor the
 /// call stack grows with the program beyond one partial plan.
 pub(crate) fn count(ex: &Exploration, budget: usize) -> PlanCount {
-    let search = Search::new(ex, None);
+    let search = Search::new(ex, 0..ex.fusions.len(), 0..ex.context.calls());
     let mut cover = Cover::empty(ex.context.calls());
     let mut visited = 1usize;
     if cover.first_uncovered().is_none() {

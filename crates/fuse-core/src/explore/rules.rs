@@ -249,9 +249,14 @@ fn reaches(
 
 /// Every structural rule for a candidate fusion (resources are checked per implementation).
 pub fn check(ctx: &Context, members: &CallSet) -> Result<(), Violation> {
-    pairs(ctx, members)?;
-    saves_traffic(ctx, members)?;
+    check_convex(ctx, members)?;
     convex(ctx, members)
+}
+
+/// [`check`] for members known to be convex, as the calls on the paths between two calls are.
+pub fn check_convex(ctx: &Context, members: &CallSet) -> Result<(), Violation> {
+    pairs(ctx, members)?;
+    saves_traffic(ctx, members)
 }
 
 /// The pairwise rules for every two members: the first pair in call order that breaks one.

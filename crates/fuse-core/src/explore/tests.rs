@@ -334,26 +334,6 @@ pub(super) fn rounds(calls: usize) -> String {
 }
 
 #[test]
-fn a_script_of_300_calls_sharing_an_input_is_explained_quickly() {
-    // Half the calls read `x`: 14 399 pairs, most with long runs of calls between them.
-    // Scanning every fusion, walking from every call between and checking every two of them,
-    // pair by pair, took the fourth power of the calls: 50 s at 500 calls.
-    let program = script::parse("rounds.yaml", &rounds(300), &library()).unwrap();
-    let ex = explored(&program, Limits::default());
-    let mut kinds = std::collections::BTreeMap::new();
-    for pair in ex.explain(&ex.best()) {
-        *kinds.entry(kind(&pair.verdict)).or_insert(0) += 1;
-    }
-    let expected = [
-        ("fused", 10),
-        ("global-barrier", 5625),
-        ("not-explored", 64),
-        ("same-nesting-level", 8700),
-    ];
-    assert_eq!(kinds, expected.map(|(k, n)| (k.to_string(), n)).into());
-}
-
-#[test]
 fn a_chain_of_20000_calls_is_explored_and_counted() {
     // Plan search and counting once held a copy of every partial plan per node, took the
     // square of the calls per plan and recursed once per kernel: 200 s, 4.4 GB and, on a
