@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use fuse::stages::fuse_codegen::generate::{generate_plan, Step};
 use fuse::stages::fuse_codegen::nvrtc::{self, Arch, CompileOptions, NvrtcError};
-use fuse::stages::fuse_codegen::profile;
+use fuse::stages::fuse_codegen::{profile, sass};
 use fuse::stages::fuse_core::{explore, file, Library, Limits, Plan, Program, Sizes, TimingTable};
 
 use crate::failure::{bad_input, Failure};
@@ -97,7 +97,24 @@ pub fn compile(program: &Program, sizes: &Sizes, library: &Library, args: &Compi
         Ok(compiled) => {
             write(format!("{}.{arch}.ptx", program.name), &compiled.ptx)?;
             write("resources.txt".to_string(), &resource_report(&compiled.resources))?;
-            let kernels = profile::profile(&generated, &compiled.ptx, &compiled.resources, sizes, &table.device);
+            let functions = match sass::disassemble(&compiled.cubin) {
+                Ok(listing) => {
+                    write(format!("{}.{arch}.sass", program.name), &listing)?;
+                    sass::parse(&listing)
+                }
+                Err(e) => {
+                    eprintln!("note: {e}; profile.txt leaves out the hot loops");
+                    Vec::new()
+                }
+            };
+            let kernels = profile::profile(
+                &generated,
+                &compiled.ptx,
+                &compiled.resources,
+                &functions,
+                sizes,
+                &table.device,
+            );
             let report = profile::table(&kernels);
             write("profile.txt".to_string(), &report)?;
             print!("{report}");
@@ -129,7 +146,8 @@ fn nvrtc_named() -> bool {
 
 /// Whether `name` is one of the files `fuse compile` writes.
 fn written_by_compile(name: &str) -> bool {
-    matches!(name, "plan.yaml" | "resources.txt" | "profile.txt") || name.ends_with(".cu") || name.ends_with(".ptx")
+    matches!(name, "plan.yaml" | "resources.txt" | "profile.txt")
+        || [".cu", ".ptx", ".sass"].iter().any(|e| name.ends_with(e))
 }
 
 /// Makes `out` ready for a compile: absent, empty, or the folder of an earlier compile (a

@@ -230,7 +230,7 @@ fn system_loader(spec: &Spec, mut searched: Vec<String>) -> Result<Pinned, Probe
 
 /// `<site-packages>/<wheel>` for each site-packages folder of the Python that pip installs into
 /// (`$PYTHON`, else `python3`), where it exists. None where there is no Python.
-fn wheel_dirs(wheel: &str) -> Vec<PathBuf> {
+pub(crate) fn wheel_dirs(wheel: &str) -> Vec<PathBuf> {
     const SITE_PACKAGES: &str = "import site; print('\\n'.join(site.getsitepackages() + [site.getusersitepackages()]))";
     let python = std::env::var_os("PYTHON").unwrap_or_else(|| "python3".into());
     let Ok(out) = std::process::Command::new(python)

@@ -2,7 +2,10 @@
 //! loads (from the PTX), the numbers each thread holds per matrix row, the atomics and warp
 //! shuffles per 1024 matrix elements (from the launch at given sizes; a float4 atomic of sm_90
 //! counts once), registers and spills
-//! (from ptxas), resident blocks per SM and waves (from the device's limits).
+//! (from ptxas), resident blocks per SM and waves (from the device's limits), and from the SASS
+//! (see [`crate::sass`]) what one trip of the hot loop issues: instructions and narrow loads per
+//! 128-bit load, barriers, and the loads in flight before the first use, which with the blocks
+//! resident give the bytes in flight per SM that hide the memory's latency.
 //!
 //! These are the offline proxies of speed for memory-bound kernels: 32-bit matrix loads, an
 //! atomic every few elements, spills or a grid of a fraction of a wave are slow on any GPU.
@@ -15,11 +18,14 @@ use serde::Serialize;
 
 use crate::generate::{Generated, Grid, Step};
 use crate::nvrtc::KernelResources;
+use crate::sass::{Function, HotLoop};
 
 /// Shuffle instructions of one warp sum (32 lanes, halving).
 const SHUFFLES_PER_WARP_SUM: u64 = 5;
 /// Registers per SM on every architecture fuse targets (sm_70 to sm_90).
 const REGISTERS_PER_SM: u64 = 65536;
+/// Bytes of one 128-bit load.
+const WIDE_LOAD_BYTES: f64 = 16.0;
 
 /// The profile of one launched kernel.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -46,14 +52,24 @@ pub struct KernelProfile {
     pub blocks_per_sm: u64,
     /// Grid blocks over all SMs' resident blocks.
     pub waves: f64,
+    /// Blocks resident per SM on average at these sizes: the occupancy limit, or fewer where
+    /// the grid has fewer blocks than the SMs hold.
+    pub resident_per_sm: f64,
+    /// How full the last wave is (1: whole waves).
+    pub last_wave: f64,
+    /// One trip of the hot loop, where the SASS was read.
+    pub hot_loop: Option<HotLoop>,
+    /// Bytes of 128-bit loads in flight per SM: resident threads × loads before first use × 16.
+    pub in_flight_per_sm: Option<f64>,
 }
 
-/// Profiles every kernel launch of `generated`, compiled to `ptx` with `resources`, at `sizes`
-/// on `device`.
+/// Profiles every kernel launch of `generated`, compiled to `ptx` with `resources` and
+/// disassembled to `sass` (none where `nvdisasm` is not at hand), at `sizes` on `device`.
 pub fn profile(
     generated: &Generated,
     ptx: &str,
     resources: &[KernelResources],
+    sass: &[Function],
     sizes: &Sizes,
     device: &Hardware,
 ) -> Vec<KernelProfile> {
@@ -87,6 +103,15 @@ pub fn profile(
                 }
                 _ => (None, None),
             };
+            let sms = device.sms.max(1) as u64;
+            let waves = blocks as f64 / (per_sm.max(1) * sms) as f64;
+            let resident_per_sm = (per_sm as f64).min(blocks as f64 / sms as f64);
+            let hot_loop = sass
+                .iter()
+                .find(|f| f.name == launch.kernel)
+                .and_then(Function::hot_loop);
+            let in_flight =
+                hot_loop.map(|h| resident_per_sm * threads as f64 * h.loads_before_use as f64 * WIDE_LOAD_BYTES);
             KernelProfile {
                 kernel: launch.kernel.clone(),
                 load_bits: widest_global_load(ptx, &launch.kernel),
@@ -98,7 +123,14 @@ pub fn profile(
                 threads,
                 blocks,
                 blocks_per_sm: per_sm,
-                waves: blocks as f64 / (per_sm.max(1) * device.sms.max(1) as u64) as f64,
+                waves,
+                resident_per_sm,
+                last_wave: match waves.fract() {
+                    0.0 => 1.0,
+                    part => part,
+                },
+                hot_loop,
+                in_flight_per_sm: in_flight,
             }
         })
         .collect()
@@ -154,13 +186,14 @@ fn load_bits(instruction: &str) -> u32 {
 /// The profile as a table, one kernel per line.
 pub fn table(profiles: &[KernelProfile]) -> String {
     let mut s = String::from(
-        "kernel                           load_bits  per_thread  atomics/1Ki  shuffles/1Ki  regs  spill_B  threads  blocks  blocks/SM  waves\n",
+        "kernel                           load_bits  per_thread  atomics/1Ki  shuffles/1Ki  regs  spill_B  threads  blocks  blocks/SM  resident/SM  waves  last_wave  instr/LDG128  narrow/LDG128  bar/trip  in_flight  KiB/SM\n",
     );
     let per_1k = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.2}"));
     for p in profiles {
+        let hot = |f: &dyn Fn(&HotLoop) -> String| p.hot_loop.as_ref().map_or("-".to_string(), f);
         let _ = writeln!(
             s,
-            "{:<32} {:>9}  {:>10}  {:>11}  {:>12}  {:>4}  {:>7}  {:>7}  {:>6}  {:>9}  {:>5.2}",
+            "{:<32} {:>9}  {:>10}  {:>11}  {:>12}  {:>4}  {:>7}  {:>7}  {:>6}  {:>9}  {:>11.2}  {:>5.2}  {:>9.2}  {:>12}  {:>13}  {:>8}  {:>9}  {:>6}",
             p.kernel,
             p.load_bits,
             p.per_thread,
@@ -171,7 +204,14 @@ pub fn table(profiles: &[KernelProfile]) -> String {
             p.threads,
             p.blocks,
             p.blocks_per_sm,
-            p.waves
+            p.resident_per_sm,
+            p.waves,
+            p.last_wave,
+            hot(&|h| format!("{:.1}", h.per_wide_load())),
+            hot(&|h| format!("{:.1}", h.narrow_per_wide())),
+            hot(&|h| h.barriers.to_string()),
+            hot(&|h| h.loads_before_use.to_string()),
+            p.in_flight_per_sm.map_or("-".to_string(), |b| format!("{:.1}", b / 1024.0)),
         );
     }
     s

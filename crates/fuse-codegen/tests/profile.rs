@@ -30,7 +30,14 @@ fn best_plan_profile(name: &str, precision_f64: bool) -> Vec<KernelProfile> {
         ..CompileOptions::default()
     };
     let compiled = nvrtc::compile(&generated.source, &options).unwrap_or_else(|e| panic!("{name}: {e}"));
-    profile(&generated, &compiled.ptx, &compiled.resources, &sizes, &table.device)
+    profile(
+        &generated,
+        &compiled.ptx,
+        &compiled.resources,
+        &[],
+        &sizes,
+        &table.device,
+    )
 }
 
 #[test]
