@@ -128,14 +128,20 @@ template <typename T, int V> __device__ __forceinline__ bool fuse_vector_ok(cons
     return V > 1 && V * sizeof(T) <= 16 && reinterpret_cast<unsigned long long>(p) % (V * sizeof(T)) == 0;
 }
 
+// Whether p is 16-byte aligned: with it, rows of a multiple of V elements start aligned.
+template <typename T> __device__ __forceinline__ bool fuse_aligned(const T* p) {
+    return reinterpret_cast<unsigned long long>(p) % 16 == 0;
+}
+
 // Load routine of a strip: elements col .. col+V-1 of a row (or vector) of n elements, zero
 // past the end. One 16-byte read-only load where the address is aligned and the run is inside
 // the row; element by element otherwise (odd row lengths, the tail), so every size is correct.
-template <typename T, int V>
+// Unchecked, the caller has made sure of both: a plain vector load, no branch.
+template <typename T, int V, bool Checked = true>
 __device__ __forceinline__ fuse_vec<T, V> fuse_load_vec(const T* __restrict__ row, long long col, long long n) {
     fuse_vec<T, V> out;
     const T* p = row + col;
-    if (col + V <= n && fuse_vector_ok<T, V>(p)) {
+    if (!Checked || (col + V <= n && fuse_vector_ok<T, V>(p))) {
         if constexpr (V == 4 && sizeof(T) == 4) {
             const float4 q = __ldg(reinterpret_cast<const float4*>(p));
             out.e[0] = q.x, out.e[1] = q.y, out.e[2] = q.z, out.e[3] = q.w;
@@ -147,15 +153,15 @@ __device__ __forceinline__ fuse_vec<T, V> fuse_load_vec(const T* __restrict__ ro
         }
     }
 #pragma unroll
-    for (int e = 0; e < V; ++e) out.e[e] = col + e < n ? p[e] : T(0);
+    for (int e = 0; e < V; ++e) out.e[e] = !Checked || col + e < n ? p[e] : T(0);
     return out;
 }
 
 // Store routine of a strip: the same elements, skipped past the end of the row.
-template <typename T, int V>
+template <typename T, int V, bool Checked = true>
 __device__ __forceinline__ void fuse_store_vec(T* __restrict__ row, long long col, long long n, const fuse_vec<T, V>& v) {
     T* p = row + col;
-    if (col + V <= n && fuse_vector_ok<T, V>(p)) {
+    if (!Checked || (col + V <= n && fuse_vector_ok<T, V>(p))) {
         if constexpr (V == 4 && sizeof(T) == 4) {
             *reinterpret_cast<float4*>(p) = make_float4(v.e[0], v.e[1], v.e[2], v.e[3]);
             return;
@@ -166,7 +172,7 @@ __device__ __forceinline__ void fuse_store_vec(T* __restrict__ row, long long co
     }
 #pragma unroll
     for (int e = 0; e < V; ++e)
-        if (col + e < n) p[e] = v.e[e];
+        if (!Checked || col + e < n) p[e] = v.e[e];
 }
 
 // Sum of `value` over the whole block (blockDim.y == 1), left in every thread. All threads of

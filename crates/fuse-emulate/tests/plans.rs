@@ -109,7 +109,9 @@ fn best_five_plans_and_unfused_match_the_reference_f64() {
 /// widths (odd counts leave rows unaligned for 16-byte loads: the scalar path).
 #[test]
 fn strip_layouts_match_the_reference_at_odd_column_counts() {
-    let sizes = [(5, 1), (3, 3), (7, 1023), (4, 1025), (3, 4097)];
+    // Odd counts take every strip's edge body; 2048 and 4100 (a multiple of the vector) the
+    // interior body of whole strips, 4100 the edge body of its last.
+    let sizes = [(5, 1), (3, 3), (7, 1023), (4, 1025), (3, 4097), (6, 2048), (5, 4100)];
     for (name, precision) in [
         ("bicgk", Precision::F32),
         ("gemver", Precision::F32),
@@ -139,7 +141,8 @@ fn strip_layouts_match_the_reference_at_odd_column_counts() {
 /// wrong answer, where a row is wider than the block holds.
 #[test]
 fn whole_row_blocks_match_the_reference() {
-    let sizes = [(5, 1), (3, 3), (7, 1023), (40, 1025), (3, 4097)];
+    // A row of exactly the block's 8192 columns takes the interior body; the rest the edge one.
+    let sizes = [(5, 1), (3, 3), (7, 1023), (40, 1025), (3, 4097), (3, 8192)];
     for (name, precision, threads) in [
         ("atax", Precision::F32, 256),
         ("bicgk", Precision::F32, 256),

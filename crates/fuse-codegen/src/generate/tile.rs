@@ -207,14 +207,15 @@ impl<'a> Strips<'a> {
         format!("fuse_vec<{}, kVector>", self.k.ty())
     }
 
-    /// `c{v}[g]` for every column sub-vector, loaded for the strip at `col0`.
-    fn column_vector_loads(&self, indent: &str) -> String {
+    /// `c{v}[g]` for every column sub-vector, loaded for the strip at `col0`, `checked` (a C++
+    /// constant) or not.
+    fn column_vector_loads(&self, checked: &str, indent: &str) -> String {
         let mut s = String::new();
         for &v in &self.uses.column_vectors {
             let _ = writeln!(s, "{indent}{} c{v}[kGroups];", self.vec());
             let _ = writeln!(
                 s,
-                "{indent}#pragma unroll\n{indent}for (int g = 0; g < kGroups; ++g) c{v}[g] = fuse_load_vec<{}, kVector>({}, col0 + (g * kRowThreads + rt) * kVector, {});",
+                "{indent}#pragma unroll\n{indent}for (int g = 0; g < kGroups; ++g) c{v}[g] = fuse_load_vec<{}, kVector, {checked}>({}, col0 + (g * kRowThreads + rt) * kVector, {});",
                 self.k.ty(),
                 pointer(self.k.program, v),
                 self.n
@@ -241,7 +242,7 @@ impl<'a> Strips<'a> {
             let _ = writeln!(s, "{indent}{} v{v}[kGroups];", self.vec());
             let _ = writeln!(
                 s,
-                "{indent}#pragma unroll\n{indent}for (int g = 0; g < kGroups; ++g) v{v}[g] = fuse_load_vec<{ty}, kVector>({} + at, col0 + (g * kRowThreads + rt) * kVector, {});",
+                "{indent}#pragma unroll\n{indent}for (int g = 0; g < kGroups; ++g) v{v}[g] = fuse_load_vec<{ty}, kVector, kChecked>({} + at, col0 + (g * kRowThreads + rt) * kVector, {});",
                 pointer(k.program, v),
                 self.n
             );
@@ -269,7 +270,7 @@ impl<'a> Strips<'a> {
         );
         let _ = writeln!(
             s,
-            "{indent}        const bool ok = col0 + (g * kRowThreads + rt) * kVector + e < {};",
+            "{indent}        const bool ok = !kChecked || col0 + (g * kRowThreads + rt) * kVector + e < {};",
             self.n
         );
         let inner = format!("{indent}        ");
@@ -287,7 +288,7 @@ impl<'a> Strips<'a> {
         for v in k.stored() {
             let _ = writeln!(
                 s,
-                "{indent}#pragma unroll\n{indent}for (int g = 0; g < kGroups; ++g) fuse_store_vec<{ty}, kVector>({} + at, col0 + (g * kRowThreads + rt) * kVector, {}, v{v}[g]);",
+                "{indent}#pragma unroll\n{indent}for (int g = 0; g < kGroups; ++g) fuse_store_vec<{ty}, kVector, kChecked>({} + at, col0 + (g * kRowThreads + rt) * kVector, {}, v{v}[g]);",
                 pointer(k.program, v),
                 self.n
             );
@@ -541,29 +542,49 @@ impl<'a> Strips<'a> {
             s,
             "    const long long row_end = row0 + height < {m} ? row0 + height : {m};"
         );
-        s.push_str(&self.column_vector_loads("    "));
+        // Once per block, before the loop: checked.
+        s.push_str(&self.column_vector_loads("true", "    "));
         s.push_str(&self.column_sum_clear("    "));
+        s.push_str(&self.interior("col0 + kColumns <= ", "    "));
         // One row at a time: its loads are already several in flight, and unrolling would
         // hold two rows in registers (spills on sm_80).
+        let mut rows = String::new();
         let _ = writeln!(
-            s,
-            "    #pragma unroll 1\n    for (long long row = row0 + row_slot; row < row_end; row += kRowsAtOnce) {{"
+            rows,
+            "        #pragma unroll 1\n        for (long long row = row0 + row_slot; row < row_end; row += kRowsAtOnce) {{"
         );
         for &v in &self.uses.row_vectors {
-            let _ = writeln!(s, "        const {ty} r{v} = {}[row];", pointer(k.program, v));
+            let _ = writeln!(rows, "            const {ty} r{v} = {}[row];", pointer(k.program, v));
         }
         for &r in &self.row_sums {
-            let _ = writeln!(s, "        {ty} part{r} = {ty}(0);");
+            let _ = writeln!(rows, "            {ty} part{r} = {ty}(0);");
         }
         if k.whole_rows {
-            s.push_str(&self.whole_row_body("        ")?);
+            rows.push_str(&self.whole_row_body("            ")?);
         } else {
-            s.push_str(&self.row_body("        ")?);
-            s.push_str(&self.row_sum_stores(false, None, "        ")?);
+            rows.push_str(&self.row_body("            ")?);
+            rows.push_str(&self.row_sum_stores(false, None, "            ")?);
         }
-        s.push_str("    }\n");
+        rows.push_str("        }\n");
+        s.push_str(&both_bodies(&rows, "    "));
         s.push_str(&self.column_sum_stores(k.grid_serial().is_none(), "    ")?);
         Ok(s)
+    }
+
+    /// `interior`: whether every matrix access of the block's strip is inside its row and 16-byte
+    /// aligned — the strip `{within}` the row length, rows a multiple of the vector, and every
+    /// matrix aligned. The same for the whole block, so it selects the loop body once.
+    fn interior(&self, within: &str, indent: &str) -> String {
+        let k = self.k;
+        let matrices = (self.uses.matrices.iter().copied())
+            .chain(self.uses.column_vectors.iter().copied())
+            .chain(k.stored())
+            .map(|v| format!(" && fuse_aligned({})", pointer(k.program, v)))
+            .collect::<String>();
+        format!(
+            "{indent}const bool interior = {within}{n} && {n} % kVector == 0{matrices};\n",
+            n = self.n
+        )
     }
 
     /// The walk of 32 rows along their strips.
@@ -597,25 +618,34 @@ impl<'a> Strips<'a> {
             "    const long long strips = {};",
             k.iterations(n, "(long long)kColumns")
         );
-        let _ = writeln!(s, "    for (long long strip = 0; strip < strips; ++strip) {{");
+        s.push_str(&self.interior("((long long)blockIdx.x + 1) * strips * kColumns <= ", "    "));
+        let mut strips = String::new();
+        let _ = writeln!(strips, "        for (long long strip = 0; strip < strips; ++strip) {{");
         let _ = writeln!(
-            s,
-            "        const long long col0 = ((long long)blockIdx.x * strips + strip) * kColumns;"
+            strips,
+            "            const long long col0 = ((long long)blockIdx.x * strips + strip) * kColumns;"
         );
-        let _ = writeln!(s, "        if (col0 >= {n}) break;  // uniform across the block");
-        s.push_str(&self.column_vector_loads("        "));
-        s.push_str(&self.column_sum_clear("        "));
+        let _ = writeln!(
+            strips,
+            "            if (col0 >= {n}) break;  // uniform across the block"
+        );
+        strips.push_str(&self.column_vector_loads("kChecked", "            "));
+        strips.push_str(&self.column_sum_clear("            "));
         // Unrolled, so that the per-row arrays stay in registers; the test is uniform per warp.
-        let _ = writeln!(s, "        #pragma unroll\n        for (int k = 0; k < kRows; ++k) {{");
-        let _ = writeln!(s, "            const long long row = row_first + k * kWarps;");
         let _ = writeln!(
-            s,
-            "            if (row < {m} && k * kWarps + warp < {ROWS_PER_STRIP_BLOCK}) {{"
+            strips,
+            "            #pragma unroll\n            for (int k = 0; k < kRows; ++k) {{"
         );
-        s.push_str(&self.row_body("                ")?);
-        s.push_str("            }\n        }\n");
-        s.push_str(&self.column_sum_stores(false, "        ")?);
-        s.push_str("    }\n");
+        let _ = writeln!(strips, "                const long long row = row_first + k * kWarps;");
+        let _ = writeln!(
+            strips,
+            "                if (row < {m} && k * kWarps + warp < {ROWS_PER_STRIP_BLOCK}) {{"
+        );
+        strips.push_str(&self.row_body("                    ")?);
+        strips.push_str("                }\n            }\n");
+        strips.push_str(&self.column_sum_stores(false, "            ")?);
+        strips.push_str("        }\n");
+        s.push_str(&both_bodies(&strips, "    "));
         let _ = writeln!(s, "    #pragma unroll\n    for (int k = 0; k < kRows; ++k) {{");
         let _ = writeln!(s, "        const long long row = row_first + k * kWarps;");
         let inside = format!("row < {m} && k * kWarps + warp < {ROWS_PER_STRIP_BLOCK}");
@@ -623,6 +653,14 @@ impl<'a> Strips<'a> {
         s.push_str("    }\n");
         Ok(s)
     }
+}
+
+/// `rows` twice: as the interior body, where `kChecked` is false and no access is tested, and
+/// as the edge body, every access checked; `interior` chooses, once per block or strip.
+fn both_bodies(rows: &str, indent: &str) -> String {
+    format!(
+        "{indent}if (interior) {{  // interior: no bounds or alignment tests\n{indent}    constexpr bool kChecked = false;\n{rows}{indent}}} else {{  // edge: every access checked\n{indent}    constexpr bool kChecked = true;\n{rows}{indent}}}\n"
+    )
 }
 
 /// The kernel's source and launch.
