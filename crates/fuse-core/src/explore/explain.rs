@@ -284,6 +284,9 @@ pub(super) struct Neighbourhood<'x> {
     pub(super) kernel_of: Vec<usize>,
     /// For each kernel of `best`, its fusion.
     fusion_of: Vec<usize>,
+    /// For each call `c`, one past the last call of the kernels of `best` whose first call is at
+    /// most `c`: no more than increasing.
+    reach_from: Vec<CallId>,
 }
 
 impl<'x> Neighbourhood<'x> {
@@ -302,21 +305,32 @@ impl<'x> Neighbourhood<'x> {
                     .find(|&&f| ex.fusions[f].calls == calls)
                     .expect("every kernel of a plan is one of the exploration's fusions")
             })
-            .collect();
+            .collect::<Vec<usize>>();
+        let mut reach_from = vec![0; ex.context.calls()];
+        for &f in &fusion_of {
+            let calls = &ex.fusions[f].calls;
+            reach_from[calls[0]] = reach_from[calls[0]].max(calls[calls.len() - 1] + 1);
+        }
+        for c in 1..reach_from.len() {
+            reach_from[c] = reach_from[c].max(reach_from[c - 1]);
+        }
         Neighbourhood {
             ex,
             best,
             holding,
             kernel_of,
             fusion_of,
+            reach_from,
         }
     }
 
     /// The calls near `a` and `b` and the fusions a plan fusing them may cover those with: in
     /// the window — the kernels of `best` that some implemented fusion of both touches — every
     /// fusion that holds both or neither; elsewhere the kernels of `best` as they are. The calls
-    /// span the window and every kernel of `best` with a call in the span, so that no path
-    /// leaves them through a kernel kept and comes back (calls run in a topological order).
+    /// span the window and every kernel of `best` with a call in the span or calls on both sides
+    /// of it, so that no path leaves them through a kernel kept and comes back (calls run in a
+    /// topological order: a kernel wholly before the span is never reached from it, and one
+    /// wholly after never leads back).
     pub(super) fn near(&self, a: CallId, b: CallId) -> Near {
         let ex = self.ex;
         let mut window: Vec<usize> = (self.holding[a].iter())
@@ -333,7 +347,9 @@ impl<'x> Neighbourhood<'x> {
         };
         let mut searched = span(&mut window.iter().copied());
         loop {
-            let wider = span(&mut (searched.0..searched.1).map(|c| self.kernel_of[c]));
+            let mut wider = span(&mut (searched.0..searched.1).map(|c| self.kernel_of[c]));
+            // The first call of the first kernel that starts before the span and ends after it.
+            wider.0 = wider.0.min(self.reach_from.partition_point(|&end| end <= wider.1));
             if wider == searched {
                 break;
             }
