@@ -175,16 +175,28 @@ __device__ __forceinline__ void fuse_store_vec(T* __restrict__ row, long long co
         if (!Checked || col + e < n) p[e] = v.e[e];
 }
 
-// Sum of `value` over the whole block (blockDim.y == 1), left in every thread. All threads of
-// the block must call it.
-template <typename T> __device__ __forceinline__ T fuse_block_sum_all(T value) {
-    __shared__ T warp_sums[32];
-    value = fuse_warp_sum(value);
-    if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = value;
+// Sums of K values over a whole block of Warps warps (blockDim.y == 1), left in every thread:
+// all of a row's block sums through one exchange and one barrier. The exchange has two halves
+// that calls take in turn (`turn`, counted by the caller from 0): a warp that writes the next
+// call's sums has passed its barrier, which every warp reaches only after reading this call's,
+// so no second barrier is needed. All threads of the block must call it.
+template <int Warps, typename T, int K>
+__device__ __forceinline__ fuse_vec<T, K> fuse_block_sums(fuse_vec<T, K> v, int& turn) {
+    __shared__ T exchange[2][K][Warps];
+    const int half = turn++ & 1;
+#pragma unroll
+    for (int k = 0; k < K; ++k) v.e[k] = fuse_warp_sum(v.e[k]);
+    if (threadIdx.x % 32 == 0) {
+#pragma unroll
+        for (int k = 0; k < K; ++k) exchange[half][k][threadIdx.x / 32] = v.e[k];
+    }
     __syncthreads();
-    T total = T(0);
-    for (int w = 0; w < (int)(blockDim.x / 32); ++w) total += warp_sums[w];
-    __syncthreads();  // warp_sums may be reused by the next call
+    fuse_vec<T, K> total = {};
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+#pragma unroll
+        for (int w = 0; w < Warps; ++w) total.e[k] += exchange[half][k][w];
+    }
     return total;
 }
 

@@ -116,6 +116,16 @@ pub enum Func {
 }
 
 impl Expr {
+    /// Whether the expression reads an element of array parameter `param`.
+    pub fn reads(&self, param: usize) -> bool {
+        match self {
+            Expr::Element { param: p, .. } => *p == param,
+            Expr::Number(_) | Expr::Scalar(_) => false,
+            Expr::Reduce { body: e, .. } | Expr::Neg(e) | Expr::Call(_, e) => e.reads(param),
+            Expr::Binary(_, a, b) => a.reads(param) || b.reads(param),
+        }
+    }
+
     /// Whether the expression contains a reduction (`sum` or `norm2`).
     pub fn has_reduction(&self) -> bool {
         self.any_reduction(&|_| true)

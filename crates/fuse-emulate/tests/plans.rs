@@ -147,9 +147,12 @@ fn whole_row_blocks_match_the_reference() {
         ("atax", Precision::F32, 256),
         ("bicgk", Precision::F32, 256),
         ("gemver", Precision::F32, 256),
+        ("gesummv", Precision::F32, 256),
         ("atax", Precision::F64, 512),
     ] {
         let program = load(name, precision);
+        // GESUMMV's two row sums go through one exchange: its second call reads the first's
+        // sum only in the formula that finishes its own.
         let fused = name != "gemver";
         // 8 vector accesses of 16 bytes per thread: 8192 columns.
         let width = threads * 8 * (16 / precision.bytes() as u32) / 32;

@@ -24,7 +24,7 @@
 use std::fmt::Write;
 
 use fuse_core::explore::mapping::{StripLayout, ROWS_PER_STRIP_BLOCK, STATIC_SHARED_LIMIT};
-use fuse_core::{Call, Shape, ValueId};
+use fuse_core::{Arg, Call, Shape, ValueId};
 
 use super::error::GenerateError;
 use super::expr::{emit, the_sum, unsupported, Registers};
@@ -304,50 +304,68 @@ impl<'a> Strips<'a> {
         Ok(s)
     }
 
-    /// The work of one whole row: the calls run in phases, each ending where a row sum that a
-    /// later call reads is complete — summed across the block while the row is in registers,
-    /// its formula applied into `r{r}` and, where it is global, stored.
+    /// The work of one whole row: the calls run in phases, a phase ending before a call that
+    /// reads one of its row sums element by element (one read by a finishing formula only, as
+    /// GESUMMV's `y = B·x + t`, waits for it in the same phase) — each summed across the block while the row is in registers
+    /// (all of a phase's sums through one exchange), its formula applied into `r{r}` and, where
+    /// it is global, stored.
     fn whole_row_body(&self, indent: &str) -> Result<String, GenerateError> {
-        let (k, ty) = (self.k, self.k.ty());
+        let k = self.k;
         let mut s = self.row_loads(indent);
-        let mut phase = Vec::new();
-        for (position, &c) in k.calls.iter().enumerate() {
-            phase.push(c);
-            let r = k.program.calls[c].result;
-            let read_later = k.calls[position + 1..]
+        let mut phase: Vec<fuse_core::CallId> = Vec::new();
+        for &c in &k.calls {
+            let call = &k.program.calls[c];
+            if phase
                 .iter()
-                .any(|&d| k.program.calls[d].reads().contains(&r));
-            if position + 1 < k.calls.len() && !(self.row_sums.contains(&r) && read_later) {
-                continue;
-            }
-            s.push_str(&self.row_compute(&phase, indent)?);
-            for &r in phase
-                .iter()
-                .map(|&c| &k.program.calls[c].result)
-                .filter(|r| self.row_sums.contains(r))
+                .any(|&p| reads_per_element(call, k.program.calls[p].result))
             {
-                let call = self.producer(r);
-                let total = format!("total{r}");
-                let _ = writeln!(s, "{indent}const {ty} {total} = fuse_block_sum_all(part{r});");
-                let value = emit(
-                    &call.form.formula.body,
-                    call,
-                    k.precision(),
-                    &self.registers(call)?,
-                    Some(&total),
-                )?;
-                let _ = writeln!(s, "{indent}const {ty} r{r} = {value};");
-                if k.global.contains(&r) {
-                    let _ = writeln!(
-                        s,
-                        "{indent}if (threadIdx.x == 0) {}[row] = r{r};",
-                        pointer(k.program, r)
-                    );
-                }
+                s.push_str(&self.phase(&phase, indent)?);
+                phase.clear();
             }
-            phase.clear();
+            phase.push(c);
         }
+        s.push_str(&self.phase(&phase, indent)?);
         s.push_str(&self.row_stores(indent));
+        Ok(s)
+    }
+
+    /// One phase of a whole row: the compute routines of `calls`, then their row sums finished.
+    fn phase(&self, calls: &[fuse_core::CallId], indent: &str) -> Result<String, GenerateError> {
+        let (k, ty) = (self.k, self.k.ty());
+        let mut s = self.row_compute(calls, indent)?;
+        let sums: Vec<ValueId> = (calls.iter())
+            .map(|&c| k.program.calls[c].result)
+            .filter(|r| self.row_sums.contains(r))
+            .collect();
+        let Some(&first) = sums.first() else {
+            return Ok(s);
+        };
+        let parts: Vec<String> = sums.iter().map(|r| format!("part{r}")).collect();
+        let _ = writeln!(
+            s,
+            "{indent}const fuse_vec<{ty}, {n}> sums{first} = fuse_block_sums<kWarps>(fuse_vec<{ty}, {n}>{{{{{}}}}}, turn);",
+            parts.join(", "),
+            n = sums.len(),
+        );
+        for (i, &r) in sums.iter().enumerate() {
+            let call = self.producer(r);
+            let total = format!("sums{first}.e[{i}]");
+            let value = emit(
+                &call.form.formula.body,
+                call,
+                k.precision(),
+                &self.registers(call)?,
+                Some(&total),
+            )?;
+            let _ = writeln!(s, "{indent}const {ty} r{r} = {value};");
+            if k.global.contains(&r) {
+                let _ = writeln!(
+                    s,
+                    "{indent}if (threadIdx.x == 0) {}[row] = r{r};",
+                    pointer(k.program, r)
+                );
+            }
+        }
         Ok(s)
     }
 
@@ -546,6 +564,9 @@ impl<'a> Strips<'a> {
         s.push_str(&self.column_vector_loads("true", "    "));
         s.push_str(&self.column_sum_clear("    "));
         s.push_str(&self.interior("col0 + kColumns <= ", "    "));
+        if k.whole_rows {
+            let _ = writeln!(s, "    int turn = 0;  // calls of fuse_block_sums");
+        }
         // One row at a time: its loads are already several in flight, and unrolling would
         // hold two rows in registers (spills on sm_80).
         let mut rows = String::new();
@@ -655,6 +676,14 @@ impl<'a> Strips<'a> {
     }
 }
 
+/// Whether `call` reads `value` element by element — anywhere in a map, inside the sum of a
+/// reduction — rather than only in the formula that finishes its sum.
+fn reads_per_element(call: &Call, value: ValueId) -> bool {
+    let body = &call.form.formula.body;
+    let term = body.the_reduction().map_or(body, |(_, _, term)| term);
+    (call.args.iter().enumerate()).any(|(p, arg)| *arg == Arg::Value(value) && term.reads(p))
+}
+
 /// `rows` twice: as the interior body, where `kChecked` is false and no access is tested, and
 /// as the edge body, every access checked; `interior` chooses, once per block or strip.
 fn both_bodies(rows: &str, indent: &str) -> String {
@@ -675,9 +704,17 @@ pub(crate) fn generate(k: &KernelContext) -> Result<KernelOutput, GenerateError>
     let (params, args) = k.parameters(&sizes);
     let mut s = String::new();
     let _ = writeln!(s, "\n// Kernel {} fuses:\n{}", k.name, k.header_comment());
+    // A walk along the columns holds its rows' sums and row values in registers across the
+    // strips: with ptxas's default register cap for the block size, the interior body's loads
+    // of all its rows at once spilled. One block per SM is the floor asked for instead; the
+    // registers used, and the blocks resident with them, are in `fuse compile`'s profile.
+    let min_blocks = match k.walk {
+        Walk::Columns => ", 1",
+        Walk::Rows => "",
+    };
     let _ = writeln!(
         s,
-        "extern \"C\" __global__ void __launch_bounds__({}) {}({params}) {{",
+        "extern \"C\" __global__ void __launch_bounds__({}{min_blocks}) {}({params}) {{",
         32 * layout.warps,
         k.name
     );
