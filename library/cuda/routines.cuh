@@ -162,11 +162,13 @@ template <typename T, int V, bool Checked = true>
 __device__ __forceinline__ void fuse_store_vec(T* __restrict__ row, long long col, long long n, const fuse_vec<T, V>& v) {
     T* p = row + col;
     if (!Checked || (col + V <= n && fuse_vector_ok<T, V>(p))) {
+        // The store intrinsic, not an assignment: in a long unrolled body NVVM split assigned
+        // float4 stores into four scalar ones.
         if constexpr (V == 4 && sizeof(T) == 4) {
-            *reinterpret_cast<float4*>(p) = make_float4(v.e[0], v.e[1], v.e[2], v.e[3]);
+            __stwb(reinterpret_cast<float4*>(p), make_float4(v.e[0], v.e[1], v.e[2], v.e[3]));
             return;
         } else if constexpr (V == 2 && sizeof(T) == 8) {
-            *reinterpret_cast<double2*>(p) = make_double2(v.e[0], v.e[1]);
+            __stwb(reinterpret_cast<double2*>(p), make_double2(v.e[0], v.e[1]));
             return;
         }
     }

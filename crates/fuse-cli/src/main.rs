@@ -133,8 +133,13 @@ is available, <name>.<arch>.ptx, resources.txt (registers, spills and shared mem
 kernel, from ptxas) and profile.txt, also printed: per kernel the widest global load in bits \
 (128 = 16-byte vector loads), the numbers of a matrix row each thread loads at once, atomics and \
 warp shuffles per 1024 matrix elements, registers, spills, blocks per SM and waves at the sizes \
-given. These are what make memory-bound kernels fast or slow on any GPU. Without NVRTC the \
-source is still written, with a note.",
+given. Where nvdisasm is at hand (the nvidia-cuda-nvdisasm wheel, or FUSE_NVDISASM), the cubin's \
+SASS is written too (<name>.<arch>.sass) and each kernel's hot loop read from it: instructions \
+per 128-bit load (the probes that reached 93-96 % of an H100's copy bandwidth run 10-14), narrow \
+loads beyond its row values (a scalar fallback), barriers per row and the 16-byte loads in \
+flight before their first use, which with the blocks resident give the KiB in flight per SM, and \
+how full the last wave is. These are what make memory-bound kernels fast or slow on any GPU. \
+Without NVRTC the source is still written, with a note.",
         after_help = "Example: fuse compile scripts/gemver.yaml -o out/gemver"
     )]
     Compile {

@@ -61,6 +61,13 @@ pub struct KernelProfile {
     pub hot_loop: Option<HotLoop>,
     /// Bytes of 128-bit loads in flight per SM: resident threads × loads before first use × 16.
     pub in_flight_per_sm: Option<f64>,
+    /// Rows one trip of the hot loop works on (strip kernels; 1 otherwise).
+    pub rows_per_trip: u32,
+    /// Narrow loads in the hot loop beyond the row values it reads, per 128-bit load: a scalar
+    /// fallback behind the vector loads (about 4 per load in f32, 2 in f64), or 0.
+    pub fallback_per_wide: Option<f64>,
+    /// Block barriers per row of the hot loop.
+    pub barriers_per_row: Option<f64>,
 }
 
 /// Profiles every kernel launch of `generated`, compiled to `ptx` with `resources` and
@@ -112,6 +119,10 @@ pub fn profile(
                 .and_then(Function::hot_loop);
             let in_flight =
                 hot_loop.map(|h| resident_per_sm * threads as f64 * h.loads_before_use as f64 * WIDE_LOAD_BYTES);
+            let rows_per_trip = launch.strips.map_or(1, |w| w.rows_per_trip.max(1));
+            let row_values = launch.strips.map_or(0, |w| w.row_value_loads * rows_per_trip);
+            let fallback =
+                hot_loop.map(|h| h.narrow_loads.saturating_sub(row_values) as f64 / h.wide_loads.max(1) as f64);
             KernelProfile {
                 kernel: launch.kernel.clone(),
                 load_bits: widest_global_load(ptx, &launch.kernel),
@@ -131,6 +142,9 @@ pub fn profile(
                 },
                 hot_loop,
                 in_flight_per_sm: in_flight,
+                rows_per_trip,
+                fallback_per_wide: fallback,
+                barriers_per_row: hot_loop.map(|h| h.barriers as f64 / rows_per_trip as f64),
             }
         })
         .collect()
@@ -186,14 +200,14 @@ fn load_bits(instruction: &str) -> u32 {
 /// The profile as a table, one kernel per line.
 pub fn table(profiles: &[KernelProfile]) -> String {
     let mut s = String::from(
-        "kernel                           load_bits  per_thread  atomics/1Ki  shuffles/1Ki  regs  spill_B  threads  blocks  blocks/SM  resident/SM  waves  last_wave  instr/LDG128  narrow/LDG128  bar/trip  in_flight  KiB/SM\n",
+        "kernel                           load_bits  per_thread  atomics/1Ki  shuffles/1Ki  regs  spill_B  threads  blocks  blocks/SM  resident/SM  waves  last_wave  instr/LDG128  fallback/LDG128  bar/row  in_flight  KiB/SM\n",
     );
     let per_1k = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.2}"));
     for p in profiles {
         let hot = |f: &dyn Fn(&HotLoop) -> String| p.hot_loop.as_ref().map_or("-".to_string(), f);
         let _ = writeln!(
             s,
-            "{:<32} {:>9}  {:>10}  {:>11}  {:>12}  {:>4}  {:>7}  {:>7}  {:>6}  {:>9}  {:>11.2}  {:>5.2}  {:>9.2}  {:>12}  {:>13}  {:>8}  {:>9}  {:>6}",
+            "{:<32} {:>9}  {:>10}  {:>11}  {:>12}  {:>4}  {:>7}  {:>7}  {:>6}  {:>9}  {:>11.2}  {:>5.2}  {:>9.2}  {:>12}  {:>15}  {:>7}  {:>9}  {:>6}",
             p.kernel,
             p.load_bits,
             p.per_thread,
@@ -208,8 +222,8 @@ pub fn table(profiles: &[KernelProfile]) -> String {
             p.waves,
             p.last_wave,
             hot(&|h| format!("{:.1}", h.per_wide_load())),
-            hot(&|h| format!("{:.1}", h.narrow_per_wide())),
-            hot(&|h| h.barriers.to_string()),
+            p.fallback_per_wide.map_or("-".to_string(), |f| format!("{f:.1}")),
+            p.barriers_per_row.map_or("-".to_string(), |b| format!("{b:.2}")),
             hot(&|h| h.loads_before_use.to_string()),
             p.in_flight_per_sm.map_or("-".to_string(), |b| format!("{:.1}", b / 1024.0)),
         );

@@ -69,11 +69,6 @@ impl HotLoop {
     pub fn per_wide_load(&self) -> f64 {
         self.instructions as f64 / self.wide_loads.max(1) as f64
     }
-
-    /// Narrow loads per 128-bit load.
-    pub fn narrow_per_wide(&self) -> f64 {
-        self.narrow_loads as f64 / self.wide_loads.max(1) as f64
-    }
 }
 
 /// The SASS of `cubin`, from `nvdisasm`.
@@ -186,15 +181,18 @@ impl Function {
             .collect()
     }
 
-    /// The hot loop: the loop with the most 128-bit loads, the smallest of those.
+    /// The hot loop: of the innermost loops with 128-bit loads (holding no other such loop: a
+    /// loop around the interior and edge bodies of a kernel is not its steady state), the one
+    /// with the most, the smallest of those.
     pub fn hot_loop(&self) -> Option<HotLoop> {
-        let count = |body: &[Instruction]| body.iter().filter(|i| is_wide_load(i)).count();
-        let (start, end) = self
-            .loops()
-            .into_iter()
-            .filter(|&(s, e)| count(&self.instructions[s..=e]) > 0)
-            .max_by_key(|&(s, e)| (count(&self.instructions[s..=e]), std::cmp::Reverse(e - s)))?;
-        Some(measure(&self.instructions[start..=end]))
+        let count = |&(s, e): &(usize, usize)| self.instructions[s..=e].iter().filter(|i| is_wide_load(i)).count();
+        let loading: Vec<(usize, usize)> = self.loops().into_iter().filter(|l| count(l) > 0).collect();
+        let holds =
+            |outer: &(usize, usize), inner: &(usize, usize)| outer != inner && outer.0 <= inner.0 && inner.1 <= outer.1;
+        let (start, end) = (loading.iter())
+            .filter(|outer| !loading.iter().any(|inner| holds(outer, inner)))
+            .max_by_key(|l| (count(l), std::cmp::Reverse(l.1 - l.0)))?;
+        Some(measure(&self.instructions[*start..=*end]))
     }
 }
 
@@ -306,6 +304,26 @@ mod tests {
         };
         assert_eq!(hot, expected);
         assert_eq!(hot.per_wide_load(), 3.5);
+    }
+
+    #[test]
+    fn a_loop_around_two_bodies_is_not_the_hot_loop() {
+        let listing = "\
+.text.k:
+.L_x_0:
+.L_x_1:
+        /*0000*/                   LDG.E.128 R4, desc[UR4][R2.64] ;
+        /*0010*/                   FADD R8, R4, R5 ;
+        /*0020*/               @P0 BRA `(.L_x_1) ;
+.L_x_2:
+        /*0030*/                   LDG.E.128 R4, desc[UR4][R2.64] ;
+        /*0040*/                   LDG.E R9, desc[UR4][R2.64] ;
+        /*0050*/                   FADD R8, R4, R9 ;
+        /*0060*/               @P1 BRA `(.L_x_2) ;
+        /*0070*/               @P2 BRA `(.L_x_0) ;
+";
+        let hot = parse(listing)[0].hot_loop().unwrap();
+        assert_eq!((hot.instructions, hot.wide_loads, hot.narrow_loads), (3, 1, 0));
     }
 
     #[test]

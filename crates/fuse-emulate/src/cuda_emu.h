@@ -787,6 +787,11 @@ T __ldg(const T* address) {
     return *address;
 }
 
+template <class T>
+void __stwb(T* address, T value) {
+    *address = value;
+}
+
 inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 inline double rsqrt(double x) { return 1.0 / sqrt(x); }
 inline float __fdividef(float x, float y) { return x / y; }

@@ -135,6 +135,10 @@ pub struct StripWork {
     pub column_sum_atomics: u32,
     /// Columns one column-sum atomic adds (4: a float4 atomic on sm_90).
     pub column_atomic_width: u32,
+    /// Rows one trip of the kernel's hot loop works on.
+    pub rows_per_trip: u32,
+    /// Scalar loads of row values (`u[row]`) per row in the hot loop.
+    pub row_value_loads: u32,
 }
 
 /// One step of running a generated plan.

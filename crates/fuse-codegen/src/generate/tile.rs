@@ -567,29 +567,43 @@ impl<'a> Strips<'a> {
         if k.whole_rows {
             let _ = writeln!(s, "    int turn = 0;  // calls of fuse_block_sums");
         }
-        // One row at a time: its loads are already several in flight, and unrolling would
-        // hold two rows in registers (spills on sm_80).
-        let mut rows = String::new();
-        let _ = writeln!(
-            rows,
-            "        #pragma unroll 1\n        for (long long row = row0 + row_slot; row < row_end; row += kRowsAtOnce) {{"
-        );
+        let mut row = String::new();
         for &v in &self.uses.row_vectors {
-            let _ = writeln!(rows, "            const {ty} r{v} = {}[row];", pointer(k.program, v));
+            let _ = writeln!(row, "            const {ty} r{v} = {}[row];", pointer(k.program, v));
         }
         for &r in &self.row_sums {
-            let _ = writeln!(rows, "            {ty} part{r} = {ty}(0);");
+            let _ = writeln!(row, "            {ty} part{r} = {ty}(0);");
         }
         if k.whole_rows {
-            rows.push_str(&self.whole_row_body("            ")?);
+            row.push_str(&self.whole_row_body("            ")?);
         } else {
-            rows.push_str(&self.row_body("            ")?);
-            rows.push_str(&self.row_sum_stores(false, None, "            ")?);
+            row.push_str(&self.row_body("            ")?);
+            row.push_str(&self.row_sum_stores(false, None, "            ")?);
         }
-        rows.push_str("        }\n");
+        let rows = match self.rows_per_trip() {
+            1 => format!(
+                "        #pragma unroll 1\n        for (long long row = row0 + row_slot; row < row_end; row += kRowsAtOnce) {{\n{row}        }}\n"
+            ),
+            n => format!(
+                "        long long step = row0 + row_slot;\n        #pragma unroll 1\n        for (; step + {} * kRowsAtOnce < row_end; step += {n} * kRowsAtOnce) {{\n            #pragma unroll\n            for (int u = 0; u < {n}; ++u) {{\n            const long long row = step + u * kRowsAtOnce;\n{row}            }}\n        }}\n        #pragma unroll 1\n        for (; step < row_end; step += kRowsAtOnce) {{\n            const long long row = step;\n{row}        }}\n",
+                n - 1
+            ),
+        };
         s.push_str(&both_bodies(&rows, "    "));
         s.push_str(&self.column_sum_stores(k.grid_serial().is_none(), "    ")?);
         Ok(s)
+    }
+
+    /// Rows one trip of the hot loop works on. Down the rows, a lane's part of a row is kGroups
+    /// 16-byte loads: narrow strips take several rows a trip, so that about 8 are in flight as
+    /// in the probes; wider ones one row at a time, as two would not fit the registers (spills
+    /// on sm_80). Along the columns, a trip is one strip of all the block's rows.
+    fn rows_per_trip(&self) -> u32 {
+        match (self.k.walk, self.k.whole_rows) {
+            (Walk::Rows, true) => 1,
+            (Walk::Rows, false) => (8 / self.layout.groups.max(1)).clamp(1, 8),
+            (Walk::Columns, _) => ROWS_PER_STRIP_BLOCK.div_ceil(self.layout.warps),
+        }
     }
 
     /// `interior`: whether every matrix access of the block's strip is inside its row and 16-byte
@@ -705,12 +719,13 @@ pub(crate) fn generate(k: &KernelContext) -> Result<KernelOutput, GenerateError>
     let mut s = String::new();
     let _ = writeln!(s, "\n// Kernel {} fuses:\n{}", k.name, k.header_comment());
     // A walk along the columns holds its rows' sums and row values in registers across the
-    // strips: with ptxas's default register cap for the block size, the interior body's loads
-    // of all its rows at once spilled. One block per SM is the floor asked for instead; the
-    // registers used, and the blocks resident with them, are in `fuse compile`'s profile.
-    let min_blocks = match k.walk {
-        Walk::Columns => ", 1",
-        Walk::Rows => "",
+    // strips, and a trip of several rows their loads: with ptxas's default register cap for
+    // the block size, the interior body's loads of all those rows at once spilled. One block
+    // per SM is the floor asked for instead; the registers used, and the blocks resident with
+    // them, are in `fuse compile`'s profile.
+    let min_blocks = match k.walk == Walk::Columns || strips.rows_per_trip() > 1 {
+        true => ", 1",
+        false => "",
     };
     let _ = writeln!(
         s,
@@ -759,6 +774,11 @@ pub(crate) fn generate(k: &KernelContext) -> Result<KernelOutput, GenerateError>
         row_sum_atomics: atomics(&strips.row_sums),
         column_sum_atomics: atomics(&strips.column_sums),
         column_atomic_width: layout.column_atomic_width(k.precision()),
+        rows_per_trip: strips.rows_per_trip(),
+        row_value_loads: match k.walk {
+            Walk::Rows => strips.uses.row_vectors.len() as u32,
+            Walk::Columns => 0,
+        },
     };
     let launch = Launch {
         kernel: k.name.clone(),
