@@ -495,7 +495,7 @@ fn the_emulated_backend_under_a_memory_limit_stops_with_a_message_not_an_abort()
     let cache = tempfile::tempdir().unwrap();
     // Address space enough to compile the kernels and hold A (100 MB), not always for the
     // emulated device's copies of it or its threads' stacks as well.
-    for megabytes in [300u64, 400, 500, 700] {
+    for megabytes in [300u64, 350, 380, 400, 450, 500, 700] {
         let mut command = Command::new(env!("CARGO_BIN_EXE_fuse"));
         command
             .args([

@@ -77,15 +77,18 @@ impl EmulatedModule {
             loaded: Vec::new(),
             folder: cache.scratch()?,
         };
-        copies.ensure(1)?;
-        // SAFETY: the header defines this symbol with this type; it returns a static string.
-        let kernels = unsafe { call_text(&copies.loaded[0], "fuse_emu_kernels") }?;
         let workers = match options.workers {
             0 => std::thread::available_parallelism()
                 .map_or(1, usize::from)
                 .min(MAX_DEFAULT_WORKERS),
             n => n,
         };
+        // Every copy now, before a run's data fills the memory: loading one resizes each
+        // thread's table of thread-local storage, and glibc aborts the process when that
+        // allocation fails ("cannot allocate memory for thread-local data").
+        copies.ensure(workers)?;
+        // SAFETY: the header defines this symbol with this type; it returns a static string.
+        let kernels = unsafe { call_text(&copies.loaded[0], "fuse_emu_kernels") }?;
         Ok(EmulatedModule {
             kernels: kernels
                 .split(',')

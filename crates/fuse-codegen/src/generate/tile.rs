@@ -305,10 +305,10 @@ impl<'a> Strips<'a> {
     }
 
     /// The work of one whole row: the calls run in phases, a phase ending before a call that
-    /// reads one of its row sums element by element (one read by a finishing formula only, as
-    /// GESUMMV's `y = B·x + t`, waits for it in the same phase) — each summed across the block while the row is in registers
-    /// (all of a phase's sums through one exchange), its formula applied into `r{r}` and, where
-    /// it is global, stored.
+    /// reads one of its row sums element by element (a call reading one only in its finishing
+    /// formula, as GESUMMV's `y = B·x + t`, stays in the phase). A phase's row sums are summed
+    /// across the block while the row is in registers, all through one exchange, each formula
+    /// applied into `r{r}` and, where the sum is global, stored.
     fn whole_row_body(&self, indent: &str) -> Result<String, GenerateError> {
         let k = self.k;
         let mut s = self.row_loads(indent);
@@ -580,16 +580,7 @@ impl<'a> Strips<'a> {
             row.push_str(&self.row_body("            ")?);
             row.push_str(&self.row_sum_stores(false, None, "            ")?);
         }
-        let rows = match self.rows_per_trip() {
-            1 => format!(
-                "        #pragma unroll 1\n        for (long long row = row0 + row_slot; row < row_end; row += kRowsAtOnce) {{\n{row}        }}\n"
-            ),
-            n => format!(
-                "        long long step = row0 + row_slot;\n        #pragma unroll 1\n        for (; step + {} * kRowsAtOnce < row_end; step += {n} * kRowsAtOnce) {{\n            #pragma unroll\n            for (int u = 0; u < {n}; ++u) {{\n            const long long row = step + u * kRowsAtOnce;\n{row}            }}\n        }}\n        #pragma unroll 1\n        for (; step < row_end; step += kRowsAtOnce) {{\n            const long long row = step;\n{row}        }}\n",
-                n - 1
-            ),
-        };
-        s.push_str(&both_bodies(&rows, "    "));
+        s.push_str(&both_bodies(&row_loop(self.rows_per_trip(), &row), "    "));
         s.push_str(&self.column_sum_stores(k.grid_serial().is_none(), "    ")?);
         Ok(s)
     }
@@ -601,7 +592,7 @@ impl<'a> Strips<'a> {
     fn rows_per_trip(&self) -> u32 {
         match (self.k.walk, self.k.whole_rows) {
             (Walk::Rows, true) => 1,
-            (Walk::Rows, false) => (8 / self.layout.groups.max(1)).clamp(1, 8),
+            (Walk::Rows, false) => (8 / self.layout.groups.max(1)).max(1),
             (Walk::Columns, _) => ROWS_PER_STRIP_BLOCK.div_ceil(self.layout.warps),
         }
     }
@@ -611,13 +602,13 @@ impl<'a> Strips<'a> {
     /// matrix aligned. The same for the whole block, so it selects the loop body once.
     fn interior(&self, within: &str, indent: &str) -> String {
         let k = self.k;
-        let matrices = (self.uses.matrices.iter().copied())
+        let aligned = (self.uses.matrices.iter().copied())
             .chain(self.uses.column_vectors.iter().copied())
             .chain(k.stored())
             .map(|v| format!(" && fuse_aligned({})", pointer(k.program, v)))
             .collect::<String>();
         format!(
-            "{indent}const bool interior = {within}{n} && {n} % kVector == 0{matrices};\n",
+            "{indent}const bool interior = {within}{n} && {n} % kVector == 0{aligned};\n",
             n = self.n
         )
     }
@@ -696,6 +687,36 @@ fn reads_per_element(call: &Call, value: ValueId) -> bool {
     let body = &call.form.formula.body;
     let term = body.the_reduction().map_or(body, |(_, _, term)| term);
     (call.args.iter().enumerate()).any(|(p, arg)| *arg == Arg::Value(value) && term.reads(p))
+}
+
+/// The walk down a block's rows with `row` (the work of row `row`, indented for inside the
+/// loop) as its body: a row a trip, or `per_trip` rows a trip (their loads issued together)
+/// and the last rows one at a time.
+fn row_loop(per_trip: u32, row: &str) -> String {
+    let one_at_a_time = |first: &str| {
+        format!(
+            "        #pragma unroll 1\n        for ({first}; row < row_end; row += kRowsAtOnce) {{\n{row}        }}\n"
+        )
+    };
+    if per_trip == 1 {
+        return one_at_a_time("long long row = row0 + row_slot");
+    }
+    let mut s = String::from("        long long row = row0 + row_slot;\n        #pragma unroll 1\n");
+    let _ = writeln!(
+        s,
+        "        for (; row + {} * kRowsAtOnce < row_end; row += {per_trip} * kRowsAtOnce) {{",
+        per_trip - 1
+    );
+    let _ = writeln!(s, "            const long long first = row;");
+    let _ = writeln!(
+        s,
+        "            #pragma unroll\n            for (int u = 0; u < {per_trip}; ++u) {{"
+    );
+    let _ = writeln!(s, "            const long long row = first + u * kRowsAtOnce;");
+    s.push_str(row);
+    s.push_str("            }\n        }\n");
+    s.push_str(&one_at_a_time(""));
+    s
 }
 
 /// `rows` twice: as the interior body, where `kChecked` is false and no access is tested, and
