@@ -3,9 +3,10 @@
 //! shuffles per 1024 matrix elements (from the launch at given sizes; a float4 atomic of sm_90
 //! counts once), registers and spills
 //! (from ptxas), resident blocks per SM and waves (from the device's limits), and from the SASS
-//! (see [`crate::sass`]) what one trip of the hot loop issues: instructions and narrow loads per
-//! 128-bit load, barriers, and the loads in flight before the first use, which with the blocks
-//! resident give the bytes in flight per SM that hide the memory's latency.
+//! (see [`crate::sass`]) what the hot loop issues: instructions per 128-bit load, narrow loads
+//! beyond its row values (a scalar fallback), barriers per row, and the loads in flight before
+//! the first use, which with the blocks resident give the bytes in flight per SM that hide the
+//! memory's latency.
 //!
 //! These are the offline proxies of speed for memory-bound kernels: 32-bit matrix loads, an
 //! atomic every few elements, spills or a grid of a fraction of a wave are slow on any GPU.
@@ -61,8 +62,6 @@ pub struct KernelProfile {
     pub hot_loop: Option<HotLoop>,
     /// Bytes of 128-bit loads in flight per SM: resident threads × loads before first use × 16.
     pub in_flight_per_sm: Option<f64>,
-    /// Rows one trip of the hot loop works on (strip kernels; 1 otherwise).
-    pub rows_per_trip: u32,
     /// Narrow loads in the hot loop beyond the row values it reads, per 128-bit load: a scalar
     /// fallback behind the vector loads (about 4 per load in f32, 2 in f64), or 0.
     pub fallback_per_wide: Option<f64>,
@@ -142,7 +141,6 @@ pub fn profile(
                 },
                 hot_loop,
                 in_flight_per_sm: in_flight,
-                rows_per_trip,
                 fallback_per_wide: fallback,
                 barriers_per_row: hot_loop.map(|h| h.barriers as f64 / rows_per_trip as f64),
             }
