@@ -102,6 +102,10 @@ pub fn compile(program: &Program, sizes: &Sizes, library: &Library, args: &Compi
                     write(format!("{}.{arch}.sass", program.name), &listing)?;
                     sass::parse(&listing)
                 }
+                // Named explicitly and not there: the setting is wrong.
+                Err(e @ sass::SassError::NotFound { .. }) if named(sass::NVDISASM_ENV) => {
+                    return Err(bad_input(e));
+                }
                 Err(e) => {
                     eprintln!("note: {e}; profile.txt leaves out the hot loops");
                     Vec::new()
@@ -121,7 +125,7 @@ pub fn compile(program: &Program, sizes: &Sizes, library: &Library, args: &Compi
             Ok(())
         }
         // Named explicitly and not loadable: the setting is wrong, so say where it points.
-        Err(e @ (NvrtcError::NotFound { .. } | NvrtcError::Conflict { .. })) if nvrtc_named() => {
+        Err(e @ (NvrtcError::NotFound { .. } | NvrtcError::Conflict { .. })) if named(nvrtc::LIB_ENV) => {
             Err(bad_input(format!("{}: {e}", nvrtc::LIB_ENV)))
         }
         Err(NvrtcError::NotFound { .. }) => {
@@ -139,9 +143,9 @@ pub fn compile(program: &Program, sizes: &Sizes, library: &Library, args: &Compi
     }
 }
 
-/// Whether the user named an NVRTC library (`FUSE_NVRTC_LIB`).
-fn nvrtc_named() -> bool {
-    std::env::var_os(nvrtc::LIB_ENV).is_some_and(|v| !v.is_empty())
+/// Whether the user set environment variable `name` (`FUSE_NVRTC_LIB`, `FUSE_NVDISASM`).
+fn named(name: &str) -> bool {
+    std::env::var_os(name).is_some_and(|v| !v.is_empty())
 }
 
 /// Whether `name` is one of the files `fuse compile` writes.

@@ -318,6 +318,20 @@ fn a_wrong_nvrtc_setting_names_the_path() {
 }
 
 #[test]
+fn a_wrong_nvdisasm_setting_names_the_path() {
+    let out_dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_fuse"))
+        .args(["compile", "../../scripts/bicgk.yaml", "-o"])
+        .arg(out_dir.path().join("out"))
+        .env("FUSE_NVDISASM", "/no/such/nvdisasm")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("FUSE_NVDISASM=/no/such/nvdisasm"), "{stderr}");
+}
+
+#[test]
 fn compile_writes_a_consistent_folder_and_never_a_users() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");
