@@ -122,13 +122,13 @@ impl EmulatedModule {
             kernel: kernel.to_owned(),
             reason,
         })?;
-        let mut copies = self.copies.lock().unwrap_or_else(PoisonError::into_inner);
+        let copies = self.copies.lock().unwrap_or_else(PoisonError::into_inner);
         // SAFETY: exported by FUSE_EMU_EXPORT for every name in `self.kernels`.
         let signature = unsafe { call_text(&copies.loaded[0], &format!("fuse_emu_signature_{kernel}")) }?;
         check_signature(kernel, &signature, args)?;
         let blocks = u64::from(grid.0) * u64::from(grid.1) * u64::from(grid.2);
+        // Every copy was loaded with the module.
         let workers = self.workers.min(usize::try_from(blocks).unwrap_or(usize::MAX));
-        copies.ensure(workers)?;
         let launchers = copies.loaded[..workers]
             .iter()
             .map(|library| launcher(library, kernel))

@@ -597,9 +597,10 @@ impl<'a> Strips<'a> {
         }
     }
 
-    /// `interior`: whether every matrix access of the block's strip is inside its row and 16-byte
-    /// aligned — the strip `{within}` the row length, rows a multiple of the vector, and every
-    /// matrix aligned. The same for the whole block, so it selects the loop body once.
+    /// `interior`: whether every vector access of the block's strip is inside its row and
+    /// 16-byte aligned — the strip `{within}` the row length, rows a multiple of the vector, and
+    /// every matrix and column vector it moves aligned. The same for the whole block, so it
+    /// selects the loop body once.
     fn interior(&self, within: &str, indent: &str) -> String {
         let k = self.k;
         let aligned = (self.uses.matrices.iter().copied())

@@ -273,9 +273,9 @@ impl Cover {
 
     /// No call of `searched` covered; every other call of the `calls` [`OUTSIDE`].
     fn within(calls: usize, searched: Range<CallId>) -> Self {
-        let mut kernel_of = ChunkedVec::filled(calls, NONE);
-        if searched != (0..calls) {
-            kernel_of = ChunkedVec::filled(calls, OUTSIDE);
+        let whole = searched == (0..calls);
+        let mut kernel_of = ChunkedVec::filled(calls, if whole { NONE } else { OUTSIDE });
+        if !whole {
             searched.clone().for_each(|c| kernel_of.set(c, NONE));
         }
         Cover {
@@ -856,9 +856,10 @@ impl<'e, 'p> Plans<'e, 'p> {
 
 /// The predicted time of the best cover of the calls `searched` with `fusions` (indices into
 /// `ex.fusions`, each once, their calls among those searched) found expanding at most `nodes`
-/// partial plans and as many greedy completions, or `None` if none of those is free of cycles. The other calls count as covered by kernels fixed beforehand, which must leave no
-/// path from a call searched that comes back to one: then no cycle passes through them, and
-/// the search stays within the calls searched, however long the program.
+/// partial plans and as many greedy completions, or `None` if none of those is free of cycles.
+/// The other calls count as covered by kernels fixed beforehand, which must leave no path from
+/// a call searched that comes back to one: then no cycle passes through them, and the search
+/// stays within the calls searched, however long the program.
 pub(crate) fn best_us_within(
     ex: &Exploration,
     fusions: impl IntoIterator<Item = usize>,
