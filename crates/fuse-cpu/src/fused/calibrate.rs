@@ -17,7 +17,6 @@ use fuse_core::explore::timing::{Hardware, Measurement, Model, Peaks, Source, Ti
 use fuse_core::library::{ElementaryFunction, Form};
 use fuse_core::{script, Bindings, HigherOrderKind, Library, Precision, Shape};
 
-use super::loops::wide;
 use super::timings::{cpu_model, CPU_COMPUTE_CAPABILITY};
 use super::{unfused_plan, CpuError, FusedPlan, Real};
 
@@ -196,41 +195,45 @@ pub fn copy_bandwidth(bytes: usize, reps: usize) -> f64 {
     probe.bytes() as f64 / seconds / 1e9
 }
 
-/// Independent multiply-add chains per thread in the peak measurement: enough to fill the
-/// vector registers and hide the latency of each operation.
-const CHAINS: usize = 64;
+/// Independent vector multiply-add chains per thread in the peak measurement: enough to hide
+/// the latency of each operation.
+const CHAINS: usize = 16;
 /// Steps of each chain.
 const STEPS: usize = 200_000;
 
-/// GFLOP/s of independent multiply-adds on every thread, in the precision of `T`, by the same
-/// instruction set as the inner loops.
+/// GFLOP/s of independent fused multiply-adds on every thread, in the precision of `T`, by the
+/// same instruction set as the inner loops.
 fn peak_gflops<T: Real>() -> f64 {
     let threads = rayon::current_num_threads();
+    let mut lanes = 0;
     let seconds = median_seconds(5, || {
-        let total: T = (0..threads)
+        let total: (T, usize) = (0..threads)
             .into_par_iter()
             .map(|t| chains(black_box(T::from_f64(0.999_999)), black_box(T::from_f64(t as f64))))
-            .reduce(|| T::ZERO, |a, b| a + b);
-        black_box(total);
+            .reduce(|| (T::ZERO, 0), |a, b| (a.0 + b.0, b.1));
+        lanes = black_box(total).1;
     });
-    (2 * CHAINS * STEPS * threads) as f64 / seconds / 1e9
+    (2 * lanes * CHAINS * STEPS * threads) as f64 / seconds / 1e9
 }
 
-wide!(
-    /// `CHAINS` chains of `x = x·a + b`, summed.
-    chains = chains_body(a: T, start: T) -> T
-);
-
+/// `CHAINS` vector chains of `x = x·a + b`: their sum, and the lanes of a vector.
+#[pulp::with_simd(chains = pulp::Arch::new())]
 #[inline(always)]
-fn chains_body<T: Real>(a: T, start: T) -> T {
-    let b = T::from_f64(1e-7);
-    let mut acc = [start; CHAINS];
+fn chains_simd<S: pulp::Simd, T: Real>(simd: S, a: T, start: T) -> (T, usize) {
+    let (a, b) = (T::splat(simd, a), T::splat(simd, T::from_f64(1e-7)));
+    let mut acc = [T::splat(simd, start); CHAINS];
     for _ in 0..STEPS {
         for x in acc.iter_mut() {
-            *x = *x * a + b;
+            *x = T::mul_add(simd, *x, a, b);
         }
     }
-    acc.iter().fold(T::ZERO, |s, &x| s + x)
+    let total = acc
+        .iter()
+        .fold(T::splat(simd, T::ZERO), |s, &x| T::add_lanes(simd, s, x));
+    (
+        T::reduce_sum(simd, total),
+        std::mem::size_of::<T::Lanes<S>>() / std::mem::size_of::<T>(),
+    )
 }
 
 /// The cost of one parallel section over every thread (a kernel's "launch"), µs.

@@ -216,6 +216,46 @@ pub(crate) fn sum<T: Real>(stage: &Stage, scope: &Scope<T>, seg: Seg, scratch: &
     total
 }
 
+/// `sums[k] += Σ stage` over the segment `(rows.start + k, start .. start + len)` of each row:
+/// [`loops::ROWS`] rows a step where the stage is one product of a matrix row and a vector run (`A·x`),
+/// so that each load of the vector serves them all.
+pub(crate) fn row_sums<T: Real>(
+    stage: &Stage,
+    scope: &Scope<T>,
+    rows: std::ops::Range<usize>,
+    (start, len): (usize, usize),
+    sums: &mut [T],
+    scratch: &mut [Vec<T>],
+) {
+    let seg = |fixed| Seg { fixed, start, len };
+    let Some(matrix) = stage.row_product(1) else {
+        for (s, i) in sums.iter_mut().zip(rows) {
+            *s += sum(stage, scope, seg(i), scratch);
+        }
+        return;
+    };
+    let term = only_term(stage);
+    let row = |i: usize| {
+        let (coef, x) = without_row(term, scope, seg(i));
+        (matrix_row(scope, matrix, seg(i)), coef, x)
+    };
+    let mut groups = sums[..rows.len()].chunks_exact_mut(loops::ROWS);
+    let mut i = rows.start;
+    for group in &mut groups {
+        let lines: [_; loops::ROWS] = std::array::from_fn(|k| row(i + k));
+        // The vector run is the same for every row.
+        let got = loops::dot_rows(lines.map(|r| r.0), lines[0].2);
+        for (s, ((_, coef, _), g)) in group.iter_mut().zip(lines.iter().zip(got)) {
+            *s += *coef * g;
+        }
+        i += loops::ROWS;
+    }
+    for (s, i) in groups.into_remainder().iter_mut().zip(i..) {
+        let (line, coef, x) = row(i);
+        *s += coef * loops::dot(line, x);
+    }
+}
+
 /// The norm's sums of the terms `stage` over `seg`: straight from the run where the term is
 /// one (`nrm2(x)`), else computed into a scratch buffer (in cache: a chunk at a time) first.
 pub(crate) fn norm<T: Real>(stage: &Stage, scope: &Scope<T>, seg: Seg, scratch: &mut [Vec<T>]) -> Norm<T> {
@@ -260,7 +300,7 @@ pub(crate) fn accumulate<T: Real>(
         return;
     };
     // Rows are gathered until the term buffers are full, so `dest` is passed over once per
-    // four (or more) rows.
+    // [`loops::ROWS_PER_PASS`] rows.
     let mut r = Resolved::new();
     for row in rows {
         if !r.has_room(terms.len()) {
@@ -272,7 +312,7 @@ pub(crate) fn accumulate<T: Real>(
 }
 
 /// A row sum and a column sum through the rows of `matrix` (a [`SharedRows`] pair), on the
-/// tile `rows` × `start .. start + dest.len()`, four rows per loop: each row's sum is added to
+/// tile `rows` × `start .. start + dest.len()`, [`loops::ROWS`] rows per loop: each row's sum is added to
 /// `row_sums` (indexed from `rows.start`), the column sums to `dest`.
 ///
 /// [`SharedRows`]: super::prepare::SharedRows
@@ -289,36 +329,28 @@ pub(crate) fn shared_rows<T: Real>(
     let (row_term, column_term) = (only_term(row_body), only_term(column_body));
     let row = |i: usize| {
         let seg = Seg { fixed: i, start, len };
-        let Piece::Run(line) = scope.element(matrix, Access::Row, seg) else {
-            unreachable!("a matrix row is a run");
-        };
         let (row_coef, x) = without_row(row_term, scope, seg);
         PairRow {
-            line,
+            line: matrix_row(scope, matrix, seg),
             row_coef,
             x,
             column_coef: without_row(column_term, scope, seg).0,
         }
     };
+    let mut groups = row_sums[..rows.len()].chunks_exact_mut(loops::ROWS);
     let mut i = rows.start;
-    for group in row_sums[..rows.len()].chunks_mut(4) {
-        match group {
-            [s0, s1, s2, s3] => {
-                let four = [i, i + 1, i + 2, i + 3].map(row);
-                // The vector of the row sums is the same run for every row.
-                let got = loops::dot_add_rows(four.map(|r| r.line), four[0].x, four.map(|r| r.column_coef), dest);
-                for (s, (r, g)) in [s0, s1, s2, s3].into_iter().zip(four.iter().zip(got)) {
-                    *s += r.row_coef * g;
-                }
-            }
-            _ => {
-                for (k, s) in group.iter_mut().enumerate() {
-                    let r = row(i + k);
-                    *s += r.row_coef * loops::dot_add_row(r.line, r.x, r.column_coef, dest);
-                }
-            }
+    for group in &mut groups {
+        let lines: [PairRow<T>; loops::ROWS] = std::array::from_fn(|k| row(i + k));
+        // The vector of the row sums is the same run for every row.
+        let got = loops::dot_add_rows(lines.map(|r| r.line), lines[0].x, lines.map(|r| r.column_coef), dest);
+        for (s, (r, g)) in group.iter_mut().zip(lines.iter().zip(got)) {
+            *s += r.row_coef * g;
         }
-        i += group.len();
+        i += loops::ROWS;
+    }
+    for (s, i) in groups.into_remainder().iter_mut().zip(i..) {
+        let r = row(i);
+        *s += r.row_coef * loops::dot_add_row(r.line, r.x, r.column_coef, dest);
     }
 }
 
@@ -333,6 +365,14 @@ struct PairRow<'s, T> {
     x: &'s [T],
     /// What the row is multiplied by in the column sums.
     column_coef: T,
+}
+
+/// The run of `matrix` along the row of `seg`.
+fn matrix_row<'s, T: Real>(scope: &Scope<'s, '_, T>, matrix: ValueId, seg: Seg) -> &'s [T] {
+    match scope.element(matrix, Access::Row, seg) {
+        Piece::Run(line) => line,
+        Piece::Scalar(_) => unreachable!("a matrix row is a run"),
+    }
 }
 
 fn only_term(stage: &Stage) -> &Term {

@@ -25,9 +25,9 @@ use super::norm::Norm;
 use super::prepare::{KernelPlan, Op, Prepared, SharedRows, Space};
 use super::{loops, Real};
 
-/// Bytes of one run along a tile row: runs of this length keep every operand of a segment in
-/// the first-level cache.
-const RUN_BYTES: usize = 32 << 10;
+/// Bytes of one run along a tile row: runs of this length keep the vectors of a segment in
+/// the first-level cache while the rows of a step stream past.
+const RUN_BYTES: usize = 16 << 10;
 /// Bytes of one matrix tile: a few tiles (an input, on-chip values, an output) stay in the
 /// second-level cache while every call of the kernel works on them.
 const TILE_BYTES: usize = 128 << 10;
@@ -206,8 +206,10 @@ fn tile<T>(space: Space, passes: usize) -> Tile {
         Space::Matrix(_, cols) => {
             let run = cols.clamp(1, RUN_BYTES / size);
             let kept = if passes > 1 { cols.max(1) } else { run };
+            // Whole steps of the row loops: a tile of fewer rows would run them one by one.
+            let rows = (TILE_BYTES / (kept * size)).clamp(loops::ROWS, MAX_TILE_ROWS);
             Tile {
-                rows: (TILE_BYTES / (kept * size)).clamp(1, MAX_TILE_ROWS),
+                rows: rows / loops::ROWS * loops::ROWS,
                 cols: run,
             }
         }
@@ -417,9 +419,8 @@ impl<'a, T: Real> Shared<'_, 'a, T> {
                 }
                 (Op::RowSums { body, .. }, _) => {
                     let scope = self.scope(locals, Piece::Scalar(T::ZERO));
-                    for i in rows.clone() {
-                        work.rows[c][i - rows.start] += eval::sum(body, &scope, seg(i), &mut work.scratch);
-                    }
+                    let sums = &mut work.rows[c];
+                    eval::row_sums(body, &scope, rows.clone(), (c0, w), sums, &mut work.scratch);
                 }
                 (Op::ColumnSums { body, .. }, _) => {
                     let scope = self.scope(locals, Piece::Scalar(T::ZERO));

@@ -6,6 +6,7 @@ use std::fmt::Debug;
 use std::ops::{Add, AddAssign, Div, Mul, Neg, Sub};
 
 use fuse_core::{HostData, Precision};
+use pulp::Simd;
 
 /// A floating-point element type of the fused CPU backend.
 pub trait Real:
@@ -51,10 +52,28 @@ pub trait Real:
     fn borrow(data: &HostData) -> Option<&[Self]>;
     /// Wraps elements of this type as host data.
     fn into_host(data: Vec<Self>) -> HostData;
+
+    /// A SIMD vector of this type in the instruction set `S` (pulp's `f32s`, `f64s`): one
+    /// kernel body serves every width, chosen at run time.
+    type Lanes<S: Simd>: Copy;
+    /// `v` in every lane.
+    fn splat<S: Simd>(simd: S, v: Self) -> Self::Lanes<S>;
+    /// `a + b`, lane by lane.
+    fn add_lanes<S: Simd>(simd: S, a: Self::Lanes<S>, b: Self::Lanes<S>) -> Self::Lanes<S>;
+    /// `a·b + c`, lane by lane: one fused multiply-add where the CPU has it (a rounding
+    /// fewer), a multiplication and an addition where not.
+    fn mul_add<S: Simd>(simd: S, a: Self::Lanes<S>, b: Self::Lanes<S>, c: Self::Lanes<S>) -> Self::Lanes<S>;
+    /// The sum of the lanes.
+    fn reduce_sum<S: Simd>(simd: S, a: Self::Lanes<S>) -> Self;
+    /// `x` as whole vectors and the elements past the last one.
+    fn as_lanes<S: Simd>(x: &[Self]) -> (&[Self::Lanes<S>], &[Self]);
+    /// `x` as whole vectors and the elements past the last one, writable.
+    fn as_mut_lanes<S: Simd>(x: &mut [Self]) -> (&mut [Self::Lanes<S>], &mut [Self]);
 }
 
 macro_rules! real {
-    ($t:ty, $precision:ident, $variant:ident, $power:ident, [$small:expr, $big:expr, $up:expr, $down:expr]) => {
+    ($t:ty, $precision:ident, $variant:ident, $power:ident, [$small:expr, $big:expr, $up:expr, $down:expr],
+     $lanes:ident, [$splat:ident, $add:ident, $mul_add:ident, $reduce:ident, $split:ident, $split_mut:ident]) => {
         impl Real for $t {
             const ZERO: Self = 0.0;
             const NEG_ZERO: Self = -0.0;
@@ -86,6 +105,38 @@ macro_rules! real {
             fn into_host(data: Vec<Self>) -> HostData {
                 HostData::$variant(data)
             }
+
+            type Lanes<S: Simd> = S::$lanes;
+
+            #[inline(always)]
+            fn splat<S: Simd>(simd: S, v: Self) -> S::$lanes {
+                simd.$splat(v)
+            }
+
+            #[inline(always)]
+            fn add_lanes<S: Simd>(simd: S, a: S::$lanes, b: S::$lanes) -> S::$lanes {
+                simd.$add(a, b)
+            }
+
+            #[inline(always)]
+            fn mul_add<S: Simd>(simd: S, a: S::$lanes, b: S::$lanes, c: S::$lanes) -> S::$lanes {
+                simd.$mul_add(a, b, c)
+            }
+
+            #[inline(always)]
+            fn reduce_sum<S: Simd>(simd: S, a: S::$lanes) -> Self {
+                simd.$reduce(a)
+            }
+
+            #[inline(always)]
+            fn as_lanes<S: Simd>(x: &[Self]) -> (&[S::$lanes], &[Self]) {
+                S::$split(x)
+            }
+
+            #[inline(always)]
+            fn as_mut_lanes<S: Simd>(x: &mut [Self]) -> (&mut [S::$lanes], &mut [Self]) {
+                S::$split_mut(x)
+            }
         }
     };
 }
@@ -100,5 +151,35 @@ const fn power_f64(e: i32) -> f64 {
     f64::from_bits(((e + 1023) as u64) << 52)
 }
 
-real!(f32, F32, F32, power_f32, [-63, 52, 75, -76]);
-real!(f64, F64, F64, power_f64, [-511, 486, 537, -538]);
+real!(
+    f32,
+    F32,
+    F32,
+    power_f32,
+    [-63, 52, 75, -76],
+    f32s,
+    [
+        splat_f32s,
+        add_f32s,
+        mul_add_e_f32s,
+        reduce_sum_f32s,
+        as_simd_f32s,
+        as_mut_simd_f32s
+    ]
+);
+real!(
+    f64,
+    F64,
+    F64,
+    power_f64,
+    [-511, 486, 537, -538],
+    f64s,
+    [
+        splat_f64s,
+        add_f64s,
+        mul_add_e_f64s,
+        reduce_sum_f64s,
+        as_simd_f64s,
+        as_mut_simd_f64s
+    ]
+);
