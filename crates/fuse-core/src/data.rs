@@ -223,6 +223,44 @@ pub fn try_vec<T>(len: usize, what: impl FnOnce() -> String) -> Result<Vec<T>, H
     Ok(v)
 }
 
+/// `len` zeros, or the error naming `what` when the memory cannot be had. The allocator hands
+/// them out zeroed (large ones as fresh pages from the system), so no thread writes them
+/// first: their pages are first touched by the threads that compute into them.
+///
+/// On Linux the whole 2 MiB pages inside them are asked to be huge pages (where the system
+/// leaves that to the program, as it does by default): a first touch then faults in 2 MiB at a
+/// time, not 4 KiB (7,000 faults fewer for the 32 MB output of a GEMVER at 2000² f64).
+pub fn try_zeroed_vec<T: bytemuck::Zeroable>(
+    len: usize,
+    what: impl FnOnce() -> String,
+) -> Result<Vec<T>, HostMemoryError> {
+    let v = bytemuck::allocation::try_zeroed_vec(len).map_err(|()| HostMemoryError {
+        what: what(),
+        needed: (len as u64).saturating_mul(std::mem::size_of::<T>() as u64),
+        available: None,
+    })?;
+    advise_huge_pages(&v);
+    Ok(v)
+}
+
+/// Asks for huge pages under the whole 2 MiB pages of `data` (a hint: failure changes nothing).
+fn advise_huge_pages<T>(data: &[T]) {
+    #[cfg(target_os = "linux")]
+    {
+        const HUGE: usize = 2 << 20;
+        let start = data.as_ptr() as usize;
+        let (first, end) = (
+            start.next_multiple_of(HUGE),
+            (start + std::mem::size_of_val(data)) / HUGE * HUGE,
+        );
+        if end > first {
+            // SAFETY: the range lies inside `data`'s allocation; MADV_HUGEPAGE changes how its
+            // pages are backed, never their contents.
+            unsafe { libc::madvise(first as *mut libc::c_void, end - first, libc::MADV_HUGEPAGE) };
+        }
+    }
+}
+
 /// Draws every input of `program` that `given` lacks, uniformly from [-1, 1), straight in the
 /// program's precision (an f32 element is the f64 draw rounded). Each input has its own stream
 /// of the seed, so a value does not change when another input is supplied.

@@ -59,7 +59,7 @@ pub mod timings;
 use std::mem;
 use std::sync::Arc;
 
-use fuse_core::data::{check_inputs, try_vec};
+use fuse_core::data::{check_inputs, try_zeroed_vec};
 use fuse_core::explore::implementation::{dataflow, Block, Finish, Launch, Reduction, DEFAULT_VARIANT};
 use fuse_core::explore::{Context, KernelTime, Layout, Vocabulary};
 use fuse_core::{Bindings, HostArray, HostData, Kernel, Plan, Precision, Program, Sizes};
@@ -122,7 +122,7 @@ impl FusedPlan {
         Ok(Workspace { buffers })
     }
 
-    /// A zeroed buffer per slot.
+    /// A zeroed buffer per slot, not written here (see [`try_zeroed_vec`]).
     fn zeroed<T: Real>(&self) -> Result<Vec<Vec<T>>, CpuError> {
         let names = |slot: usize| {
             let values = &self.program.values;
@@ -131,11 +131,8 @@ impl FusedPlan {
         };
         let mut buffers = Vec::with_capacity(self.prepared.slot_lens.len());
         for (slot, &len) in self.prepared.slot_lens.iter().enumerate() {
-            let mut buffer = try_vec(len, || {
-                format!("{} of {} at {}", names(slot), self.program.name, self.sizes)
-            })?;
-            buffer.resize(len, T::ZERO);
-            buffers.push(buffer);
+            let what = || format!("{} of {} at {}", names(slot), self.program.name, self.sizes);
+            buffers.push(try_zeroed_vec(len, what)?);
         }
         Ok(buffers)
     }

@@ -24,6 +24,7 @@ pub trait Real:
     + Neg<Output = Self>
     + AddAssign
     + PartialOrd
+    + bytemuck::Zeroable
 {
     /// Zero.
     const ZERO: Self;
