@@ -48,7 +48,8 @@ pub fn bind_sizes(program: &Program, sizes: &[(String, usize)]) -> Result<Sizes,
 /// Where a script runs.
 #[derive(Clone, Copy, ValueEnum)]
 pub enum Backend {
-    /// The fused CPU backend: the best plan, run tile by tile on every core (rayon).
+    /// The fused CPU backend: the best plan, run tile by tile on every core this process may
+    /// use (FUSE_NUM_THREADS=N for N threads).
     Cpu,
     /// The f64 reference interpreter: call by call, no fusion, the ground truth.
     Reference,

@@ -420,7 +420,7 @@ fn time_both(
         fused.workspace().map_err(failure)?,
         baseline.workspace().map_err(failure)?,
     );
-    let mut probe = CopyProbe::new(copy_probe_bytes(bytes) as usize / 2);
+    let mut probe = CopyProbe::new(copy_probe_bytes(bytes) as usize / 2).map_err(failure)?;
     for _ in 0..WARM_UP {
         fused.run_in(inputs, &mut spaces.0).map_err(internal)?;
         baseline.run_in(inputs, &mut spaces.1).map_err(internal)?;

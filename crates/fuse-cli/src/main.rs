@@ -37,7 +37,7 @@ use failure::{bad_input, failure, Failure, EXIT_CLOSED_OUTPUT, EXIT_NO_DEVICE};
 a short YAML script of calls (sgemv, sdot, saxpy, …), builds the data-dependency graph between \
 them, finds which calls can share one kernel so that each matrix and vector is read from memory \
 as few times as possible, and runs the fused plan: on an NVIDIA GPU, or on every core of the \
-CPU.\n\nA script looks like this (scripts/bicgk.yaml):\n\n  \
+CPU this process may use (its affinity and CPU quota; FUSE_NUM_THREADS=N sets the thread count).\n\nA script looks like this (scripts/bicgk.yaml):\n\n  \
 name: bicgk\n  precision: f32\n  sizes: {m: 4096, n: 4096}\n  inputs: {A: [m, n], p: [n], r: [m]}\n  \
 outputs: [q, s]\n  calls:\n    - q = sgemv(A, p)\n    - s = sgemtv(A, r)\n\nStart with \
 `fuse check scripts/*.yaml`, then `fuse run scripts/bicgk.yaml`.",
@@ -288,6 +288,10 @@ impl Command {
 }
 
 fn run(cli: Cli) -> Result<(), Failure> {
+    // A thread count set by the user is checked before anything runs on the CPU's threads.
+    if std::env::var_os(fuse::THREADS_VAR).is_some() {
+        fuse::Threads::shared().map_err(bad_input)?;
+    }
     let library = Arc::new(
         match &cli.library {
             Some(dir) => Library::load(dir),

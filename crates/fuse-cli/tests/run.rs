@@ -528,3 +528,27 @@ fn the_emulated_backend_under_a_memory_limit_stops_with_a_message_not_an_abort()
         assert!(ok || clean, "{megabytes} MB: {:?}: {stderr}", out.status);
     }
 }
+
+#[test]
+fn the_thread_count_comes_from_fuse_num_threads_and_a_bad_one_is_refused() {
+    let run = |threads: &str| {
+        Command::new(env!("CARGO_BIN_EXE_fuse"))
+            .args(["explain", &script("bicgk.yaml"), "--backend", "cpu"])
+            .env("FUSE_NUM_THREADS", threads)
+            .output()
+            .expect("the fuse binary runs")
+    };
+    let three = run("3");
+    assert!(three.status.success(), "{}", String::from_utf8_lossy(&three.stderr));
+    assert!(String::from_utf8_lossy(&three.stdout).contains("3 threads sharing"));
+    for bad in ["0", "many", "-2", "99999"] {
+        let out = run(bad);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{bad}: {stderr}");
+        assert!(
+            stderr.contains("FUSE_NUM_THREADS") && stderr.contains("not a thread count"),
+            "{bad}: {stderr}"
+        );
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    }
+}

@@ -50,7 +50,7 @@ fn configure(group: &mut BenchmarkGroup<WallTime>) {
 
 /// A parallel streaming copy between two arrays of 256 MiB; throughput counts bytes read and written.
 fn copy(c: &mut Criterion) {
-    let mut probe = CopyProbe::new(if full() { COPY_BYTES } else { 1 << 15 });
+    let mut probe = CopyProbe::new(if full() { COPY_BYTES } else { 1 << 15 }).expect("threads to copy with");
     let mut group = c.benchmark_group("copy");
     configure(&mut group);
     group.throughput(Throughput::Bytes(probe.bytes()));

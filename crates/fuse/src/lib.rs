@@ -21,6 +21,7 @@ pub use script::Script;
 pub use session::{Handle, Matrix, Scalar, ScalarArg, Session, Stats, Vector};
 
 pub use fuse_core::{Bindings, HostArray, HostData, Library, Plan, Precision, Program, Sizes};
+pub use fuse_cpu::fused::{Threads, THREADS_VAR};
 
 /// The cudarc that fuse's GPU memory types come from ([`Session::matrix_from_device`],
 /// [`Session::to_device`]): use this one, so that the versions agree.

@@ -18,7 +18,7 @@ use fuse_core::library::{ElementaryFunction, Form};
 use fuse_core::{script, Bindings, HigherOrderKind, Library, Precision, Shape};
 
 use super::timings::{cpu_model, CPU_COMPUTE_CAPABILITY};
-use super::{unfused_plan, CpuError, FusedPlan, Real};
+use super::{unfused_plan, CpuError, FusedPlan, Real, Threads};
 
 /// Bytes of each array of the copy measurement: far beyond any cache.
 pub const COPY_BYTES: usize = 256 << 20;
@@ -49,20 +49,22 @@ pub fn calibrate(library: &Library, progress: &mut dyn FnMut(Step)) -> Result<Ca
         .collect();
     let total = 3 + functions.len();
     let mut step = |done: usize, what: &str| progress(Step { done, total, what });
+    // On the threads plans run on (`FUSE_NUM_THREADS`).
+    let threads = Threads::shared()?;
     step(0, "copy bandwidth");
-    let bandwidth = copy_bandwidth(COPY_BYTES, COPY_REPS);
+    let bandwidth = copy_bandwidth(COPY_BYTES, COPY_REPS)?;
     step(1, "arithmetic peak");
     let peak = Peaks {
-        f32: peak_gflops::<f32>(),
-        f64: peak_gflops::<f64>(),
+        f32: threads.install(peak_gflops::<f32>),
+        f64: threads.install(peak_gflops::<f64>),
     };
     step(2, "parallel section");
-    let launch_us = parallel_section_us();
+    let launch_us = threads.install(parallel_section_us);
     let mut routines = Vec::new();
     let mut notes = Vec::new();
     for (k, (f, precision)) in functions.iter().enumerate() {
         step(3 + k, &format!("{}{}", precision.prefix(), f.name));
-        match compute_ns(library, f, *precision, launch_us) {
+        match compute_ns(library, f, *precision, launch_us, threads.count()) {
             Ok(ns) => routines.push(measurement(f, *precision, ns)),
             Err(e) => notes.push(format!("{}{} not measured: {e}", precision.prefix(), f.name)),
         }
@@ -70,7 +72,7 @@ pub fn calibrate(library: &Library, progress: &mut dyn FnMut(Step)) -> Result<Ca
     let table = TimingTable {
         format: FORMAT,
         source: Source::Measured,
-        device: hardware(),
+        device: hardware(threads.count()),
         library_checksum: Some(library_checksum(library)),
         model: Model {
             bandwidth_gb_s: bandwidth,
@@ -107,12 +109,12 @@ pub fn to_yaml(table: &TimingTable) -> String {
 /// This CPU as timing-table hardware: one "SM" per thread; no block limit that matters; a
 /// tile may use the second-level cache of a core, and a thread walks whole rows (a row
 /// barrier: row sums finish before later calls of the kernel read them).
-fn hardware() -> Hardware {
+fn hardware(threads: usize) -> Hardware {
     let cache = l2_bytes();
     Hardware {
         name: cpu_model(),
         compute_capability: CPU_COMPUTE_CAPABILITY.to_string(),
-        sms: rayon::current_num_threads() as u32,
+        sms: threads as u32,
         max_threads_per_block: 1024,
         max_threads_per_sm: 2048,
         max_blocks_per_sm: 32,
@@ -153,16 +155,20 @@ pub fn median_seconds(reps: usize, mut f: impl FnMut()) -> f64 {
 pub struct CopyProbe {
     src: Vec<f64>,
     dst: Vec<f64>,
+    threads: Threads,
 }
 
 impl CopyProbe {
-    /// Arrays of `bytes` each, written once so that their pages exist.
-    pub fn new(bytes: usize) -> Self {
+    /// Arrays of `bytes` each, written once so that their pages exist, copied by the threads
+    /// plans run on.
+    pub fn new(bytes: usize) -> Result<Self, CpuError> {
         let len = (bytes / std::mem::size_of::<f64>()).max(1);
-        CopyProbe {
-            src: (0..len).into_par_iter().map(|k| k as f64).collect(),
+        let threads = Threads::shared()?;
+        Ok(CopyProbe {
+            src: threads.install(|| (0..len).into_par_iter().map(|k| k as f64).collect()),
             dst: vec![0.0; len],
-        }
+            threads,
+        })
     }
 
     /// Bytes one copy reads plus writes (the STREAM convention).
@@ -175,24 +181,24 @@ impl CopyProbe {
     /// destination line in before writing it), so that bandwidths read as a share of what
     /// memory can do.
     pub fn copy(&mut self) {
-        let piece = self.src.len().div_ceil(rayon::current_num_threads()).max(1);
-        self.dst
-            .par_chunks_mut(piece)
-            .zip(self.src.par_chunks(piece))
-            .for_each(|(d, s)| {
+        let piece = self.src.len().div_ceil(self.threads.count()).max(1);
+        let (src, dst) = (&self.src, &mut self.dst);
+        self.threads.install(|| {
+            dst.par_chunks_mut(piece).zip(src.par_chunks(piece)).for_each(|(d, s)| {
                 super::loops::stream(d, s);
                 super::loops::stream_fence();
-            });
+            })
+        });
         black_box(&self.dst);
     }
 }
 
 /// The copy bandwidth of memory, GB/s: bytes read plus bytes written per second by a parallel
 /// copy between two arrays of `bytes`, median of `reps` copies.
-pub fn copy_bandwidth(bytes: usize, reps: usize) -> f64 {
-    let mut probe = CopyProbe::new(bytes);
+pub fn copy_bandwidth(bytes: usize, reps: usize) -> Result<f64, CpuError> {
+    let mut probe = CopyProbe::new(bytes)?;
     let seconds = median_seconds(reps, || probe.copy());
-    probe.bytes() as f64 / seconds / 1e9
+    Ok(probe.bytes() as f64 / seconds / 1e9)
 }
 
 /// Independent vector multiply-add chains per thread in the peak measurement: enough to hide
@@ -254,13 +260,14 @@ fn compute_ns(
     f: &ElementaryFunction,
     precision: Precision,
     launch_us: f64,
+    threads: usize,
 ) -> Result<f64, CpuError> {
     let form = f
         .forms
         .iter()
         .max_by_key(|form| form.signature.params.len())
         .ok_or_else(|| CpuError::InvalidPlan(format!("`{}` has no forms", f.name)))?;
-    let (text, instances) = one_call_script(f, form, precision);
+    let (text, instances) = one_call_script(f, form, precision, threads);
     let program = script::parse(&format!("calibrate-{}.yaml", f.name), &text, library)
         .map_err(|e| CpuError::InvalidPlan(e.to_string()))?;
     let sizes = program.sizes.clone();
@@ -282,8 +289,7 @@ fn compute_ns(
 
 /// A script calling `form` of `f` once, with in-cache sizes for every dimension symbol, and
 /// the number of instances (32-element sub-vectors or 32×32 tiles) the call has.
-fn one_call_script(f: &ElementaryFunction, form: &Form, precision: Precision) -> (String, u64) {
-    let threads = rayon::current_num_threads();
+fn one_call_script(f: &ElementaryFunction, form: &Form, precision: Precision, threads: usize) -> (String, u64) {
     let nested = matches!(f.kind, HigherOrderKind::NestedMap | HigherOrderKind::NestedReduce);
     // A matrix of 256·threads rows of 1024 columns holds as many elements per thread as a vector.
     let extent = |position: usize| match (nested, position) {
@@ -355,7 +361,7 @@ mod tests {
         let library = Library::builtin().unwrap();
         for f in library.functions() {
             for form in &f.forms {
-                let (text, instances) = one_call_script(f, form, Precision::F64);
+                let (text, instances) = one_call_script(f, form, Precision::F64, 2);
                 let program = script::parse("t.yaml", &text, &library).unwrap_or_else(|e| panic!("{text}\n{e}"));
                 assert_eq!(program.calls.len(), 1);
                 assert!(instances >= 1);
@@ -365,7 +371,7 @@ mod tests {
 
     #[test]
     fn a_small_copy_measures_a_positive_bandwidth() {
-        let gbs = copy_bandwidth(1 << 20, 3);
+        let gbs = copy_bandwidth(1 << 20, 3).unwrap();
         assert!(gbs.is_finite() && gbs > 0.0, "{gbs}");
     }
 }

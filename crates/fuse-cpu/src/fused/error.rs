@@ -25,6 +25,10 @@ pub enum CpuError {
     /// The plan does not fit the program (calls missing, read before computed, …).
     #[error("invalid plan: {0}")]
     InvalidPlan(String),
+    /// The threads to run on cannot be had (a bad `FUSE_NUM_THREADS`, a count out of range,
+    /// threads the system refuses).
+    #[error("{0}")]
+    Threads(String),
     /// A workspace used with a plan other than the one that made it.
     #[error("this workspace was made for another plan (make one with FusedPlan::workspace)")]
     Workspace,

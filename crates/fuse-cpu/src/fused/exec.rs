@@ -217,7 +217,7 @@ fn tile<T>(space: Space, passes: usize) -> Tile {
 }
 
 /// How `kernel` runs, in one line: threads, parts, tiles and walks over each tile.
-pub(crate) fn layout<T>(kernel: &KernelPlan) -> String {
+pub(crate) fn layout<T>(kernel: &KernelPlan, threads: usize) -> String {
     let tile = tile::<T>(kernel.space, kernel.passes);
     let (extent, per_tile, tiles) = match kernel.space {
         Space::Vector(len) => (len, tile.cols, format!("chunks of {} elements", tile.cols.min(len))),
@@ -227,8 +227,7 @@ pub(crate) fn layout<T>(kernel: &KernelPlan) -> String {
             format!("tiles of {} rows × {} columns", tile.rows.min(rows), tile.cols),
         ),
     };
-    let threads = rayon::current_num_threads();
-    let parts = part_bounds(extent, per_tile).len();
+    let parts = part_bounds(extent, per_tile, threads).len();
     let walks = match kernel.passes {
         1 => String::new(),
         2 => ", each tile walked twice (its row sums finished in the first walk)".to_string(),
@@ -242,10 +241,10 @@ pub(crate) fn layout<T>(kernel: &KernelPlan) -> String {
     )
 }
 
-/// Splits `0..extent`, in whole tiles of `per_tile`, into contiguous parts.
-fn part_bounds(extent: usize, per_tile: usize) -> Vec<(usize, usize)> {
+/// Splits `0..extent`, in whole tiles of `per_tile`, into contiguous parts for `threads`.
+fn part_bounds(extent: usize, per_tile: usize, threads: usize) -> Vec<(usize, usize)> {
     let tiles = extent.div_ceil(per_tile);
-    let parts = (rayon::current_num_threads() * PARTS_PER_THREAD).clamp(1, tiles.max(1));
+    let parts = (threads * PARTS_PER_THREAD).clamp(1, tiles.max(1));
     (0..parts)
         .map(|p| {
             let start = (p * tiles / parts * per_tile).min(extent);
@@ -262,7 +261,7 @@ impl<'a, T: Real> Shared<'_, 'a, T> {
             Space::Vector(len) => (len, self.tile.cols),
             Space::Matrix(rows, _) => (rows, self.tile.rows),
         };
-        let bounds = part_bounds(extent, per_tile);
+        let bounds = part_bounds(extent, per_tile, rayon::current_num_threads());
         let mut pieces: Vec<Vec<(usize, &mut [T])>> = bounds.iter().map(|_| Vec::new()).collect();
         for (c, buffer) in parted.iter_mut() {
             // A matrix splits by rows of `cols` elements; row sums and vectors by elements.

@@ -54,6 +54,7 @@ mod norm;
 mod prepare;
 mod real;
 mod stage;
+mod threads;
 pub mod timings;
 
 use std::mem;
@@ -66,6 +67,7 @@ use fuse_core::{Bindings, HostArray, HostData, Kernel, Plan, Precision, Program,
 
 pub use error::CpuError;
 pub use real::Real;
+pub use threads::{Threads, THREADS_VAR};
 
 /// A plan prepared for the CPU at fixed sizes; run it any number of times.
 #[derive(Debug, Clone)]
@@ -74,6 +76,7 @@ pub struct FusedPlan {
     program: Arc<Program>,
     sizes: Sizes,
     prepared: prepare::Prepared,
+    threads: Threads,
 }
 
 /// The memory a [`FusedPlan`] computes into: one buffer per value that reaches memory (outputs,
@@ -92,14 +95,27 @@ enum Buffers {
 
 impl FusedPlan {
     /// Checks `plan` against `program` and prepares it for `sizes` (bound by
-    /// [`Program::bind_sizes`]). The plan is lowered, not kept.
+    /// [`Program::bind_sizes`]) to run on the shared threads ([`Threads::shared`]). The plan
+    /// is lowered, not kept.
     pub fn new(program: impl Into<Arc<Program>>, sizes: &Sizes, plan: &Plan) -> Result<Self, CpuError> {
         let program = program.into();
         Ok(FusedPlan {
             prepared: prepare::prepare(&program, sizes, plan)?,
             program,
             sizes: sizes.clone(),
+            threads: Threads::shared()?,
         })
+    }
+
+    /// The same plan run on `threads`.
+    pub fn with_threads(mut self, threads: Threads) -> Self {
+        self.threads = threads;
+        self
+    }
+
+    /// The threads it runs on.
+    pub fn threads(&self) -> &Threads {
+        &self.threads
     }
 
     /// The program it runs.
@@ -142,9 +158,14 @@ impl FusedPlan {
     pub fn run_in(&self, inputs: &Bindings, workspace: &mut Workspace) -> Result<(), CpuError> {
         check_inputs(&self.program, &self.sizes, inputs)?;
         let (p, s, prepared) = (&self.program, &self.sizes, &self.prepared);
+        let lens = &prepared.slot_lens;
         match (p.precision, &mut workspace.buffers) {
-            (Precision::F32, Buffers::F32(b)) if fits(b, &prepared.slot_lens) => exec::run(prepared, p, s, inputs, b),
-            (Precision::F64, Buffers::F64(b)) if fits(b, &prepared.slot_lens) => exec::run(prepared, p, s, inputs, b),
+            (Precision::F32, Buffers::F32(b)) if fits(b, lens) => {
+                self.threads.install(|| exec::run(prepared, p, s, inputs, b))
+            }
+            (Precision::F64, Buffers::F64(b)) if fits(b, lens) => {
+                self.threads.install(|| exec::run(prepared, p, s, inputs, b))
+            }
             _ => return Err(CpuError::Workspace),
         }
         Ok(())
@@ -195,9 +216,10 @@ impl Layout for FusedPlan {
 
     fn layout(&self, index: usize, _: &Kernel) -> String {
         let kernel = &self.prepared.kernels[index];
+        let threads = self.threads.count();
         match self.program.precision {
-            Precision::F32 => exec::layout::<f32>(kernel),
-            Precision::F64 => exec::layout::<f64>(kernel),
+            Precision::F32 => exec::layout::<f32>(kernel, threads),
+            Precision::F64 => exec::layout::<f64>(kernel, threads),
         }
     }
 

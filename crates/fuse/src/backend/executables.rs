@@ -65,7 +65,11 @@ pub(super) fn cpu(
     options: &CompileOptions,
 ) -> Result<Chosen> {
     let (plan, notes) = given_or_best(select::cpu_table, program, sizes, library, options)?;
-    let executable = Box::new(FusedPlan::new(Arc::clone(program), sizes, &plan)?);
+    let mut fused = FusedPlan::new(Arc::clone(program), sizes, &plan)?;
+    if let Some(threads) = &options.threads {
+        fused = fused.with_threads(threads.clone());
+    }
+    let executable = Box::new(fused);
     Ok(Chosen {
         executable,
         plan: Some(plan),

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use fuse_core::{Library, Plan};
+use fuse_cpu::fused::Threads;
 
 /// What [`Backend::compile_with`](crate::Backend::compile_with) may be told besides the program and sizes.
 ///
@@ -22,6 +23,7 @@ pub struct CompileOptions {
     pub(crate) timings: Option<PathBuf>,
     pub(crate) plan_sizes: Vec<(String, usize)>,
     pub(crate) plan: Option<Plan>,
+    pub(crate) threads: Option<Threads>,
 }
 
 impl CompileOptions {
@@ -54,6 +56,22 @@ impl CompileOptions {
     /// Run `plan` rather than choosing one (fused CPU, emulation and CUDA backends).
     pub fn plan(mut self, plan: Plan) -> Self {
         self.plan = Some(plan);
+        self
+    }
+
+    /// Run on `threads` (the fused CPU backend) rather than the shared pool of
+    /// `FUSE_NUM_THREADS` threads, else one per core this process may run on.
+    ///
+    /// ```
+    /// use fuse::{Backend, CompileOptions, Script, Threads};
+    ///
+    /// let script = Script::from_str("t.yaml", "sizes: {n: 8}\ninputs: {x: [n]}\noutputs: [y]\ncalls:\n  - y = sscal(2.0, x)")?;
+    /// let options = CompileOptions::new().threads(Threads::new(3)?);
+    /// let compiled = Backend::Cpu.compile_with(script.program(), &script.program().sizes, &options)?;
+    /// # Ok::<(), fuse::Error>(())
+    /// ```
+    pub fn threads(mut self, threads: Threads) -> Self {
+        self.threads = Some(threads);
         self
     }
 }

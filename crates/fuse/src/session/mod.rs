@@ -38,7 +38,7 @@ use std::sync::Arc;
 
 use fuse_core::{Diagnostic, Form, HostArray, Library, Location};
 
-use crate::backend::Backend;
+use crate::backend::{Backend, CompileOptions};
 use crate::element::{checked_array, Element};
 use crate::error::{Error, Result};
 use crate::select::builtin_library;
@@ -79,6 +79,7 @@ pub struct Session<T: Element> {
     id: u64,
     backend: Backend,
     library: Arc<Library>,
+    options: CompileOptions,
     state: RefCell<State>,
     _element: PhantomData<fn() -> T>,
 }
@@ -101,11 +102,31 @@ impl<'a, T: Element> From<ScalarArg<'a, T>> for Operand<'a> {
 impl<T: Element> Session<T> {
     /// A session running on `backend`, with the built-in function library.
     pub fn new(backend: Backend) -> Result<Self> {
+        Self::with_options(backend, CompileOptions::new())
+    }
+
+    /// A session compiling every flush with `options` (its library, timing table or threads;
+    /// a plan given there is ignored: each flush is its own program).
+    ///
+    /// ```
+    /// use fuse::{Backend, CompileOptions, Session, Threads};
+    ///
+    /// let s = Session::<f64>::with_options(Backend::Cpu, CompileOptions::new().threads(Threads::new(2)?))?;
+    /// let x = s.vector(vec![3.0, 4.0])?;
+    /// assert_eq!(s.read_scalar(&s.dnrm2(&x)?)?, 5.0);
+    /// # Ok::<(), fuse::Error>(())
+    /// ```
+    pub fn with_options(backend: Backend, options: CompileOptions) -> Result<Self> {
         let id = NEXT_SESSION.fetch_add(1, Ordering::Relaxed);
+        let library = match &options.library {
+            Some(library) => Arc::clone(library),
+            None => builtin_library()?,
+        };
         Ok(Session {
             id,
             backend,
-            library: builtin_library()?,
+            options: CompileOptions { plan: None, ..options }.library(Arc::clone(&library)),
+            library,
             state: RefCell::new(State::new(id)),
             _element: PhantomData,
         })
@@ -169,7 +190,7 @@ impl<T: Element> Session<T> {
     /// forgets the others. An error is also kept by each value the run should have computed.
     pub fn flush(&self) -> Result<()> {
         let precision = T::PRECISION;
-        self.state.borrow_mut().flush(&self.backend, &self.library, precision)
+        self.state.borrow_mut().flush(&self.backend, &self.options, precision)
     }
 
     /// Counts of flushes, compilations, cache hits and calls run.

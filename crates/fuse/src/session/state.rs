@@ -5,11 +5,11 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use fuse_core::{Bindings, HostArray, Library, Precision, ValueId};
+use fuse_core::{Bindings, HostArray, Precision, ValueId};
 
 use super::canonical::{self, Canonical, PendingArg, PendingCall};
 use super::handle::Token;
-use crate::backend::{Backend, Compiled};
+use crate::backend::{Backend, CompileOptions, Compiled};
 use crate::device::{resident, Buffer, DevicePlan, Pool};
 use crate::error::{Error, Result};
 use crate::io::Inputs;
@@ -209,7 +209,7 @@ impl State {
     }
 
     /// Runs every recorded call that a held handle depends on; drops the others.
-    pub(super) fn flush(&mut self, backend: &Backend, library: &Library, precision: Precision) -> Result<()> {
+    pub(super) fn flush(&mut self, backend: &Backend, options: &CompileOptions, precision: Precision) -> Result<()> {
         let recorded = std::mem::take(&mut self.pending);
         let (calls, outputs) = self.batch(&recorded);
         let result = if calls.is_empty() {
@@ -217,7 +217,7 @@ impl State {
         } else {
             self.stats.flushes += 1;
             let script = self.canonical(&calls, &outputs, precision);
-            let outcome = self.execute(&script, backend, library);
+            let outcome = self.execute(&script, backend, options);
             self.store(&calls, &script, outcome)
         };
         self.collect_garbage();
@@ -259,8 +259,8 @@ impl State {
 
     /// Compiles (or finds in the cache) and runs `script` on the session's values: on the
     /// device, where the backend has one, else on the host.
-    fn execute(&mut self, script: &Canonical, backend: &Backend, library: &Library) -> Result<Computed> {
-        let compiled = self.compiled(script, backend, library)?;
+    fn execute(&mut self, script: &Canonical, backend: &Backend, options: &CompileOptions) -> Result<Computed> {
+        let compiled = self.compiled(script, backend, options)?;
         match compiled.device() {
             Some(plan) => self.run_on_device(&compiled, plan, script),
             None => {
@@ -371,13 +371,18 @@ impl State {
         self.slots.get_mut(&id).map(|s| &mut s.data)
     }
 
-    fn compiled(&mut self, script: &Canonical, backend: &Backend, library: &Library) -> Result<Arc<Compiled>> {
+    /// The program of `script` compiled with `options` (which name the session's library).
+    fn compiled(&mut self, script: &Canonical, backend: &Backend, options: &CompileOptions) -> Result<Arc<Compiled>> {
         if let Some(compiled) = self.cache.get(&script.text) {
             self.stats.cache_hits += 1;
             return Ok(compiled);
         }
-        let program = fuse_core::script::parse("session.yaml", &script.text, library)?;
-        let compiled = Arc::new(backend.compile(&program, &program.sizes)?);
+        let library = match &options.library {
+            Some(library) => Arc::clone(library),
+            None => crate::select::builtin_library()?,
+        };
+        let program = fuse_core::script::parse("session.yaml", &script.text, &library)?;
+        let compiled = Arc::new(backend.compile_with(&program, &program.sizes, options)?);
         self.stats.compilations += 1;
         self.cache.insert(script.text.clone(), Arc::clone(&compiled));
         Ok(compiled)
