@@ -9,13 +9,18 @@ Markdown table of the medians over the rounds and the ratio numpy / fuse (> 1: f
 
 Run it with OpenBLAS's own kernel choice, as a user's numpy runs:
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python3 benches/cpu-peers.py > raw.txt
+
+f64 runs the same scripts with `precision: f64` and the d-prefixed functions (written to a
+temporary folder), against numpy in float64.
 """
 import argparse
 import json
 import os
 import statistics
+import re
 import subprocess
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -32,22 +37,29 @@ SEQUENCES = {
     "atax": (lambda d: d["A"].T @ (d["A"] @ d["x"])),
     "gesummv": (lambda d: d["alpha"] * (d["A"] @ d["x"]) + d["beta"] * (d["B"] @ d["x"])),
     "sgemvt": (lambda d: (d["beta"] * (d["A"].T @ d["y"]) + d["z"], d["alpha"] * (d["A"] @ d["x"]))),
+    "gemver": (lambda d: gemver(d)),
 }
-VECTORS = {"x": "n", "y": "m", "p": "n", "r": "m", "z": "n"}
+VECTORS = {"x": "n", "y": "m", "p": "n", "r": "m", "z": "n", "u1": "m", "v1": "n", "u2": "m", "v2": "n"}
 
 
-def inputs(name, size, rng):
-    f32 = np.float32
-    data = {"A": rng.uniform(-1, 1, (size, size)).astype(f32), "alpha": f32(1.5), "beta": f32(0.5)}
+def gemver(d):
+    b = d["A"] + np.outer(d["u1"], d["v1"]) + np.outer(d["u2"], d["v2"])
+    x = d["beta"] * (b.T @ d["y"]) + d["z"]
+    return b, x, d["alpha"] * (b @ x)
+
+
+def inputs(name, size, precision, rng):
+    t = np.float32 if precision == "f32" else np.float64
+    data = {"A": rng.uniform(-1, 1, (size, size)).astype(t), "alpha": t(1.5), "beta": t(0.5)}
     if name == "gesummv":
-        data["B"] = rng.uniform(-1, 1, (size, size)).astype(f32)
+        data["B"] = rng.uniform(-1, 1, (size, size)).astype(t)
     for v in VECTORS:
-        data[v] = rng.uniform(-1, 1, size).astype(f32)
+        data[v] = rng.uniform(-1, 1, size).astype(t)
     return data
 
 
-def time_numpy(name, size, runs):
-    data = inputs(name, size, np.random.default_rng(0))
+def time_numpy(name, size, precision, runs):
+    data = inputs(name, size, precision, np.random.default_rng(0))
     run = SEQUENCES[name]
     run(data)
     times = []
@@ -58,9 +70,22 @@ def time_numpy(name, size, runs):
     return statistics.median(times)
 
 
-def time_fuse(fuse, name, size, runs):
+def script(name, precision, folder):
+    """scripts/NAME.yaml, or its f64 twin written to `folder`."""
+    path = f"scripts/{name}.yaml"
+    if precision == "f32":
+        return path
+    with open(path) as f:
+        text = f.read().replace("precision: f32", "precision: f64")
+    twin = os.path.join(folder, f"{name}.yaml")
+    with open(twin, "w") as f:
+        f.write(re.sub(r"= s([a-z0-9]+)\(", r"= d\1(", text))
+    return twin
+
+
+def time_fuse(fuse, path, size, runs):
     out = subprocess.run(
-        [fuse, "bench", f"scripts/{name}.yaml", "--backend", "cpu", "--size", f"m={size}",
+        [fuse, "bench", path, "--backend", "cpu", "--size", f"m={size}",
          "--size", f"n={size}", "--runs", str(runs), "--json"],
         capture_output=True, text=True, check=True)
     result = json.loads(out.stdout)["results"][0]
@@ -83,28 +108,34 @@ def main():
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--sizes", default="2048,4096,8192")
     parser.add_argument("--sequences", default=",".join(SEQUENCES))
+    parser.add_argument("--precisions", default="f32", help="f32, f64 or f32,f64")
     args = parser.parse_args()
     os.chdir(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
     sizes = [int(s) for s in args.sizes.split(",")]
     names = args.sequences.split(",")
+    precisions = args.precisions.split(",")
     points = {}
-    for round_ in range(1, args.rounds + 1):
-        for name in names:
-            for size in sizes:
-                numpy_us = time_numpy(name, size, args.runs)
-                fused_us, unfused_us = time_fuse(args.fuse, name, size, args.runs)
-                line = {"round": round_, "sequence": name, "size": size, "numpy_us": numpy_us,
-                        "fuse_us": fused_us, "fuse_unfused_us": unfused_us}
-                print(json.dumps(line), flush=True)
-                points.setdefault((name, size), []).append(line)
+    with tempfile.TemporaryDirectory() as folder:
+        for round_ in range(1, args.rounds + 1):
+            for precision in precisions:
+                for name in names:
+                    for size in sizes:
+                        numpy_us = time_numpy(name, size, precision, args.runs)
+                        path = script(name, precision, folder)
+                        fused_us, unfused_us = time_fuse(args.fuse, path, size, args.runs)
+                        line = {"round": round_, "sequence": name, "precision": precision, "size": size,
+                                "numpy_us": numpy_us, "fuse_us": fused_us, "fuse_unfused_us": unfused_us}
+                        print(json.dumps(line), flush=True)
+                        points.setdefault((name, precision, size), []).append(line)
     print(f"\n{blas()}; OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', 'unset')}; "
           f"{args.rounds} rounds of {args.runs} runs, medians\n")
-    print("| sequence | size | numpy µs | fuse µs | fuse unfused µs | numpy / fuse |")
-    print("|---|---|---|---|---|---|")
-    for (name, size), lines in points.items():
+    print("| sequence | precision | size | numpy µs | fuse µs | fuse unfused µs | numpy / fuse | unfused / fused |")
+    print("|---|---|---|---|---|---|---|---|")
+    for (name, precision, size), lines in points.items():
         med = {k: statistics.median(l[k] for l in lines) for k in ("numpy_us", "fuse_us", "fuse_unfused_us")}
-        print(f"| {name} | {size}² | {med['numpy_us']:.0f} | {med['fuse_us']:.0f} | "
-              f"{med['fuse_unfused_us']:.0f} | {med['numpy_us'] / med['fuse_us']:.2f}× |")
+        print(f"| {name} | {precision} | {size}² | {med['numpy_us']:.0f} | {med['fuse_us']:.0f} | "
+              f"{med['fuse_unfused_us']:.0f} | {med['numpy_us'] / med['fuse_us']:.2f}× | "
+              f"{med['fuse_unfused_us'] / med['fuse_us']:.2f}× |")
 
 
 if __name__ == "__main__":

@@ -2,8 +2,11 @@
 //! timed per iteration:
 //!
 //! ```sh
-//! cargo run --release -p fuse --example bicg -- [N] [--backend cuda|cpu|emulate|reference] [--precision f32|f64] [--iterations K]
+//! cargo run --release -p fuse --example bicg -- [N] [--backend cuda|cpu|emulate|reference] [--precision f32|f64] [--iterations K] [--no-stop]
 //! ```
+//!
+//! `bicg_numpy.py` beside it is the same solver in numpy, with the same arguments and output,
+//! to compare the time per iteration with.
 //!
 //! On a GPU the matrix is uploaded once; each iteration then reads back only the scalars the
 //! algorithm needs, so its time is the fused kernels' time plus a few launches.
@@ -32,14 +35,19 @@ struct Args {
     /// Iterations to run (the solve stops early once ‖r‖/‖b‖ < 1e-10 in f64, 1e-5 in f32).
     #[arg(long, default_value_t = 200)]
     iterations: usize,
+    /// Run every iteration, converged or not (until BiCG breaks down), so that the time per
+    /// iteration is measured on a system that converges in a few.
+    #[arg(long)]
+    no_stop: bool,
 }
 
 fn main() {
     let args = Args::parse();
     let backend = args.backend.clone().unwrap_or_else(Backend::detect);
+    let tolerance = |tol: f64| if args.no_stop { 0.0 } else { tol };
     let outcome = match args.precision.as_str() {
-        "f32" => solve::<f32>(&args, backend, 1e-5),
-        _ => solve::<f64>(&args, backend, 1e-10),
+        "f32" => solve::<f32>(&args, backend, tolerance(1e-5)),
+        _ => solve::<f64>(&args, backend, tolerance(1e-10)),
     };
     if let Err(e) = outcome {
         eprintln!("error: {e}");

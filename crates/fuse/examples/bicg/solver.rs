@@ -71,7 +71,8 @@ macro_rules! blas {
 blas!(f32, sgemv, sgemtv, saxpy, sdot, snrm2);
 blas!(f64, dgemv, dgemtv, daxpy, ddot, dnrm2);
 
-/// Solves `system` by BiCG from x = 0 until ‖r‖/‖b‖ < `tol` or `max_iter` iterations;
+/// Solves `system` by BiCG from x = 0 until ‖r‖/‖b‖ < `tol` or `max_iter` iterations, or a
+/// breakdown (r̃ᵀr or p̃ᵀq zero, or the residual not finite: no further step is defined);
 /// `on_iteration(k, relative residual)` is called after each iteration.
 pub fn bicg<T: Element>(
     s: &Session<T>,
@@ -96,7 +97,11 @@ where
     for k in 1..=max_iter {
         let q = s.gemv(&a, &p)?;
         let qt = s.gemtv(&a, &pt)?;
-        let alpha = rho / read(&s.dot(&pt, &q)?)?;
+        let curvature = read(&s.dot(&pt, &q)?)?;
+        if curvature == 0.0 || rho == 0.0 {
+            break;
+        }
+        let alpha = rho / curvature;
         // Run-time scalars, not literals: the recorded program stays the same every iteration.
         let (alpha, minus_alpha) = (s.scalar(T::from_f64(alpha)), s.scalar(T::from_f64(-alpha)));
         x = s.axpy(&alpha, &p, &x)?;
@@ -106,7 +111,7 @@ where
         let residual = read(&s.nrm2(&r)?)? / b_norm;
         residuals.push(residual);
         on_iteration(k, residual);
-        if residual < tol {
+        if residual < tol || !residual.is_finite() {
             break;
         }
         let rho_next = read(&rho_next)?;

@@ -534,7 +534,7 @@ mod tests {
         assert_eq!(outputs, [y.id]);
         assert_eq!(calls.iter().map(|c| c.result).collect::<Vec<_>>(), [t_id, y.id]);
         state
-            .flush(&Backend::Reference, &Library::builtin().unwrap(), Precision::F64)
+            .flush(&Backend::Reference, &CompileOptions::new(), Precision::F64)
             .unwrap();
         assert!(state.data(t_id).is_none() && state.data(unused_id).is_none());
         assert_eq!(state.host_value(y.id).unwrap().to_f64(), [3.0, 6.0]);
