@@ -90,13 +90,20 @@ impl<'s, T: Real> Scope<'s, '_, T> {
         }
     }
 
-    fn element(&self, v: ValueId, access: Access, seg: Seg) -> Piece<'s, T> {
-        let view = match self.locs.get(v) {
+    /// The array `v`.
+    fn view(&self, v: ValueId) -> View<'s, T> {
+        match self.locs.get(v) {
             Loc::Array(view) => view,
             Loc::Local(k) => self.locals[k].view(),
-            Loc::Scalar(s) => return Piece::Scalar(s),
-            Loc::Absent => unreachable!("the plan was checked: every value read is computed earlier"),
-        };
+            Loc::Scalar(_) | Loc::Absent => unreachable!("the plan was checked: arrays read are computed earlier"),
+        }
+    }
+
+    fn element(&self, v: ValueId, access: Access, seg: Seg) -> Piece<'s, T> {
+        if let Loc::Scalar(s) = self.locs.get(v) {
+            return Piece::Scalar(s);
+        }
+        let view = self.view(v);
         match access {
             Access::Item => Piece::Scalar(view.item(seg.fixed)),
             Access::Run => Piece::Run(view.run(seg.start, seg.len)),
@@ -234,25 +241,68 @@ pub(crate) fn row_sums<T: Real>(
         }
         return;
     };
-    let term = only_term(stage);
-    let row = |i: usize| {
-        let (coef, x) = without_row(term, scope, seg(i));
-        (matrix_row(scope, matrix, seg(i)), coef, x)
-    };
+    let product = RowProduct::new(only_term(stage), matrix, scope, rows.start, (start, len));
     let mut groups = sums[..rows.len()].chunks_exact_mut(loops::ROWS);
     let mut i = rows.start;
     for group in &mut groups {
-        let lines: [_; loops::ROWS] = std::array::from_fn(|k| row(i + k));
-        // The vector run is the same for every row.
-        let got = loops::dot_rows(lines.map(|r| r.0), lines[0].2);
-        for (s, ((_, coef, _), g)) in group.iter_mut().zip(lines.iter().zip(got)) {
-            *s += *coef * g;
+        let got = loops::dot_rows(std::array::from_fn(|k| product.line(i + k)), product.x);
+        for (k, (s, g)) in group.iter_mut().zip(got).enumerate() {
+            *s += product.coef(scope, i + k) * g;
         }
         i += loops::ROWS;
     }
     for (s, i) in groups.into_remainder().iter_mut().zip(i..) {
-        let (line, coef, x) = row(i);
-        *s += coef * loops::dot(line, x);
+        *s += product.coef(scope, i) * loops::dot(product.line(i), product.x);
+    }
+}
+
+/// A one-product stage `c · A[i, ·] · x[·]` resolved once for the rows of a tile: the matrix
+/// and the vector run (the same for every row), and `c` too unless a factor of it is indexed by
+/// the row (`y[i]`).
+struct RowProduct<'s, 't, T> {
+    term: &'t Term,
+    matrix: View<'s, T>,
+    /// The vector run the rows are multiplied by (empty if none).
+    x: &'s [T],
+    /// `c`, where it is the same for every row.
+    coef: Option<T>,
+    start: usize,
+    len: usize,
+}
+
+impl<'s, 't, T: Real> RowProduct<'s, 't, T> {
+    fn new(
+        term: &'t Term,
+        matrix: ValueId,
+        scope: &Scope<'s, '_, T>,
+        row: usize,
+        (start, len): (usize, usize),
+    ) -> Self {
+        let (coef, x) = without_row(term, scope, Seg { fixed: row, start, len });
+        let by_row = term.factors.iter().any(|f| matches!(f, Factor::Array(_, Access::Item)));
+        RowProduct {
+            term,
+            matrix: scope.view(matrix),
+            x,
+            coef: (!by_row).then_some(coef),
+            start,
+            len,
+        }
+    }
+
+    /// The run of row `i` of the matrix.
+    fn line(&self, i: usize) -> &'s [T] {
+        self.matrix.row(i, self.start, self.len)
+    }
+
+    /// `c` at row `i`.
+    fn coef(&self, scope: &Scope<'s, '_, T>, i: usize) -> T {
+        let seg = Seg {
+            fixed: i,
+            start: self.start,
+            len: self.len,
+        };
+        self.coef.unwrap_or_else(|| without_row(self.term, scope, seg).0)
     }
 }
 
@@ -325,53 +375,24 @@ pub(crate) fn shared_rows<T: Real>(
     row_sums: &mut [T],
     dest: &mut [T],
 ) {
-    let len = dest.len();
-    let (row_term, column_term) = (only_term(row_body), only_term(column_body));
-    let row = |i: usize| {
-        let seg = Seg { fixed: i, start, len };
-        let (row_coef, x) = without_row(row_term, scope, seg);
-        PairRow {
-            line: matrix_row(scope, matrix, seg),
-            row_coef,
-            x,
-            column_coef: without_row(column_term, scope, seg).0,
-        }
-    };
+    let span = (start, dest.len());
+    let row_sum = RowProduct::new(only_term(row_body), matrix, scope, rows.start, span);
+    // The column sums' product, its run being the matrix row itself.
+    let column = RowProduct::new(only_term(column_body), matrix, scope, rows.start, span);
     let mut groups = row_sums[..rows.len()].chunks_exact_mut(loops::ROWS);
     let mut i = rows.start;
     for group in &mut groups {
-        let lines: [PairRow<T>; loops::ROWS] = std::array::from_fn(|k| row(i + k));
-        // The vector of the row sums is the same run for every row.
-        let got = loops::dot_add_rows(lines.map(|r| r.line), lines[0].x, lines.map(|r| r.column_coef), dest);
-        for (s, (r, g)) in group.iter_mut().zip(lines.iter().zip(got)) {
-            *s += r.row_coef * g;
+        let lines = std::array::from_fn(|k| row_sum.line(i + k));
+        let coefs = std::array::from_fn(|k| column.coef(scope, i + k));
+        let got = loops::dot_add_rows(lines, row_sum.x, coefs, dest);
+        for (k, (s, g)) in group.iter_mut().zip(got).enumerate() {
+            *s += row_sum.coef(scope, i + k) * g;
         }
         i += loops::ROWS;
     }
     for (s, i) in groups.into_remainder().iter_mut().zip(i..) {
-        let r = row(i);
-        *s += r.row_coef * loops::dot_add_row(r.line, r.x, r.column_coef, dest);
-    }
-}
-
-/// One row of a [`shared_rows`] tile.
-#[derive(Clone, Copy)]
-struct PairRow<'s, T> {
-    /// The matrix row.
-    line: &'s [T],
-    /// What the row's sum is multiplied by.
-    row_coef: T,
-    /// The vector run the row is multiplied by in its sum.
-    x: &'s [T],
-    /// What the row is multiplied by in the column sums.
-    column_coef: T,
-}
-
-/// The run of `matrix` along the row of `seg`.
-fn matrix_row<'s, T: Real>(scope: &Scope<'s, '_, T>, matrix: ValueId, seg: Seg) -> &'s [T] {
-    match scope.element(matrix, Access::Row, seg) {
-        Piece::Run(line) => line,
-        Piece::Scalar(_) => unreachable!("a matrix row is a run"),
+        let got = loops::dot_add_row(row_sum.line(i), row_sum.x, column.coef(scope, i), dest);
+        *s += row_sum.coef(scope, i) * got;
     }
 }
 

@@ -40,13 +40,16 @@ const PARTS_PER_THREAD: usize = 4;
 /// Elements per task when partial vectors are added up.
 const COMBINE_CHUNK: usize = 8192;
 
-/// Runs every kernel of `prepared` on `inputs`, leaving computed values in `buffers` (by slot).
+/// Runs every kernel of `prepared` on `inputs`, leaving computed values in `buffers` (by slot):
+/// on the threads of the rayon pool it is called in, or all on the calling thread where not
+/// `parallel`.
 pub(crate) fn run<T: Real>(
     prepared: &Prepared,
     program: &Program,
     sizes: &Sizes,
     inputs: &Bindings,
     buffers: &mut [Vec<T>],
+    parallel: bool,
 ) {
     let input: Vec<Option<&[T]>> = program
         .values
@@ -62,6 +65,7 @@ pub(crate) fn run<T: Real>(
             program,
             sizes,
             slots: &prepared.slots,
+            parallel,
         };
         run.run(&input, buffers);
     }
@@ -84,6 +88,7 @@ struct KernelRun<'k> {
     program: &'k Program,
     sizes: &'k Sizes,
     slots: &'k [Option<usize>],
+    parallel: bool,
 }
 
 /// What every part of a kernel shares.
@@ -92,6 +97,8 @@ struct Shared<'s, 'a, T> {
     locs: &'s Locs<'a, T>,
     dests: &'s [Dest],
     tile: Tile,
+    /// Whether parts run on the pool's threads (else one part, on this thread).
+    parallel: bool,
 }
 
 /// The tile (or chunk) a part works on at a time.
@@ -126,6 +133,7 @@ impl KernelRun<'_> {
             locs: &locs,
             dests: &dests,
             tile: tile::<T>(self.kernel.space, self.kernel.passes),
+            parallel: self.parallel,
         };
         let partials = shared.run_parts(&mut parted);
         for (c, buffer) in &mut ended {
@@ -261,7 +269,8 @@ impl<'a, T: Real> Shared<'_, 'a, T> {
             Space::Vector(len) => (len, self.tile.cols),
             Space::Matrix(rows, _) => (rows, self.tile.rows),
         };
-        let bounds = part_bounds(extent, per_tile, rayon::current_num_threads());
+        let threads = if self.parallel { rayon::current_num_threads() } else { 1 };
+        let bounds = part_bounds(extent, per_tile, threads);
         let mut pieces: Vec<Vec<(usize, &mut [T])>> = bounds.iter().map(|_| Vec::new()).collect();
         for (c, buffer) in parted.iter_mut() {
             // A matrix splits by rows of `cols` elements; row sums and vectors by elements.
@@ -273,11 +282,15 @@ impl<'a, T: Real> Shared<'_, 'a, T> {
                 pieces[p].push((*c, piece));
             }
         }
-        bounds
-            .into_par_iter()
-            .zip(pieces)
-            .map(|(range, pieces)| self.part(range, pieces))
-            .collect()
+        let work = bounds.into_iter().zip(pieces);
+        match self.parallel {
+            true => work
+                .collect::<Vec<_>>()
+                .into_par_iter()
+                .map(|(range, pieces)| self.part(range, pieces))
+                .collect(),
+            false => work.map(|(range, pieces)| self.part(range, pieces)).collect(),
+        }
     }
 
     /// The locals of one part: tile buffers, and windows on its pieces of memory.
@@ -526,7 +539,7 @@ impl<'a, T: Real> Shared<'_, 'a, T> {
     }
 
     fn finish_columns(&self, c: usize, outer: Option<&super::stage::Stage>, partials: &[Partials<T>], out: &mut [T]) {
-        out.par_chunks_mut(COMBINE_CHUNK).enumerate().for_each(|(k, out)| {
+        let combine = |(k, out): (usize, &mut [T])| {
             let start = k * COMBINE_CHUNK;
             let mut sums = vec![T::ZERO; out.len()];
             for p in partials {
@@ -545,7 +558,11 @@ impl<'a, T: Real> Shared<'_, 'a, T> {
                     eval::map(stage, &scope, seg, out, &mut scratch);
                 }
             }
-        });
+        };
+        match self.parallel {
+            true => out.par_chunks_mut(COMBINE_CHUNK).enumerate().for_each(combine),
+            false => out.chunks_mut(COMBINE_CHUNK).enumerate().for_each(combine),
+        }
     }
 }
 

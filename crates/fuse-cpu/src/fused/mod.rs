@@ -14,9 +14,10 @@
 //!
 //! Arithmetic is in the script's precision (f32 scripts compute in f32). The library's
 //! formulas run through hand-written loops where they have the form of a sum of products —
-//! `A·x` rows as dot products, `Aᵀ·x` as accumulation of scaled rows into a per-thread partial
-//! vector, `ger`, `madd` and the BLAS-1 maps element-wise — and through a generic evaluator
-//! otherwise, so functions added to the library run too.
+//! `A·x` as dot products of eight rows at a time with one load of `x`, `Aᵀ·x` as accumulation
+//! of eight scaled rows a pass into a per-thread partial vector, `ger`, `madd` and the BLAS-1
+//! maps element-wise, in the widest vectors the CPU has (`loops.rs`) — and through a generic
+//! evaluator otherwise, so functions added to the library run too.
 //!
 //! ```
 //! use fuse_core::data::{fill_random_inputs, relative_error};
@@ -77,7 +78,14 @@ pub struct FusedPlan {
     sizes: Sizes,
     prepared: prepare::Prepared,
     threads: Threads,
+    /// Whether it is small enough to run on the calling thread ([`INLINE_BYTES`]).
+    inline: bool,
 }
+
+/// Plans that move fewer bytes than this run on the calling thread: handing a run to the pool
+/// and back (a thread woken on each side) costs 10–20 µs on the development machine, what one
+/// thread takes to stream about this much from its caches.
+const INLINE_BYTES: u64 = 1 << 20;
 
 /// The memory a [`FusedPlan`] computes into: one buffer per value that reaches memory (outputs,
 /// and results that later kernels read). Reusing one across runs skips the allocation — what a
@@ -101,6 +109,7 @@ impl FusedPlan {
         let program = program.into();
         Ok(FusedPlan {
             prepared: prepare::prepare(&program, sizes, plan)?,
+            inline: program.compulsory_bytes(sizes) < INLINE_BYTES,
             program,
             sizes: sizes.clone(),
             threads: Threads::shared()?,
@@ -157,18 +166,31 @@ impl FusedPlan {
     /// [`FusedPlan::outputs`].
     pub fn run_in(&self, inputs: &Bindings, workspace: &mut Workspace) -> Result<(), CpuError> {
         check_inputs(&self.program, &self.sizes, inputs)?;
-        let (p, s, prepared) = (&self.program, &self.sizes, &self.prepared);
-        let lens = &prepared.slot_lens;
-        match (p.precision, &mut workspace.buffers) {
-            (Precision::F32, Buffers::F32(b)) if fits(b, lens) => {
-                self.threads.install(|| exec::run(prepared, p, s, inputs, b))
-            }
-            (Precision::F64, Buffers::F64(b)) if fits(b, lens) => {
-                self.threads.install(|| exec::run(prepared, p, s, inputs, b))
-            }
+        match &mut workspace.buffers {
+            Buffers::F32(b) if self.fits(b) => self.exec(inputs, b),
+            Buffers::F64(b) if self.fits(b) => self.exec(inputs, b),
             _ => return Err(CpuError::Workspace),
         }
         Ok(())
+    }
+
+    /// Whether `buffers` are a workspace of this plan.
+    fn fits<T: Real>(&self, buffers: &[Vec<T>]) -> bool {
+        let lens = &self.prepared.slot_lens;
+        T::PRECISION == self.program.precision
+            && buffers.len() == lens.len()
+            && buffers.iter().zip(lens).all(|(b, &n)| b.len() == n)
+    }
+
+    /// Runs the kernels into `buffers`, on the calling thread or the pool's.
+    fn exec<T: Real>(&self, inputs: &Bindings, buffers: &mut [Vec<T>]) {
+        let (p, s, prepared) = (&self.program, &self.sizes, &self.prepared);
+        match self.inline {
+            true => exec::run(prepared, p, s, inputs, buffers, false),
+            false => self
+                .threads
+                .install(|| exec::run(prepared, p, s, inputs, buffers, true)),
+        }
     }
 
     /// The outputs held by `workspace` after [`FusedPlan::run_in`], by name, in the program's
@@ -235,11 +257,6 @@ impl Layout for FusedPlan {
             false => "threads' partials added at the end of the pass".to_string(),
         }
     }
-}
-
-/// Whether `buffers` have the lengths `lens`.
-fn fits<T>(buffers: &[Vec<T>], lens: &[usize]) -> bool {
-    buffers.len() == lens.len() && buffers.iter().zip(lens).all(|(b, &n)| b.len() == n)
 }
 
 /// The unfused plan of `program`: one kernel per call, in script order — the baseline fusion is
