@@ -8,8 +8,6 @@
 use std::hint::black_box;
 use std::time::Instant;
 
-use rayon::prelude::*;
-
 use fuse_core::data::fill_random_inputs;
 use fuse_core::explore::library_checksum;
 use fuse_core::explore::mapping::ELEMENT_SIDE;
@@ -55,11 +53,11 @@ pub fn calibrate(library: &Library, progress: &mut dyn FnMut(Step)) -> Result<Ca
     let bandwidth = copy_bandwidth(COPY_BYTES, COPY_REPS)?;
     step(1, "arithmetic peak");
     let peak = Peaks {
-        f32: threads.install(peak_gflops::<f32>),
-        f64: threads.install(peak_gflops::<f64>),
+        f32: peak_gflops::<f32>(&threads),
+        f64: peak_gflops::<f64>(&threads),
     };
     step(2, "parallel section");
-    let launch_us = threads.install(parallel_section_us);
+    let launch_us = parallel_section_us(&threads);
     let mut routines = Vec::new();
     let mut notes = Vec::new();
     for (k, (f, precision)) in functions.iter().enumerate() {
@@ -165,7 +163,7 @@ impl CopyProbe {
         let len = (bytes / std::mem::size_of::<f64>()).max(1);
         let threads = Threads::shared()?;
         Ok(CopyProbe {
-            src: threads.install(|| (0..len).into_par_iter().map(|k| k as f64).collect()),
+            src: (0..len).map(|k| k as f64).collect(),
             dst: vec![0.0; len],
             threads,
         })
@@ -183,11 +181,10 @@ impl CopyProbe {
     pub fn copy(&mut self) {
         let piece = self.src.len().div_ceil(self.threads.count()).max(1);
         let (src, dst) = (&self.src, &mut self.dst);
-        self.threads.install(|| {
-            dst.par_chunks_mut(piece).zip(src.par_chunks(piece)).for_each(|(d, s)| {
-                super::loops::stream(d, s);
-                super::loops::stream_fence();
-            })
+        let pairs = dst.chunks_mut(piece).zip(src.chunks(piece)).collect();
+        self.threads.share(pairs, |(d, s)| {
+            super::loops::stream(d, s);
+            super::loops::stream_fence();
         });
         black_box(&self.dst);
     }
@@ -209,17 +206,16 @@ const STEPS: usize = 200_000;
 
 /// GFLOP/s of independent fused multiply-adds on every thread, in the precision of `T`, by the
 /// same instruction set as the inner loops.
-fn peak_gflops<T: Real>() -> f64 {
-    let threads = rayon::current_num_threads();
+fn peak_gflops<T: Real>(threads: &Threads) -> f64 {
+    let count = threads.count();
     let mut lanes = 0;
     let seconds = median_seconds(5, || {
-        let total: (T, usize) = (0..threads)
-            .into_par_iter()
-            .map(|t| chains(black_box(T::from_f64(0.999_999)), black_box(T::from_f64(t as f64))))
-            .reduce(|| (T::ZERO, 0), |a, b| (a.0 + b.0, b.1));
-        lanes = black_box(total).1;
+        let each = threads.share((0..count).collect(), |t| {
+            chains(black_box(T::from_f64(0.999_999)), black_box(T::from_f64(t as f64)))
+        });
+        lanes = black_box(each)[0].1;
     });
-    (2 * lanes * CHAINS * STEPS * threads) as f64 / seconds / 1e9
+    (2 * lanes * CHAINS * STEPS * count) as f64 / seconds / 1e9
 }
 
 /// `CHAINS` vector chains of `x = x·a + b`: their sum, and the lanes of a vector.
@@ -243,10 +239,10 @@ fn chains_simd<S: pulp::Simd, T: Real>(simd: S, a: T, start: T) -> (T, usize) {
 }
 
 /// The cost of one parallel section over every thread (a kernel's "launch"), µs.
-fn parallel_section_us() -> f64 {
-    let parts = rayon::current_num_threads() * 4;
+fn parallel_section_us(threads: &Threads) -> f64 {
+    let parts = threads.count() * 4;
     let seconds = median_seconds(200, || {
-        (0..parts).into_par_iter().for_each(|k| {
+        threads.share((0..parts).collect(), |k| {
             black_box(k);
         });
     });

@@ -1,5 +1,6 @@
 //! Running a prepared plan: kernel after kernel — a kernel's end is the global barrier — each
-//! kernel's space split into contiguous parts, a rayon task each.
+//! kernel's space split into contiguous parts, shared out between the calling thread and the
+//! pool's.
 //!
 //! A part walks its rows in tiles (a few rows, and as many columns as fit a cache-sized run)
 //! or its vector in chunks, and runs every call of the kernel on a tile before moving on, so a
@@ -14,8 +15,6 @@
 
 use std::mem;
 
-use rayon::prelude::*;
-
 use fuse_core::formula::ReduceOp;
 use fuse_core::{Bindings, Program, Shape, Sizes};
 
@@ -23,7 +22,7 @@ use super::eval::{self, Loc, Locs, Piece, Scope, Seg};
 use super::memory::{split_rows, Local, View, ViewMut};
 use super::norm::Norm;
 use super::prepare::{KernelPlan, Op, Prepared, SharedRows, Space};
-use super::{loops, Real};
+use super::{loops, Real, Threads};
 
 /// Bytes of one run along a tile row: runs of this length keep the vectors of a segment in
 /// the first-level cache while the rows of a step stream past.
@@ -41,15 +40,15 @@ const PARTS_PER_THREAD: usize = 4;
 const COMBINE_CHUNK: usize = 8192;
 
 /// Runs every kernel of `prepared` on `inputs`, leaving computed values in `buffers` (by slot):
-/// on the threads of the rayon pool it is called in, or all on the calling thread where not
-/// `parallel`.
+/// each kernel's parts shared between the calling thread and `threads`, or all on the calling
+/// thread without.
 pub(crate) fn run<T: Real>(
     prepared: &Prepared,
     program: &Program,
     sizes: &Sizes,
     inputs: &Bindings,
     buffers: &mut [Vec<T>],
-    parallel: bool,
+    threads: Option<&Threads>,
 ) {
     let input: Vec<Option<&[T]>> = program
         .values
@@ -65,7 +64,7 @@ pub(crate) fn run<T: Real>(
             program,
             sizes,
             slots: &prepared.slots,
-            parallel,
+            threads,
         };
         run.run(&input, buffers);
     }
@@ -88,7 +87,7 @@ struct KernelRun<'k> {
     program: &'k Program,
     sizes: &'k Sizes,
     slots: &'k [Option<usize>],
-    parallel: bool,
+    threads: Option<&'k Threads>,
 }
 
 /// What every part of a kernel shares.
@@ -97,8 +96,8 @@ struct Shared<'s, 'a, T> {
     locs: &'s Locs<'a, T>,
     dests: &'s [Dest],
     tile: Tile,
-    /// Whether parts run on the pool's threads (else one part, on this thread).
-    parallel: bool,
+    /// The threads parts are shared with (else one part, on this thread).
+    threads: Option<&'s Threads>,
 }
 
 /// The tile (or chunk) a part works on at a time.
@@ -133,7 +132,7 @@ impl KernelRun<'_> {
             locs: &locs,
             dests: &dests,
             tile: tile::<T>(self.kernel.space, self.kernel.passes),
-            parallel: self.parallel,
+            threads: self.threads,
         };
         let partials = shared.run_parts(&mut parted);
         for (c, buffer) in &mut ended {
@@ -269,8 +268,7 @@ impl<'a, T: Real> Shared<'_, 'a, T> {
             Space::Vector(len) => (len, self.tile.cols),
             Space::Matrix(rows, _) => (rows, self.tile.rows),
         };
-        let threads = if self.parallel { rayon::current_num_threads() } else { 1 };
-        let bounds = part_bounds(extent, per_tile, threads);
+        let bounds = part_bounds(extent, per_tile, self.threads.map_or(1, Threads::count));
         let mut pieces: Vec<Vec<(usize, &mut [T])>> = bounds.iter().map(|_| Vec::new()).collect();
         for (c, buffer) in parted.iter_mut() {
             // A matrix splits by rows of `cols` elements; row sums and vectors by elements.
@@ -282,15 +280,9 @@ impl<'a, T: Real> Shared<'_, 'a, T> {
                 pieces[p].push((*c, piece));
             }
         }
-        let work = bounds.into_iter().zip(pieces);
-        match self.parallel {
-            true => work
-                .collect::<Vec<_>>()
-                .into_par_iter()
-                .map(|(range, pieces)| self.part(range, pieces))
-                .collect(),
-            false => work.map(|(range, pieces)| self.part(range, pieces)).collect(),
-        }
+        self.share(bounds.into_iter().zip(pieces).collect(), |(range, pieces)| {
+            self.part(range, pieces)
+        })
     }
 
     /// The locals of one part: tile buffers, and windows on its pieces of memory.
@@ -559,9 +551,14 @@ impl<'a, T: Real> Shared<'_, 'a, T> {
                 }
             }
         };
-        match self.parallel {
-            true => out.par_chunks_mut(COMBINE_CHUNK).enumerate().for_each(combine),
-            false => out.chunks_mut(COMBINE_CHUNK).enumerate().for_each(combine),
+        self.share(out.chunks_mut(COMBINE_CHUNK).enumerate().collect(), combine);
+    }
+
+    /// `work` on every item, shared with the kernel's threads where it has them.
+    fn share<I: Send, R: Send>(&self, items: Vec<I>, work: impl Fn(I) -> R + Sync) -> Vec<R> {
+        match self.threads {
+            Some(threads) => threads.share(items, work),
+            None => items.into_iter().map(work).collect(),
         }
     }
 }

@@ -182,15 +182,12 @@ impl FusedPlan {
             && buffers.iter().zip(lens).all(|(b, &n)| b.len() == n)
     }
 
-    /// Runs the kernels into `buffers`, on the calling thread or the pool's.
+    /// Runs the kernels into `buffers`, on the calling thread, with the pool's where the plan is
+    /// not small.
     fn exec<T: Real>(&self, inputs: &Bindings, buffers: &mut [Vec<T>]) {
         let (p, s, prepared) = (&self.program, &self.sizes, &self.prepared);
-        match self.inline {
-            true => exec::run(prepared, p, s, inputs, buffers, false),
-            false => self
-                .threads
-                .install(|| exec::run(prepared, p, s, inputs, buffers, true)),
-        }
+        let threads = (!self.inline).then_some(&self.threads);
+        exec::run(prepared, p, s, inputs, buffers, threads);
     }
 
     /// The outputs held by `workspace` after [`FusedPlan::run_in`], by name, in the program's
