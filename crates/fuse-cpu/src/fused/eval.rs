@@ -241,53 +241,59 @@ pub(crate) fn row_sums<T: Real>(
         }
         return;
     };
-    let product = RowProduct::new(only_term(stage), matrix, scope, rows.start, (start, len));
+    let product = RowProduct::new(only_term(stage), matrix, scope, (start, len));
     let mut groups = sums[..rows.len()].chunks_exact_mut(loops::ROWS);
     let mut i = rows.start;
     for group in &mut groups {
         let got = loops::dot_rows(std::array::from_fn(|k| product.line(i + k)), product.x);
         for (k, (s, g)) in group.iter_mut().zip(got).enumerate() {
-            *s += product.coef(scope, i + k) * g;
+            *s += product.coef(i + k) * g;
         }
         i += loops::ROWS;
     }
     for (s, i) in groups.into_remainder().iter_mut().zip(i..) {
-        *s += product.coef(scope, i) * loops::dot(product.line(i), product.x);
+        *s += product.coef(i) * loops::dot(product.line(i), product.x);
     }
 }
 
-/// A one-product stage `c · A[i, ·] · x[·]` resolved once for the rows of a tile: the matrix
-/// and the vector run (the same for every row), and `c` too unless a factor of it is indexed by
-/// the row (`y[i]`).
-struct RowProduct<'s, 't, T> {
-    term: &'t Term,
+/// A one-product stage `c · A[i, ·] · x[·]` resolved once for the rows of a tile: the matrix,
+/// the vector run (the same for every row), and `c` as a number times the vectors indexed by
+/// the row (`y[i]`), looked up once.
+struct RowProduct<'s, T> {
     matrix: View<'s, T>,
     /// The vector run the rows are multiplied by (empty if none).
     x: &'s [T],
-    /// `c`, where it is the same for every row.
-    coef: Option<T>,
+    /// The part of `c` that is the same for every row.
+    constant: T,
+    /// The vectors whose element of the row multiplies `c`.
+    by_row: Vec<View<'s, T>>,
     start: usize,
     len: usize,
 }
 
-impl<'s, 't, T: Real> RowProduct<'s, 't, T> {
-    fn new(
-        term: &'t Term,
-        matrix: ValueId,
-        scope: &Scope<'s, '_, T>,
-        row: usize,
-        (start, len): (usize, usize),
-    ) -> Self {
-        let (coef, x) = without_row(term, scope, Seg { fixed: row, start, len });
-        let by_row = term.factors.iter().any(|f| matches!(f, Factor::Array(_, Access::Item)));
-        RowProduct {
-            term,
+impl<'s, T: Real> RowProduct<'s, T> {
+    fn new(term: &Term, matrix: ValueId, scope: &Scope<'s, '_, T>, (start, len): (usize, usize)) -> Self {
+        let mut product = RowProduct {
             matrix: scope.view(matrix),
-            x,
-            coef: (!by_row).then_some(coef),
+            x: &[],
+            constant: T::from_f64(term.coef),
+            by_row: Vec::new(),
             start,
             len,
+        };
+        for &f in &term.factors {
+            match f {
+                Factor::Array(_, Access::Row) => {}
+                Factor::Array(v, Access::Item) => product.by_row.push(scope.view(v)),
+                Factor::Array(v, Access::Run) => product.x = scope.view(v).run(start, len),
+                Factor::Scalar(_) | Factor::Sum => {
+                    if let Piece::Scalar(c) = scope.factor(f, Seg { fixed: 0, start, len }) {
+                        product.constant = product.constant * c;
+                    }
+                }
+            }
         }
+        product
     }
 
     /// The run of row `i` of the matrix.
@@ -296,13 +302,8 @@ impl<'s, 't, T: Real> RowProduct<'s, 't, T> {
     }
 
     /// `c` at row `i`.
-    fn coef(&self, scope: &Scope<'s, '_, T>, i: usize) -> T {
-        let seg = Seg {
-            fixed: i,
-            start: self.start,
-            len: self.len,
-        };
-        self.coef.unwrap_or_else(|| without_row(self.term, scope, seg).0)
+    fn coef(&self, i: usize) -> T {
+        self.by_row.iter().fold(self.constant, |c, v| c * v.item(i))
     }
 }
 
@@ -376,23 +377,23 @@ pub(crate) fn shared_rows<T: Real>(
     dest: &mut [T],
 ) {
     let span = (start, dest.len());
-    let row_sum = RowProduct::new(only_term(row_body), matrix, scope, rows.start, span);
+    let row_sum = RowProduct::new(only_term(row_body), matrix, scope, span);
     // The column sums' product, its run being the matrix row itself.
-    let column = RowProduct::new(only_term(column_body), matrix, scope, rows.start, span);
+    let column = RowProduct::new(only_term(column_body), matrix, scope, span);
     let mut groups = row_sums[..rows.len()].chunks_exact_mut(loops::ROWS);
     let mut i = rows.start;
     for group in &mut groups {
         let lines = std::array::from_fn(|k| row_sum.line(i + k));
-        let coefs = std::array::from_fn(|k| column.coef(scope, i + k));
+        let coefs = std::array::from_fn(|k| column.coef(i + k));
         let got = loops::dot_add_rows(lines, row_sum.x, coefs, dest);
         for (k, (s, g)) in group.iter_mut().zip(got).enumerate() {
-            *s += row_sum.coef(scope, i + k) * g;
+            *s += row_sum.coef(i + k) * g;
         }
         i += loops::ROWS;
     }
     for (s, i) in groups.into_remainder().iter_mut().zip(i..) {
-        let got = loops::dot_add_row(row_sum.line(i), row_sum.x, column.coef(scope, i), dest);
-        *s += row_sum.coef(scope, i) * got;
+        let got = loops::dot_add_row(row_sum.line(i), row_sum.x, column.coef(i), dest);
+        *s += row_sum.coef(i) * got;
     }
 }
 
@@ -401,21 +402,6 @@ fn only_term(stage: &Stage) -> &Term {
         Some([term]) => term,
         _ => unreachable!("a pair is made of one-product stages"),
     }
-}
-
-/// A product on `seg` with its matrix-row factor left out: the product of its numbers, and
-/// its one vector run (empty if none).
-fn without_row<'s, T: Real>(term: &Term, scope: &Scope<'s, '_, T>, seg: Seg) -> (T, &'s [T]) {
-    let mut coef = T::from_f64(term.coef);
-    let mut run: &[T] = &[];
-    for &f in &term.factors {
-        match (f, scope.factor(f, seg)) {
-            (Factor::Array(_, Access::Row), _) => {}
-            (_, Piece::Scalar(s)) => coef = coef * s,
-            (_, Piece::Run(r)) => run = r,
-        }
-    }
-    (coef, run)
 }
 
 /// `dest = node` on `seg`, a node at a time; `scratch` holds a buffer per level of right
