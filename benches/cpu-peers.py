@@ -2,8 +2,9 @@
 """fuse's CPU backend against numpy + OpenBLAS on the same sequences, in one interleaved run.
 
 Each round visits every (sequence, size) once: numpy's version of the sequence is timed in
-this process (median of RUNS after a warm-up), then `fuse bench --backend cpu --json` times
-fuse's chosen plan and its unfused plan. A busy minute of the shared machine so touches one
+this process (median of RUNS, both back to back and the way `fuse bench` times fuse: each run
+right after an untimed one, a copy of the problem's bytes between), then
+`fuse bench --backend cpu --json` times fuse's chosen plan and its unfused plan. A busy minute of the shared machine so touches one
 measurement of a point, not all of them. Prints one JSON line per point and round, then a
 Markdown table of the medians over the rounds and the ratio numpy / fuse (> 1: fuse faster).
 
@@ -59,15 +60,27 @@ def inputs(name, size, precision, rng):
 
 
 def time_numpy(name, size, precision, runs):
+    """numpy's time (median µs) in a loop, and as `fuse bench` times fuse: each run timed right
+    after an untimed run of itself, with a copy of as many bytes as the problem between runs —
+    which, in cache, leaves a run slower than in a loop (fuse bench's other runs, the unfused
+    plan's and its copy probe, sit there)."""
     data = inputs(name, size, precision, np.random.default_rng(0))
     run = SEQUENCES[name]
+    nbytes = sum(v.nbytes for v in data.values() if isinstance(v, np.ndarray))
+    src, dst = np.ones(nbytes // 8), np.zeros(nbytes // 8)
     run(data)
-    times = []
+    loop, between = [], []
     for _ in range(runs):
         start = time.perf_counter()
         run(data)
-        times.append((time.perf_counter() - start) * 1e6)
-    return statistics.median(times)
+        loop.append((time.perf_counter() - start) * 1e6)
+    for _ in range(runs):
+        np.copyto(dst, src)
+        run(data)
+        start = time.perf_counter()
+        run(data)
+        between.append((time.perf_counter() - start) * 1e6)
+    return statistics.median(loop), statistics.median(between)
 
 
 def script(name, precision, folder):
@@ -120,21 +133,26 @@ def main():
             for precision in precisions:
                 for name in names:
                     for size in sizes:
-                        numpy_us = time_numpy(name, size, precision, args.runs)
+                        numpy_loop_us, numpy_us = time_numpy(name, size, precision, args.runs)
                         path = script(name, precision, folder)
                         fused_us, unfused_us = time_fuse(args.fuse, path, size, args.runs)
                         line = {"round": round_, "sequence": name, "precision": precision, "size": size,
-                                "numpy_us": numpy_us, "fuse_us": fused_us, "fuse_unfused_us": unfused_us}
+                                "numpy_us": numpy_us, "numpy_loop_us": numpy_loop_us, "fuse_us": fused_us,
+                                "fuse_unfused_us": unfused_us}
                         print(json.dumps(line), flush=True)
                         points.setdefault((name, precision, size), []).append(line)
     print(f"\n{blas()}; OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', 'unset')}; "
           f"{args.rounds} rounds of {args.runs} runs, medians\n")
-    print("| sequence | precision | size | numpy µs | fuse µs | fuse unfused µs | numpy / fuse | unfused / fused |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("numpy µs: timed as fuse bench times fuse (after an untimed run and a copy); "
+          "numpy loop µs: back to back\n")
+    print("| sequence | precision | size | numpy µs | numpy loop µs | fuse µs | fuse unfused µs "
+          "| numpy / fuse | unfused / fused |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    keys = ("numpy_us", "numpy_loop_us", "fuse_us", "fuse_unfused_us")
     for (name, precision, size), lines in points.items():
-        med = {k: statistics.median(l[k] for l in lines) for k in ("numpy_us", "fuse_us", "fuse_unfused_us")}
-        print(f"| {name} | {precision} | {size}² | {med['numpy_us']:.0f} | {med['fuse_us']:.0f} | "
-              f"{med['fuse_unfused_us']:.0f} | {med['numpy_us'] / med['fuse_us']:.2f}× | "
+        med = {k: statistics.median(l[k] for l in lines) for k in keys}
+        print(f"| {name} | {precision} | {size}² | {med['numpy_us']:.0f} | {med['numpy_loop_us']:.0f} | "
+              f"{med['fuse_us']:.0f} | {med['fuse_unfused_us']:.0f} | {med['numpy_us'] / med['fuse_us']:.2f}× | "
               f"{med['fuse_unfused_us'] / med['fuse_us']:.2f}× |")
 
 
