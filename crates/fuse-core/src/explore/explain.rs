@@ -171,20 +171,25 @@ fn unimplemented(ex: &Exploration, a: CallId, b: CallId) -> Verdict {
     }
 }
 
+/// The verdict on a pair whose calls and the paths between them are more than a fusion may hold.
+pub(super) fn hull_too_long(ex: &Exploration) -> Verdict {
+    Verdict::Apart {
+        why: Why::NotExplored,
+        message: format!(
+            "a {} holding both must hold the calls on the paths between them, more than the {} the exploration puts in one",
+            ex.context.words.kernel(),
+            ex.limits.max_fusion_calls
+        ),
+    }
+}
+
 /// No fusion holds `a` and `b`; `hull` is them with the calls on the paths between them, or
 /// `None` if those are more than the exploration puts in one fusion: then the rules are not
 /// checked, as finding or checking a long hull costs its length, for each of the square of the
 /// calls' pairs on a script whose calls share an input.
 fn unheld(ex: &Exploration, a: CallId, b: CallId, hull: Option<Vec<CallId>>) -> Verdict {
     let Some(hull) = hull else {
-        return Verdict::Apart {
-            why: Why::NotExplored,
-            message: format!(
-                "a {} holding both must hold the calls on the paths between them, more than the {} the exploration puts in one",
-                ex.context.words.kernel(),
-                ex.limits.max_fusion_calls
-            ),
-        };
+        return hull_too_long(ex);
     };
     match rules::check_convex(&ex.context, &CallSet::of(&hull)) {
         Err(v) if v.calls.iter().all(|&c| c == a || c == b) => ruled(v),

@@ -65,14 +65,7 @@ fn apart(ex: &Exploration, best: &Plan, a: CallId, b: CallId) -> Verdict {
     }
     let hull = between(ex, a, b);
     if hull.len() > ex.limits.max_fusion_calls {
-        return Verdict::Apart {
-            why: Why::NotExplored,
-            message: format!(
-                "a {} holding both must hold the calls on the paths between them, more than the {} the exploration puts in one",
-                ex.context.words.kernel(),
-                ex.limits.max_fusion_calls
-            ),
-        };
+        return explain::hull_too_long(ex);
     }
     match check(&ex.context, &hull) {
         Err(v) if v.calls.iter().all(|&c| c == a || c == b) => rule(v),

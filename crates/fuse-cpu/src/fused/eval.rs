@@ -92,7 +92,12 @@ impl<'s, T: Real> Scope<'s, '_, T> {
 
     /// The array `v`.
     fn view(&self, v: ValueId) -> View<'s, T> {
-        match self.locs.get(v) {
+        self.view_at(self.locs.get(v))
+    }
+
+    /// The array at `loc`.
+    fn view_at(&self, loc: Loc<'s, T>) -> View<'s, T> {
+        match loc {
             Loc::Array(view) => view,
             Loc::Local(k) => self.locals[k].view(),
             Loc::Scalar(_) | Loc::Absent => unreachable!("the plan was checked: arrays read are computed earlier"),
@@ -100,10 +105,10 @@ impl<'s, T: Real> Scope<'s, '_, T> {
     }
 
     fn element(&self, v: ValueId, access: Access, seg: Seg) -> Piece<'s, T> {
-        if let Loc::Scalar(s) = self.locs.get(v) {
-            return Piece::Scalar(s);
-        }
-        let view = self.view(v);
+        let view = match self.locs.get(v) {
+            Loc::Scalar(s) => return Piece::Scalar(s),
+            loc => self.view_at(loc),
+        };
         match access {
             Access::Item => Piece::Scalar(view.item(seg.fixed)),
             Access::Run => Piece::Run(view.run(seg.start, seg.len)),
