@@ -1,10 +1,9 @@
 //! The sizes `fuse run` binds: each size symbol from `--size`, else from the shape of an input
-//! file that has it, else the script's default. Two sources that disagree are named, both.
+//! file that has it, else the script's default (the rule of [`fuse::bind_sizes`]).
 
-use std::collections::BTreeMap;
 use std::path::Path;
 
-use fuse::{Bindings, Program, Sizes};
+use fuse::{Bindings, Program, SizeSource, Sizes};
 
 use crate::args::check_distinct_sizes;
 use crate::failure::{bad_input, Failure};
@@ -18,47 +17,23 @@ pub fn bind_run_sizes(
     dir: Option<&Path>,
 ) -> Result<Sizes, Failure> {
     check_distinct_sizes(flags)?;
-    // Each symbol bound so far: its value and what bound it, for messages.
-    let mut bound: BTreeMap<&str, (usize, String)> = flags
+    let given = flags.iter().map(|(symbol, value)| SizeSource::Given {
+        symbol,
+        value: *value,
+        what: format!("--size {symbol}={value}"),
+    });
+    // In declaration order, so that a disagreement names the first input that bound the size.
+    let in_order = program
+        .inputs
         .iter()
-        .map(|(name, value)| (name.as_str(), (*value, format!("--size {name}={value}"))))
-        .collect();
-    for &id in &program.inputs {
-        let value = &program.values[id];
-        let (Some(array), Some(dir)) = (files.get(&value.variable), dir) else {
-            continue;
-        };
-        let symbols = value.shape.dims();
-        // Of another rank: the shape check names it, with the shape wanted.
-        if symbols.len() != array.dims.len() {
-            continue;
-        }
-        let source = format!(
-            "{} (input `{}`: {}) of shape {:?}",
-            dir.join(format!("{}.npy", value.variable)).display(),
-            value.variable,
-            value.shape,
-            array.dims
-        );
-        if array.dims.contains(&0) {
-            return Err(bad_input(format!(
-                "{source}: an empty array; every size must be positive"
-            )));
-        }
-        for (symbol, &extent) in symbols.into_iter().zip(&array.dims) {
-            match bound.get(symbol) {
-                Some((v, first)) if *v != extent => {
-                    return Err(bad_input(format!(
-                    "size `{symbol}` disagrees: {first} gives {symbol} = {v}, but {source} gives {symbol} = {extent}"
-                )))
-                }
-                Some(_) => {}
-                None => {
-                    bound.insert(symbol, (extent, source.clone()));
-                }
-            }
-        }
-    }
-    let overrides: Vec<(String, usize)> = bound.into_iter().map(|(s, (v, _))| (s.to_string(), v)).collect();
-    program.bind_sizes(&overrides).map_err(bad_input)
+        .filter_map(|&id| files.get_key_value(&program.values[id].variable));
+    let shapes = dir.into_iter().flat_map(|dir| {
+        in_order.clone().map(move |(input, array)| SizeSource::Shape {
+            input,
+            dims: &array.dims,
+            what: dir.join(format!("{input}.npy")).display().to_string(),
+        })
+    });
+    let sources: Vec<SizeSource> = given.chain(shapes).collect();
+    fuse::bind_sizes(program, &sources).map_err(bad_input)
 }

@@ -39,6 +39,108 @@ impl HostData {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+
+    /// The elements, borrowed.
+    pub fn view(&self) -> DataView<'_> {
+        match self {
+            HostData::F32(v) => DataView::F32(v),
+            HostData::F64(v) => DataView::F64(v),
+        }
+    }
+}
+
+/// Elements of one precision borrowed from memory that someone else owns — a caller's array
+/// read in place, without a copy.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum DataView<'a> {
+    /// 32-bit floats.
+    F32(&'a [f32]),
+    /// 64-bit floats.
+    F64(&'a [f64]),
+}
+
+impl DataView<'_> {
+    /// The element precision.
+    pub fn precision(&self) -> Precision {
+        match self {
+            DataView::F32(_) => Precision::F32,
+            DataView::F64(_) => Precision::F64,
+        }
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        match self {
+            DataView::F32(v) => v.len(),
+            DataView::F64(v) => v.len(),
+        }
+    }
+
+    /// Whether it holds no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The elements, copied.
+    pub fn to_owned(&self) -> HostData {
+        match *self {
+            DataView::F32(v) => HostData::F32(v.to_vec()),
+            DataView::F64(v) => HostData::F64(v.to_vec()),
+        }
+    }
+}
+
+/// A dense row-major array whose elements are borrowed ([`DataView`]); what a run reads
+/// where the caller keeps its data (numpy arrays from Python, say).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ArrayView<'a> {
+    /// Extents, outermost first.
+    pub dims: Vec<usize>,
+    /// The elements.
+    pub data: DataView<'a>,
+}
+
+impl ArrayView<'_> {
+    /// The same array with its elements copied.
+    pub fn to_owned(&self) -> HostArray {
+        HostArray {
+            dims: self.dims.clone(),
+            data: self.data.to_owned(),
+        }
+    }
+}
+
+/// An array bound to an input, owned ([`HostArray`]) or borrowed ([`ArrayView`]): the checks
+/// and the host backends read either.
+pub trait Bound {
+    /// Extents, outermost first.
+    fn dims(&self) -> &[usize];
+    /// The elements.
+    fn data(&self) -> DataView<'_>;
+    /// The element precision.
+    fn precision(&self) -> Precision {
+        self.data().precision()
+    }
+}
+
+impl Bound for HostArray {
+    fn dims(&self) -> &[usize] {
+        &self.dims
+    }
+
+    fn data(&self) -> DataView<'_> {
+        self.data.view()
+    }
+}
+
+impl Bound for ArrayView<'_> {
+    fn dims(&self) -> &[usize] {
+        &self.dims
+    }
+
+    fn data(&self) -> DataView<'_> {
+        self.data
+    }
 }
 
 /// A dense row-major array on the host; a scalar has no dimensions and one element.
@@ -109,6 +211,23 @@ impl HostArray {
 /// Arrays by script name.
 pub type Bindings = BTreeMap<String, HostArray>;
 
+/// Borrowed arrays by script name.
+pub type Views<'a> = BTreeMap<String, ArrayView<'a>>;
+
+/// Views of every array of `bindings` (no element is copied).
+pub fn views(bindings: &Bindings) -> Views<'_> {
+    bindings
+        .iter()
+        .map(|(name, a)| {
+            let view = ArrayView {
+                dims: a.dims.clone(),
+                data: a.data.view(),
+            };
+            (name.clone(), view)
+        })
+        .collect()
+}
+
 /// Why arrays do not fit a program.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum BindError {
@@ -142,7 +261,7 @@ pub enum BindError {
 }
 
 /// Checks that `inputs` holds an array of the right shape and precision for every input.
-pub fn check_inputs(program: &Program, sizes: &Sizes, inputs: &Bindings) -> Result<(), BindError> {
+pub fn check_inputs<A: Bound>(program: &Program, sizes: &Sizes, inputs: &BTreeMap<String, A>) -> Result<(), BindError> {
     for &id in &program.inputs {
         let name = &program.values[id].variable;
         if !inputs.contains_key(name) {
@@ -153,17 +272,21 @@ pub fn check_inputs(program: &Program, sizes: &Sizes, inputs: &Bindings) -> Resu
 }
 
 /// Checks the shape and precision of each array in `inputs` that is bound to an input.
-pub fn check_inputs_given(program: &Program, sizes: &Sizes, inputs: &Bindings) -> Result<(), BindError> {
+pub fn check_inputs_given<A: Bound>(
+    program: &Program,
+    sizes: &Sizes,
+    inputs: &BTreeMap<String, A>,
+) -> Result<(), BindError> {
     for &id in &program.inputs {
         let value = &program.values[id];
         let Some(array) = inputs.get(&value.variable) else {
             continue;
         };
         let want = value.shape.extents(sizes).unwrap_or_default();
-        if array.dims != want {
+        if array.dims() != want {
             return Err(BindError::Shape {
                 name: value.variable.clone(),
-                got: array.dims.clone(),
+                got: array.dims().to_vec(),
                 want,
                 declared: value.shape.to_string(),
                 file: program.file.clone(),

@@ -39,7 +39,7 @@ pub mod shape;
 pub mod testing;
 pub mod wording;
 
-pub use data::{BindError, Bindings, HostArray, HostData};
+pub use data::{ArrayView, BindError, Bindings, Bound, DataView, HostArray, HostData, Views};
 pub use error::{Diagnostic, Error, Location, Result};
 pub use explore::{explore, Exploration, Kernel, Limits, Plan, TimingTable};
 pub use graph::{DataGraph, Edge};

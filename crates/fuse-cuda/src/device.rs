@@ -6,7 +6,7 @@ use cudarc::driver::sys::CUdevice_attribute_enum as Attr;
 use cudarc::driver::sys::CUresult;
 use cudarc::driver::{result, CudaContext, CudaSlice, CudaStream, DriverError};
 use fuse_codegen::nvrtc::Arch;
-use fuse_core::{HostData, Precision};
+use fuse_core::{DataView, HostData, Precision};
 use serde::Serialize;
 
 use crate::error::{describe_driver_error, driver, CudaError};
@@ -219,7 +219,7 @@ impl Device {
     }
 
     /// Queues a copy of `from` into the start of `to` (which must be at least as long).
-    pub fn upload(&self, from: &HostData, to: &mut CudaSlice<u8>) -> Result<(), CudaError> {
+    pub fn upload(&self, from: DataView<'_>, to: &mut CudaSlice<u8>) -> Result<(), CudaError> {
         let bytes = host_bytes(from);
         if bytes.len() > to.len() {
             return Err(CudaError::Unsupported(format!(
@@ -289,16 +289,10 @@ impl Device {
 }
 
 /// The elements of `data` as bytes (the layout the kernels read).
-pub(crate) fn host_bytes(data: &HostData) -> &[u8] {
+pub(crate) fn host_bytes(data: DataView<'_>) -> &[u8] {
     match data {
-        // SAFETY: f32/f64 have no padding and any byte pattern may be read as u8; the length
-        // covers exactly the elements.
-        HostData::F32(v) => unsafe {
-            std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), std::mem::size_of_val(&v[..]))
-        },
-        HostData::F64(v) => unsafe {
-            std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), std::mem::size_of_val(&v[..]))
-        },
+        DataView::F32(v) => bytemuck::cast_slice(v),
+        DataView::F64(v) => bytemuck::cast_slice(v),
     }
 }
 
@@ -327,11 +321,10 @@ pub(crate) mod tests {
 
     #[test]
     fn host_bytes_are_the_elements_in_memory_order() {
-        let data = HostData::F32(vec![1.0, -2.0]);
-        let bytes = host_bytes(&data);
+        let bytes = host_bytes(DataView::F32(&[1.0, -2.0]));
         assert_eq!(bytes.len(), 8);
         assert_eq!(&bytes[..4], &1.0f32.to_ne_bytes());
-        assert_eq!(host_bytes(&HostData::F64(vec![0.5])), &0.5f64.to_ne_bytes());
+        assert_eq!(host_bytes(DataView::F64(&[0.5])), &0.5f64.to_ne_bytes());
     }
 
     #[test]

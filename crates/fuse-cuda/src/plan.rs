@@ -137,7 +137,7 @@ impl CudaPlan {
             let value = &program.values[v];
             let slice = match value.producer {
                 None => stream
-                    .clone_htod(host_bytes(&inputs[&value.variable].data))
+                    .clone_htod(host_bytes(inputs[&value.variable].data.view()))
                     .map_err(driver("cuMemcpyHtoD"))?,
                 Some(_) => {
                     let len: usize = value.shape.extents(sizes).unwrap_or_default().iter().product();

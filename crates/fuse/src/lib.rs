@@ -17,10 +17,12 @@ pub use element::{array, Element};
 pub use error::{Error, Result};
 pub use io::{Inputs, Outputs};
 pub use memory::{available_host_memory, check_host_memory};
-pub use script::Script;
-pub use session::{Handle, Matrix, Scalar, ScalarArg, Session, Stats, Vector};
+pub use script::{bind_sizes, Script, SizeSource};
+pub use session::{AnyHandle, CallArg, Handle, Matrix, Scalar, ScalarArg, Session, Stats, Vector};
 
-pub use fuse_core::{Bindings, HostArray, HostData, Library, Plan, Precision, Program, Sizes};
+pub use fuse_core::{
+    ArrayView, Bindings, DataView, HostArray, HostData, Library, Plan, Precision, Program, Sizes, Views,
+};
 pub use fuse_cpu::fused::{Threads, THREADS_VAR};
 
 /// The cudarc that fuse's GPU memory types come from ([`Session::matrix_from_device`],

@@ -1,11 +1,12 @@
 //! The script API: load a script, compile it for a backend, run it with named arrays.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
-use fuse_core::{Library, Program};
+use fuse_core::{Library, Program, Sizes};
 
 use crate::backend::{Backend, Compiled};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::select::builtin_library;
 
 /// A parsed and checked script (the YAML language of the README).
@@ -72,4 +73,98 @@ impl Script {
         let sizes = self.program.bind_sizes(&overrides)?;
         backend.compile(&self.program, &sizes)
     }
+}
+
+/// Where a size comes from, for messages: a value given for a symbol (`--size m=5`), or an
+/// input's array whose shape gives its symbols.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SizeSource<'a> {
+    /// Size `symbol` given as `value`; `what` says how (`--size m=5`).
+    Given {
+        /// The size symbol.
+        symbol: &'a str,
+        /// Its value.
+        value: usize,
+        /// How it was given, for messages.
+        what: String,
+    },
+    /// The array bound to input `input` has extents `dims`; `what` says which array it is
+    /// (`in/A.npy`).
+    Shape {
+        /// The input's name.
+        input: &'a str,
+        /// The array's extents.
+        dims: &'a [usize],
+        /// The array, for messages.
+        what: String,
+    },
+}
+
+/// The sizes of a run of `program`, each symbol taken from the first of `sources` that gives it
+/// (a given value, or the shape of an input's array), else the script's default. Two sources
+/// that disagree are an [`Error::Sizes`] naming both; so is an empty array. An array of
+/// another rank than its input is passed over: the input check names it, with the shape wanted.
+///
+/// ```
+/// use fuse::{bind_sizes, Script, SizeSource};
+///
+/// let script = Script::from_str("bicgk.yaml", "
+/// sizes: {m: 4096, n: 4096}
+/// inputs: {A: [m, n], p: [n], r: [m]}
+/// outputs: [q, s]
+/// calls:
+///   - q = sgemv(A, p)
+///   - s = sgemtv(A, r)
+/// ")?;
+/// let a = SizeSource::Shape { input: "A", dims: &[3, 5], what: "A".into() };
+/// let sizes = bind_sizes(script.program(), &[a.clone()])?;
+/// assert_eq!((sizes.get("m"), sizes.get("n")), (Some(3), Some(5)));
+/// let m = SizeSource::Given { symbol: "m", value: 4, what: "m=4".into() };
+/// let err = bind_sizes(script.program(), &[m, a]).unwrap_err();
+/// assert_eq!(err.to_string(), "size `m` disagrees: m=4 gives m = 4, but A (input `A`: [m, n]) of shape [3, 5] gives m = 3");
+/// # Ok::<(), fuse::Error>(())
+/// ```
+pub fn bind_sizes(program: &Program, sources: &[SizeSource<'_>]) -> Result<Sizes> {
+    // Each symbol bound so far: its value and what bound it, for messages.
+    let mut bound: BTreeMap<&str, (usize, String)> = BTreeMap::new();
+    let mut bind = |symbol, value, source: &str| match bound.get(symbol) {
+        Some((v, first)) if *v != value => Err(Error::Sizes(format!(
+            "size `{symbol}` disagrees: {first} gives {symbol} = {v}, but {source} gives {symbol} = {value}"
+        ))),
+        Some(_) => Ok(()),
+        None => {
+            bound.insert(symbol, (value, source.to_string()));
+            Ok(())
+        }
+    };
+    for source in sources {
+        match source {
+            SizeSource::Given { symbol, value, what } => bind(symbol, *value, what)?,
+            SizeSource::Shape { input, dims, what } => {
+                let Some(value) = program
+                    .inputs
+                    .iter()
+                    .map(|&v| &program.values[v])
+                    .find(|v| v.variable == *input)
+                else {
+                    continue; // not an input: the name check reports it
+                };
+                let symbols = value.shape.dims();
+                if symbols.len() != dims.len() {
+                    continue;
+                }
+                let what = format!("{what} (input `{input}`: {}) of shape {dims:?}", value.shape);
+                if dims.contains(&0) {
+                    return Err(Error::Sizes(format!(
+                        "{what}: an empty array; every size must be positive"
+                    )));
+                }
+                for (symbol, &extent) in symbols.into_iter().zip(dims.iter()) {
+                    bind(symbol, extent, &what)?;
+                }
+            }
+        }
+    }
+    let overrides: Vec<(String, usize)> = bound.into_iter().map(|(s, (v, _))| (s.to_string(), v)).collect();
+    Ok(program.bind_sizes(&overrides)?)
 }

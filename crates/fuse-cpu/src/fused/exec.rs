@@ -13,10 +13,11 @@
 //! tile row, a whole partial vector for sums down columns — added up, in part order (so every
 //! run gives the same bits), after the parallel section.
 
+use std::collections::BTreeMap;
 use std::mem;
 
 use fuse_core::formula::ReduceOp;
-use fuse_core::{Bindings, Program, Shape, Sizes};
+use fuse_core::{Bound, Program, Shape, Sizes};
 
 use super::eval::{self, Loc, Locs, Piece, Scope, Seg};
 use super::memory::{split_rows, Local, View, ViewMut};
@@ -42,11 +43,11 @@ const COMBINE_CHUNK: usize = 8192;
 /// Runs every kernel of `prepared` on `inputs`, leaving computed values in `buffers` (by slot):
 /// each kernel's parts shared between the calling thread and `threads`, or all on the calling
 /// thread without.
-pub(crate) fn run<T: Real>(
+pub(crate) fn run<T: Real, A: Bound>(
     prepared: &Prepared,
     program: &Program,
     sizes: &Sizes,
-    inputs: &Bindings,
+    inputs: &BTreeMap<String, A>,
     buffers: &mut [Vec<T>],
     threads: Option<&Threads>,
 ) {
@@ -54,7 +55,7 @@ pub(crate) fn run<T: Real>(
         .values
         .iter()
         .map(|value| match value.producer {
-            None => inputs.get(&value.variable).and_then(|a| T::borrow(&a.data)),
+            None => inputs.get(&value.variable).and_then(|a| T::borrow(a.data())),
             Some(_) => None,
         })
         .collect();

@@ -58,13 +58,14 @@ mod stage;
 mod threads;
 pub mod timings;
 
+use std::collections::BTreeMap;
 use std::mem;
 use std::sync::Arc;
 
 use fuse_core::data::{check_inputs, try_zeroed_vec};
 use fuse_core::explore::implementation::{dataflow, Block, Finish, Launch, Reduction, DEFAULT_VARIANT};
 use fuse_core::explore::{Context, KernelTime, Layout, Vocabulary};
-use fuse_core::{Bindings, HostArray, HostData, Kernel, Plan, Precision, Program, Sizes};
+use fuse_core::{Bindings, Bound, HostArray, HostData, Kernel, Plan, Precision, Program, Sizes};
 
 pub use error::CpuError;
 pub use real::Real;
@@ -164,7 +165,7 @@ impl FusedPlan {
 
     /// Runs on `inputs` (checked against the program) into `workspace`; read the outputs with
     /// [`FusedPlan::outputs`].
-    pub fn run_in(&self, inputs: &Bindings, workspace: &mut Workspace) -> Result<(), CpuError> {
+    pub fn run_in<A: Bound>(&self, inputs: &BTreeMap<String, A>, workspace: &mut Workspace) -> Result<(), CpuError> {
         check_inputs(&self.program, &self.sizes, inputs)?;
         match &mut workspace.buffers {
             Buffers::F32(b) if self.fits(b) => self.exec(inputs, b),
@@ -184,7 +185,7 @@ impl FusedPlan {
 
     /// Runs the kernels into `buffers`, on the calling thread, with the pool's where the plan is
     /// not small.
-    fn exec<T: Real>(&self, inputs: &Bindings, buffers: &mut [Vec<T>]) {
+    fn exec<T: Real, A: Bound>(&self, inputs: &BTreeMap<String, A>, buffers: &mut [Vec<T>]) {
         let (p, s, prepared) = (&self.program, &self.sizes, &self.prepared);
         let threads = (!self.inline).then_some(&self.threads);
         exec::run(prepared, p, s, inputs, buffers, threads);
@@ -199,9 +200,10 @@ impl FusedPlan {
         }
     }
 
-    /// Runs on `inputs`; returns every output by name, in the program's precision — the
+    /// Runs on `inputs` (owned [`Bindings`], or [`Views`](fuse_core::Views) of the caller's
+    /// memory, read in place); returns every output by name, in the program's precision — the
     /// buffers computed into, not copies of them.
-    pub fn run(&self, inputs: &Bindings) -> Result<Bindings, CpuError> {
+    pub fn run<A: Bound>(&self, inputs: &BTreeMap<String, A>) -> Result<Bindings, CpuError> {
         let mut workspace = self.workspace()?;
         self.run_in(inputs, &mut workspace)?;
         Ok(match workspace.buffers {

@@ -5,7 +5,7 @@
 use std::fmt::Debug;
 use std::ops::{Add, AddAssign, Div, Mul, Neg, Sub};
 
-use fuse_core::{HostData, Precision};
+use fuse_core::{DataView, HostData, Precision};
 use pulp::Simd;
 
 /// A floating-point element type of the fused CPU backend.
@@ -50,7 +50,7 @@ pub trait Real:
     /// Square root.
     fn sqrt(self) -> Self;
     /// The elements of `data` when they are of this type.
-    fn borrow(data: &HostData) -> Option<&[Self]>;
+    fn borrow(data: DataView<'_>) -> Option<&[Self]>;
     /// Wraps elements of this type as host data.
     fn into_host(data: Vec<Self>) -> HostData;
 
@@ -96,9 +96,9 @@ macro_rules! real {
                 <$t>::sqrt(self)
             }
 
-            fn borrow(data: &HostData) -> Option<&[Self]> {
+            fn borrow(data: DataView<'_>) -> Option<&[Self]> {
                 match data {
-                    HostData::$variant(v) => Some(v),
+                    DataView::$variant(v) => Some(v),
                     _ => None,
                 }
             }

@@ -75,7 +75,7 @@ impl CublasPlan {
             let value = &program.values[v];
             let slice = match value.producer {
                 None => stream
-                    .clone_htod(host_bytes(&inputs[&value.variable].data))
+                    .clone_htod(host_bytes(inputs[&value.variable].data.view()))
                     .map_err(driver("cuMemcpyHtoD"))?,
                 Some(_) => poisoned(&self.device, len * bytes)?,
             };
@@ -86,7 +86,7 @@ impl CublasPlan {
             Precision::F32 => HostData::F32(values.iter().map(|&v| v as f32).collect()),
             Precision::F64 => HostData::F64(values),
         };
-        let mut constants = host_bytes(&data).to_vec();
+        let mut constants = host_bytes(data.view()).to_vec();
         constants.resize(constants.len().max(8), 0);
         let constants = stream.clone_htod(&constants).map_err(driver("cuMemcpyHtoD"))?;
         Ok(BaselineWorkspace { buffers, constants })

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fuse_codegen::generate::generate_plan;
-use fuse_core::{Bindings, Library, Plan, Program, Sizes, ValueId};
+use fuse_core::{Bindings, Library, Plan, Program, Sizes, ValueId, Views};
 use fuse_cpu::fused::FusedPlan;
 use fuse_cuda::{CudaPlan, Device, Timer};
 use fuse_emulate::EmulatedPlan;
@@ -18,10 +18,11 @@ use crate::error::Result;
 use crate::select;
 
 /// A program compiled by a backend: runs it on inputs already checked against the program,
-/// returning every output by script name, in the program's precision.
+/// returning every output by script name, in the program's precision. The inputs are borrowed:
+/// a host backend reads them in place.
 pub(crate) trait Executable: Send + Sync {
     /// Runs once; says where the time went.
-    fn run(&self, inputs: &Bindings) -> Result<(Bindings, RunTimes)>;
+    fn run(&self, inputs: &Views) -> Result<(Bindings, RunTimes)>;
 
     /// The plan on its device, for executables whose values can stay on a device between runs.
     fn device(&self) -> Option<&dyn DevicePlan> {
@@ -178,9 +179,11 @@ impl Interpreter {
 }
 
 impl Executable for Interpreter {
-    fn run(&self, inputs: &Bindings) -> Result<(Bindings, RunTimes)> {
+    /// Copies the inputs: the interpreter works from owned arrays, in f64.
+    fn run(&self, inputs: &Views) -> Result<(Bindings, RunTimes)> {
         on_host(|| {
-            let outputs = fuse_core::reference::evaluate(&self.program, &self.sizes, inputs)?;
+            let owned: Bindings = inputs.iter().map(|(k, a)| (k.clone(), a.to_owned())).collect();
+            let outputs = fuse_core::reference::evaluate(&self.program, &self.sizes, &owned)?;
             let precision = self.program.precision;
             Ok(outputs
                 .into_iter()
@@ -191,7 +194,7 @@ impl Executable for Interpreter {
 }
 
 impl Executable for FusedPlan {
-    fn run(&self, inputs: &Bindings) -> Result<(Bindings, RunTimes)> {
+    fn run(&self, inputs: &Views) -> Result<(Bindings, RunTimes)> {
         on_host(|| Ok(FusedPlan::run(self, inputs)?))
     }
 }
@@ -219,7 +222,7 @@ impl<P> Executable for Generated<P>
 where
     Generated<P>: DevicePlan,
 {
-    fn run(&self, inputs: &Bindings) -> Result<(Bindings, RunTimes)> {
+    fn run(&self, inputs: &Views) -> Result<(Bindings, RunTimes)> {
         device::resident::run_host(self, &self.program, &self.sizes, inputs)
     }
 

@@ -18,8 +18,8 @@ use std::path::Path;
 use std::str::FromStr;
 use std::sync::Arc;
 
-use fuse_core::data::check_inputs;
-use fuse_core::{Bindings, Library, Plan, Program, Sizes};
+use fuse_core::data::{check_inputs, views};
+use fuse_core::{Library, Plan, Program, Sizes, Views};
 use fuse_cuda::DeviceInfo;
 
 use crate::device::RunTimes;
@@ -246,6 +246,35 @@ impl Compiled {
     /// [`Compiled::run`], and where the time went: copying the inputs to the device, computing
     /// (the kernels' time by CUDA events on a GPU), copying the outputs back.
     pub fn run_timed(&self, inputs: &Inputs) -> Result<(Outputs, RunTimes)> {
+        self.run_views_timed(&views(inputs))
+    }
+
+    /// [`Compiled::run`] on arrays the caller keeps ([`Views`]): the host backends read them in
+    /// place, without a copy; a device backend uploads from them.
+    ///
+    /// ```
+    /// use fuse::{ArrayView, Backend, DataView, Script, Views};
+    ///
+    /// let script = Script::from_str("scal.yaml", "
+    /// precision: f64
+    /// sizes: {n: 3}
+    /// inputs: {x: [n]}
+    /// outputs: [y]
+    /// calls:
+    ///   - y = dscal(2.0, x)
+    /// ")?;
+    /// let x = [1.0, 2.0, 3.0]; // stays where it is
+    /// let inputs = Views::from([("x".to_string(), ArrayView { dims: vec![3], data: DataView::F64(&x) })]);
+    /// let out = script.compile(&Backend::Cpu, &[])?.run_views(&inputs)?;
+    /// assert_eq!(out.get::<f64>("y")?, [2.0, 4.0, 6.0]);
+    /// # Ok::<(), fuse::Error>(())
+    /// ```
+    pub fn run_views(&self, inputs: &Views) -> Result<Outputs> {
+        self.run_views_timed(inputs).map(|(outputs, _)| outputs)
+    }
+
+    /// [`Compiled::run_views`], and where the time went (see [`Compiled::run_timed`]).
+    pub fn run_views_timed(&self, inputs: &Views) -> Result<(Outputs, RunTimes)> {
         self.check_names(inputs)?;
         check_inputs(&self.program, &self.sizes, inputs)?;
         check_host_memory(self.run_bytes(), || {
@@ -312,7 +341,7 @@ impl Compiled {
     }
 
     /// Rejects a binding that names no input: a misspelt name would otherwise be ignored.
-    fn check_names(&self, inputs: &Bindings) -> Result<()> {
+    fn check_names(&self, inputs: &Views) -> Result<()> {
         let p = &self.program;
         let names: Vec<&str> = p.inputs.iter().map(|&v| p.values[v].variable.as_str()).collect();
         match inputs.keys().find(|k| !names.contains(&k.as_str())) {

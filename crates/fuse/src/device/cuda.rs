@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use fuse_core::{HostData, Precision};
+use fuse_core::{DataView, HostData, Precision};
 use fuse_cuda::{CudaError, Device};
 
 use super::memory::bytes_text;
@@ -51,7 +51,7 @@ impl Memory for CudaMemory {
         drop(raw); // cudarc frees on the stream, after the work queued before
     }
 
-    fn upload(&self, from: &HostData, to: &mut Raw) -> Result<()> {
+    fn upload(&self, from: DataView<'_>, to: &mut Raw) -> Result<()> {
         match to {
             Raw::Cuda(to) => Ok(self.device.upload(from, to)?),
             Raw::Emulated(_) => Err(mismatch()),

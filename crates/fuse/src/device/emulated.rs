@@ -6,7 +6,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use fuse_core::{HostData, Precision};
+use fuse_core::{DataView, HostData, Precision};
 
 use super::memory::bytes_text;
 use super::pool::bytes_of;
@@ -100,12 +100,12 @@ impl Memory for EmulatedMemory {
         }
     }
 
-    fn upload(&self, from: &HostData, to: &mut Raw) -> Result<()> {
+    fn upload(&self, from: DataView<'_>, to: &mut Raw) -> Result<()> {
         match (from, to) {
-            (HostData::F32(from), Raw::Emulated(HostData::F32(to))) if from.len() == to.len() => {
+            (DataView::F32(from), Raw::Emulated(HostData::F32(to))) if from.len() == to.len() => {
                 to.copy_from_slice(from)
             }
-            (HostData::F64(from), Raw::Emulated(HostData::F64(to))) if from.len() == to.len() => {
+            (DataView::F64(from), Raw::Emulated(HostData::F64(to))) if from.len() == to.len() => {
                 to.copy_from_slice(from)
             }
             _ => return Err(mismatch()),

@@ -1,7 +1,7 @@
 //! What a device's memory must do for the pool: allocate, free, copy in, copy out.
 
 use cudarc::driver::CudaSlice;
-use fuse_core::{HostData, Precision};
+use fuse_core::{DataView, HostData, Precision};
 
 use crate::error::{Error, Result};
 
@@ -26,7 +26,7 @@ pub(crate) trait Memory: Send + Sync {
     /// Gives an allocation back to the device.
     fn free(&self, raw: Raw);
     /// Copies `from` into `to`, an allocation of its precision and length.
-    fn upload(&self, from: &HostData, to: &mut Raw) -> Result<()>;
+    fn upload(&self, from: DataView<'_>, to: &mut Raw) -> Result<()>;
     /// The elements of `from` on the host (waits for the work queued before).
     fn download(&self, from: &Raw, precision: Precision) -> Result<HostData>;
     /// Waits for the work queued so far.

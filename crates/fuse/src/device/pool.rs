@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use fuse_core::{HostData, Precision, ValueId};
+use fuse_core::{DataView, HostData, Precision, ValueId};
 
 use super::memory::bytes_text;
 use super::{mismatch, Memory, Raw};
@@ -95,7 +95,7 @@ impl Pool {
     }
 
     /// A buffer holding `data`, copied from the host.
-    pub(crate) fn upload(self: &Arc<Self>, data: &HostData) -> Result<Buffer> {
+    pub(crate) fn upload(self: &Arc<Self>, data: DataView<'_>) -> Result<Buffer> {
         let mut buffer = self.take(data.precision(), data.len())?;
         self.memory.upload(data, buffer.raw_mut())?;
         Ok(buffer)

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use fuse_core::{Bindings, HostArray, Program, Sizes, ValueId};
+use fuse_core::{Bindings, HostArray, Program, Sizes, ValueId, Views};
 
 use super::pool::bytes_of;
 use super::{Buffer, Pool};
@@ -85,7 +85,7 @@ pub(crate) fn run_host(
     plan: &dyn DevicePlan,
     program: &Program,
     sizes: &Sizes,
-    inputs: &Bindings,
+    inputs: &Views,
 ) -> Result<(Bindings, RunTimes)> {
     let started = Instant::now();
     let mut resident = BTreeMap::new();
@@ -99,7 +99,7 @@ pub(crate) fn run_host(
     for &v in wanted {
         let name = &program.values[v].variable;
         let array = inputs.get(name).ok_or_else(|| missing(program, v))?;
-        resident.insert(v, plan.pool().upload(&array.data)?);
+        resident.insert(v, plan.pool().upload(array.data)?);
     }
     plan.pool().memory().synchronize()?;
     let upload = started.elapsed();

@@ -58,7 +58,7 @@ macro_rules! blas_calls {
                 #[doc = concat!("`", stringify!($name), stringify!($shown), "` = ", $doc, ".")]
                 pub fn $name(&self, $($arg: param!($kind, $t)),*) -> Result<$ret<$t>> {
                     let args = [$(operand!($kind, $arg)),*];
-                    self.call(stringify!($function), &args).map($ret::new)
+                    self.record_call(stringify!($function), &args).map($ret::new)
                 }
             )*
         }

@@ -152,6 +152,57 @@ impl<T: Element> Vector<T> {
     }
 }
 
+/// A handle of whichever kind a call by library name ([`Session::call`](crate::Session::call))
+/// returned: its result's extents decide.
+#[derive(Debug)]
+pub enum AnyHandle<T: Element> {
+    /// A scalar result (a reduction such as `dot`).
+    Scalar(Scalar<T>),
+    /// A vector result.
+    Vector(Vector<T>),
+    /// A matrix result.
+    Matrix(Matrix<T>),
+}
+
+impl<T: Element> AnyHandle<T> {
+    /// The handle of `token`'s kind.
+    pub(crate) fn new(token: Arc<Token>) -> Self {
+        match token.dims.len() {
+            0 => AnyHandle::Scalar(Scalar::new(token)),
+            1 => AnyHandle::Vector(Vector::new(token)),
+            _ => AnyHandle::Matrix(Matrix::new(token)),
+        }
+    }
+}
+
+// Not derived: a clone shares the token, and needs no bound on T.
+impl<T: Element> Clone for AnyHandle<T> {
+    fn clone(&self) -> Self {
+        AnyHandle::new(Arc::clone(sealed::Sealed::token(self)))
+    }
+}
+
+impl<T: Element> sealed::Sealed for AnyHandle<T> {
+    fn token(&self) -> &Arc<Token> {
+        match self {
+            AnyHandle::Scalar(h) => h.token(),
+            AnyHandle::Vector(h) => h.token(),
+            AnyHandle::Matrix(h) => h.token(),
+        }
+    }
+}
+
+impl<T: Element> Handle<T> for AnyHandle<T> {}
+
+/// An argument of a call by library name ([`Session::call`](crate::Session::call)): a handle
+/// of any kind, or a literal scalar (a compile-time constant, as in [`ScalarArg`]).
+pub enum CallArg<'a, T: Element> {
+    /// A value of the session.
+    Handle(&'a dyn Handle<T>),
+    /// A constant.
+    Literal(T),
+}
+
 /// A scalar argument of a call: a [`Scalar`] handle (a run-time value) or a literal of type
 /// `T`, which becomes a compile-time constant of the fused code. A literal is part of the
 /// recorded graph, so a value that changes every iteration should be a [`Scalar`]

@@ -47,7 +47,7 @@ pub use state::Stats;
 use state::{not_computed, Copies, Data, State};
 
 use handle::{sealed::Sealed, Token};
-pub use handle::{Handle, Matrix, Scalar, ScalarArg, Vector};
+pub use handle::{AnyHandle, CallArg, Handle, Matrix, Scalar, ScalarArg, Vector};
 
 /// Session ids, unique in the process, so a handle used with another session is caught.
 static NEXT_SESSION: AtomicU64 = AtomicU64::new(1);
@@ -236,8 +236,35 @@ impl<T: Element> Session<T> {
         })
     }
 
+    /// Records a call of library function `function`, named without its precision prefix
+    /// (`"gemv"`), in the form that takes `args.len()` arguments: any function of the
+    /// session's library, those added as YAML files included. The BLAS-named methods
+    /// (`sgemv`, …) are this call with their argument kinds fixed.
+    ///
+    /// ```
+    /// use fuse::{AnyHandle, Backend, CallArg, Session};
+    ///
+    /// let s = Session::<f64>::new(Backend::Reference)?;
+    /// let x = s.vector(vec![3.0, 4.0])?;
+    /// let y = s.call("axpy", &[CallArg::Literal(2.0), CallArg::Handle(&x), CallArg::Handle(&x)])?;
+    /// assert!(matches!(y, AnyHandle::Vector(_)));
+    /// assert_eq!(s.read(&y)?, [9.0, 12.0]);
+    /// assert!(s.call("gemv", &[CallArg::Handle(&x)]).is_err()); // no one-argument form
+    /// # Ok::<(), fuse::Error>(())
+    /// ```
+    pub fn call(&self, function: &str, args: &[CallArg<'_, T>]) -> Result<AnyHandle<T>> {
+        let operands: Vec<Operand<'_>> = args
+            .iter()
+            .map(|arg| match *arg {
+                CallArg::Handle(handle) => Operand::Value(handle.token()),
+                CallArg::Literal(value) => Operand::Literal(value.to_f64()),
+            })
+            .collect();
+        self.record_call(function, &operands).map(AnyHandle::new)
+    }
+
     /// Records a call of library function `function` (no prefix); returns its result's token.
-    fn call(&self, function: &str, args: &[Operand<'_>]) -> Result<Arc<Token>> {
+    fn record_call(&self, function: &str, args: &[Operand<'_>]) -> Result<Arc<Token>> {
         let callee = format!("{}{function}", T::PRECISION.prefix());
         let form = self.form(&callee, args.len())?;
         let mut dims: Vec<&[usize]> = Vec::new();

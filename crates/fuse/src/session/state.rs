@@ -333,7 +333,7 @@ impl State {
             return Ok(buffer);
         }
         let host = copies.host.as_ref().ok_or_else(|| not_computed(id))?;
-        let buffer = pool.upload(&host.data)?;
+        let buffer = pool.upload(host.data.view())?;
         self.stats.to_device += buffer.bytes();
         if buffer.fresh() {
             self.stats.device_allocations += 1;

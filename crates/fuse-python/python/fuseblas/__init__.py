@@ -1,0 +1,334 @@
+"""fuseblas: fused BLAS-1/2 sequences from Python, on numpy arrays.
+
+fuse finds which calls of a sequence can share one kernel, so that each matrix is read from
+memory as few times as possible, and runs them on the CPU (every core, the widest vectors) or
+an NVIDIA GPU. Two ways in:
+
+* A script (fuse's YAML language), compiled once and called with arrays by name::
+
+      import numpy as np, fuseblas
+      bicgk = fuseblas.compile('''
+      inputs: {A: [m, n], p: [n], r: [m]}
+      outputs: [q, s]
+      calls: [q = sgemv(A, p), s = sgemtv(A, r)]
+      ''')
+      out = bicgk(A=A, p=p, r=r)          # {'q': ..., 's': ...}: one pass over A
+
+* A lazy :class:`Session`, with BLAS calls recorded and run fused when a result is read::
+
+      s = fuseblas.Session()
+      A, p = s.array(A), s.array(p)
+      q = s.gemv(A, p)                    # nothing runs yet
+      t = s.gemtv(A, q)
+      np.asarray(t)                       # q and t run as one program
+
+Arrays are read in place where they can be (see :func:`compile`); results come back as numpy
+arrays that own fuse's buffers. Errors are the exceptions of :mod:`fuseblas._errors`,
+re-exported here.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Dict, Mapping, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from . import _core
+from ._errors import FuseError, InputError, NoDeviceError, OutOfMemoryError, ScriptError
+
+__all__ = [
+    "compile",
+    "Program",
+    "Session",
+    "Value",
+    "default_backend",
+    "FuseError",
+    "InputError",
+    "NoDeviceError",
+    "OutOfMemoryError",
+    "ScriptError",
+]
+__version__: str = _core.__version__
+
+Value = _core.Value
+Output = Union[np.ndarray, float]
+
+
+def default_backend() -> Tuple[str, str]:
+    """The backend ``backend="auto"`` picks on this machine, and why in a few words: ``cuda``
+    with the GPU's name, or ``cpu`` with the reason no GPU is usable."""
+    return _core.backends()
+
+
+def compile(
+    source: Union[str, "os.PathLike[str]"],
+    backend: str = "auto",
+    sizes: Optional[Mapping[str, int]] = None,
+    threads: Optional[int] = None,
+) -> "Program":
+    """Compiles a fuse script for ``backend``.
+
+    ``source`` is a path (a :class:`os.PathLike`, or a ``str`` without a newline) or the
+    script's text (a ``str`` with at least one newline). ``backend`` is ``"auto"`` (the GPU
+    where one is usable, else the CPU), ``"cpu"``, ``"cuda"`` (``"cuda:1"`` for device 1),
+    ``"emulate"`` (the CUDA kernels on host threads, for tests) or ``"reference"`` (the f64
+    interpreter fuse is tested against). ``sizes`` fixes size symbols (``{"m": 1000}``);
+    every other size comes from the shapes of the arrays of each call, else the script's
+    defaults. Where ``sizes`` fixes them all, the script is compiled now; otherwise on the
+    first call at each new set of sizes. ``threads`` sets the CPU backend's threads (default:
+    ``FUSE_NUM_THREADS``, else every core the process may use).
+
+    Raises :class:`ScriptError` for a malformed script, with its file, line and column.
+    """
+    if isinstance(source, os.PathLike):
+        path, is_text = os.fspath(source), False
+    elif isinstance(source, str):
+        path, is_text = source, "\n" in source
+    else:
+        raise TypeError(f"source must be a path or the script's text, not {type(source).__name__}")
+    given = None if sizes is None else [(str(k), _size(k, v)) for k, v in sizes.items()]
+    return Program(_core.Program(path, is_text=is_text, backend=backend, sizes=given, threads=threads))
+
+
+def _size(symbol: object, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
+        raise InputError(f"size `{symbol}` = {value!r}: sizes are positive integers")
+    return int(value)
+
+
+class Program:
+    """A compiled script. Call it with every input by name; it returns a dict of the outputs
+    in the script's order (arrays, and floats for scalar outputs)::
+
+        out = prog(A=A, p=p, r=r)
+        q, s = out.values()
+
+    **Arrays.** Each input must have the script's dtype (``prog.dtype``). A C-contiguous array
+    of that dtype is read in place, without a copy. Any other array whose dtype converts to it
+    without loss (``numpy.can_cast(..., "safe")``: float32 or integers into a float64 script)
+    and any non-contiguous array is converted once per call; a float64 array for a float32
+    script is refused (:class:`InputError`) rather than silently rounded. Scalars are Python
+    numbers. Lists and tuples are converted as ``numpy.asarray(x, dtype=prog.dtype)``.
+
+    **out=**: ``prog(..., out={"q": q_buf})`` writes output ``q`` into ``q_buf`` (an array of
+    its shape and dtype) and returns it in the dict in place of a new array.
+    """
+
+    def __init__(self, native: "_core.Program") -> None:
+        self._native = native
+        self._dtype = np.dtype(native.dtype)
+        self._scalars = frozenset(name for name, shape in native.inputs if not shape)
+
+    def __call__(self, *, out: Optional[Mapping[str, np.ndarray]] = None, **arrays: object) -> Dict[str, Output]:
+        prepared = {name: self._prepare(name, value) for name, value in arrays.items()}
+        result = self._native.run(prepared)
+        if out:
+            for name, target in out.items():
+                result[name] = self._write(name, result, target)
+        return result
+
+    def _prepare(self, name: str, value: object) -> np.ndarray:
+        dtype = self._dtype
+        if type(value) is np.ndarray and value.dtype == dtype and value.flags.c_contiguous:
+            return value  # read in place
+        if name in self._scalars and isinstance(value, (int, float, np.number)) and not isinstance(value, bool):
+            return np.array(value, dtype=dtype)
+        if isinstance(value, (list, tuple)):
+            return np.ascontiguousarray(value, dtype=dtype)
+        if not isinstance(value, np.ndarray):
+            value = np.asarray(value)
+        if value.dtype != dtype and not np.can_cast(value.dtype, dtype, "safe"):
+            raise InputError(
+                f"input `{name}` is {value.dtype} but {self.name} computes in {dtype}; "
+                f"convert it yourself (e.g. `{name}.astype(numpy.{dtype})`) if rounding is intended"
+            )
+        return np.ascontiguousarray(value, dtype=dtype)
+
+    def _write(self, name: str, result: Dict[str, Output], target: np.ndarray) -> np.ndarray:
+        if name not in result:
+            raise InputError(f"out: there is no output `{name}` (the outputs are {', '.join(self.outputs)})")
+        value = np.asarray(result[name])
+        if not isinstance(target, np.ndarray) or target.shape != value.shape or target.dtype != value.dtype:
+            got = f"{target.dtype} {target.shape}" if isinstance(target, np.ndarray) else type(target).__name__
+            raise InputError(f"out: output `{name}` is {value.dtype} {value.shape}, the array given is {got}")
+        np.copyto(target, value)
+        return target
+
+    @property
+    def name(self) -> str:
+        """The script's name."""
+        return self._native.name
+
+    @property
+    def dtype(self) -> np.dtype:
+        """The dtype every input array must have and every output has."""
+        return self._dtype
+
+    @property
+    def backend(self) -> str:
+        """The backend it runs on."""
+        return self._native.backend
+
+    @property
+    def inputs(self) -> Dict[str, Tuple[str, ...]]:
+        """Each input's declared shape in size symbols (``()`` for a scalar)."""
+        return {name: tuple(shape) for name, shape in self._native.inputs}
+
+    @property
+    def outputs(self) -> Tuple[str, ...]:
+        """The outputs' names, in the script's order (the order of the returned dict)."""
+        return tuple(self._native.outputs)
+
+    @property
+    def sizes(self) -> Dict[str, int]:
+        """The script's default sizes."""
+        return dict(self._native.default_sizes)
+
+    def describe(self, **sizes: int) -> str:
+        """The plan at ``sizes`` (default: the script's and ``compile``'s): which calls share
+        each kernel, the predicted time, and how the timing table was chosen."""
+        return self._native.describe([(k, _size(k, v)) for k, v in sizes.items()])
+
+    def __repr__(self) -> str:
+        return f"<fuseblas.Program {self.name!r} on {self.backend}, {self.dtype}>"
+
+
+Operand = Union["_core.Value", float]
+
+
+class Session:
+    """A lazy BLAS session: each call records and returns a :class:`Value` at once, shape
+    checked; nothing runs until a result is read (``numpy.asarray(v)``, :meth:`read`,
+    ``float(v)`` for a scalar) or :meth:`flush`. Then every recorded call that a value you
+    still hold depends on runs as one fused program; results you dropped are temporaries that
+    may never reach memory. Programs are cached, so the second iteration of a loop compiles
+    nothing.
+
+    The dtype of the values picks the precision (float32 or float64; one call's values must
+    agree). :meth:`array` copies its argument once: values never change, and numpy arrays may.
+    Scalar arguments (``alpha``, ``a``) are Python floats, which become compile-time constants
+    (a value that changes every iteration should be a :meth:`scalar`, or each new number
+    compiles anew), or scalar values such as the result of :meth:`dot`.
+    """
+
+    def __init__(self, backend: str = "auto", threads: Optional[int] = None) -> None:
+        """A session on ``backend`` (see :func:`compile`)."""
+        self._native = _core.Session(backend=backend, threads=threads)
+
+    @property
+    def backend(self) -> str:
+        """The backend the session runs on."""
+        return self._native.backend
+
+    def array(self, data: object, dtype: object = None) -> "_core.Value":
+        """A value holding a copy of ``data`` (a scalar, vector or matrix), in ``dtype`` if
+        given, else ``data``'s own dtype (float64 for Python numbers and lists)."""
+        array = np.asarray(data, dtype=dtype)
+        if array.dtype not in (np.float32, np.float64):
+            if dtype is not None or not np.can_cast(array.dtype, np.float64, "safe"):
+                raise InputError(f"a session computes in float32 or float64, not {array.dtype}")
+            array = array.astype(np.float64)
+        return self._native.array(array)
+
+    def scalar(self, value: float, dtype: object = np.float64) -> "_core.Value":
+        """A run-time scalar value (changing it does not compile anew, unlike a literal)."""
+        return self._native.scalar(float(value), np.dtype(dtype).name)
+
+    def read(self, value: "_core.Value") -> Output:
+        """``value`` as a numpy array (a float for a scalar), running what it waits for."""
+        return value.read()
+
+    def flush(self) -> None:
+        """Runs every recorded call that a held value depends on."""
+        self._native.flush()
+
+    def stats(self) -> Dict[str, Union[int, float]]:
+        """Counts so far: ``flushes``, ``compilations``, ``cache_hits``, ``calls``, bytes
+        ``to_device``/``from_device``, ``device_allocations`` and ``compute_seconds``."""
+        return self._native.stats()
+
+    def pending_scripts(self) -> Sequence[str]:
+        """The fuse scripts the next flush would run (one per precision that has work)."""
+        return self._native.pending_scripts()
+
+    def call(self, function: str, *args: Operand) -> "_core.Value":
+        """Records library function ``function`` (named without its ``s``/``d`` prefix) in the
+        form that takes ``len(args)`` arguments — also functions you added to the library."""
+        return self._native.call(function, list(args))
+
+    # BLAS-1
+    def scal(self, a: Operand, x: "_core.Value") -> "_core.Value":
+        """a·x."""
+        return self.call("scal", a, x)
+
+    def axpy(self, a: Operand, x: "_core.Value", y: "_core.Value") -> "_core.Value":
+        """a·x + y."""
+        return self.call("axpy", a, x, y)
+
+    def axpby(self, a: Operand, x: "_core.Value", b: Operand, y: "_core.Value") -> "_core.Value":
+        """a·x + b·y."""
+        return self.call("axpby", a, x, b, y)
+
+    def add(self, x: "_core.Value", y: "_core.Value") -> "_core.Value":
+        """x + y."""
+        return self.call("add", x, y)
+
+    def copy(self, x: "_core.Value") -> "_core.Value":
+        """x, as a new value."""
+        return self.call("copy", x)
+
+    def dot(self, x: "_core.Value", y: "_core.Value") -> "_core.Value":
+        """xᵀ·y (a scalar value)."""
+        return self.call("dot", x, y)
+
+    def asum(self, x: "_core.Value") -> "_core.Value":
+        """Σ|xᵢ| (a scalar value)."""
+        return self.call("asum", x)
+
+    def nrm2(self, x: "_core.Value") -> "_core.Value":
+        """‖x‖₂ (a scalar value), scaled as BLAS scales it: no overflow or underflow."""
+        return self.call("nrm2", x)
+
+    # BLAS-2
+    def gemv(
+        self,
+        A: "_core.Value",
+        x: "_core.Value",
+        alpha: Optional[Operand] = None,
+        beta: Optional[Operand] = None,
+        y: Optional["_core.Value"] = None,
+    ) -> "_core.Value":
+        """alpha·A·x + beta·y: ``A·x`` alone, ``alpha·A·x`` with ``alpha``, and with ``y`` the
+        whole form (``alpha`` and ``beta`` default to 1)."""
+        return self.call("gemv", *_blas2(A, x, alpha, beta, y))
+
+    def gemtv(
+        self,
+        A: "_core.Value",
+        x: "_core.Value",
+        alpha: Optional[Operand] = None,
+        beta: Optional[Operand] = None,
+        y: Optional["_core.Value"] = None,
+    ) -> "_core.Value":
+        """alpha·Aᵀ·x + beta·y, in the forms of :meth:`gemv`."""
+        return self.call("gemtv", *_blas2(A, x, alpha, beta, y))
+
+    def ger(self, x: "_core.Value", y: "_core.Value", A: "_core.Value", alpha: Optional[Operand] = None) -> "_core.Value":
+        """A + alpha·x·yᵀ (a new matrix; ``alpha`` defaults to 1)."""
+        return self.call("ger", x, y, A) if alpha is None else self.call("ger", alpha, x, y, A)
+
+    def madd(self, A: "_core.Value", B: "_core.Value") -> "_core.Value":
+        """A + B."""
+        return self.call("madd", A, B)
+
+    def __repr__(self) -> str:
+        return f"<fuseblas.Session on {self.backend}>"
+
+
+def _blas2(A: object, x: object, alpha: object, beta: object, y: object) -> Tuple[object, ...]:
+    if y is not None:
+        return (1.0 if alpha is None else alpha, A, x, 1.0 if beta is None else beta, y)
+    if beta is not None:
+        raise InputError("beta scales y: give y too")
+    return (A, x) if alpha is None else (alpha, A, x)

@@ -1,0 +1,31 @@
+//! `fuseblas._core`: the `fuse` crate's two APIs for Python, as thin over the crate as the CLI
+//! is. The package's Python half (`python/fuseblas`) gives them their Python manners: argument
+//! conversion, BLAS-named session methods, docstrings; this half holds no logic of its own
+//! beyond moving arrays across without copies and turning errors into exceptions.
+
+mod arrays;
+mod errors;
+mod interrupt;
+mod program;
+mod session;
+
+use pyo3::prelude::*;
+
+/// The native half of `fuseblas`; use the `fuseblas` package, not this module.
+#[pymodule]
+fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<program::Program>()?;
+    m.add_class::<session::Session>()?;
+    m.add_class::<session::Value>()?;
+    m.add_function(wrap_pyfunction!(arrays::view_address, m)?)?;
+    m.add_function(wrap_pyfunction!(backends, m)?)?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}
+
+/// The backend `"auto"` picks here and why, in a few words (the GPU's name, or why none).
+#[pyfunction]
+fn backends() -> (String, String) {
+    let (backend, why) = fuse::Backend::detect_why();
+    (backend.to_string(), why)
+}

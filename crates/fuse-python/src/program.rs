@@ -1,0 +1,250 @@
+//! The script API: a script compiled for a backend, called with numpy arrays by name.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use fuse::{Backend, CompileOptions, Compiled, Precision, Script, SizeSource, Sizes, Threads, Views};
+use numpy::{PyReadonlyArrayDyn, PyUntypedArrayMethods};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use crate::arrays::{borrow, to_python, view, Real};
+use crate::errors::{input_error, IntoPy};
+use crate::interrupt::interruptible;
+
+/// A checked script bound to a backend. Compiled once per set of sizes (the sizes given,
+/// the rest from the arrays' shapes, else the script's defaults) and reused by every call at
+/// those sizes.
+#[pyclass(frozen, module = "fuseblas._core")]
+pub struct Program {
+    script: Arc<Script>,
+    backend: Backend,
+    options: CompileOptions,
+    given: Vec<(String, usize)>,
+    compiled: Mutex<HashMap<String, Arc<Compiled>>>,
+}
+
+/// `auto` (the GPU where one is usable, else the CPU) or a backend name of `fuse run`.
+pub(crate) fn backend(name: &str) -> PyResult<Backend> {
+    match name {
+        "auto" => Ok(Backend::detect()),
+        name => name.parse::<Backend>().py_err(),
+    }
+}
+
+/// Compile options with `threads` CPU threads (else fuse's default).
+pub(crate) fn options(threads: Option<usize>) -> PyResult<CompileOptions> {
+    let options = CompileOptions::new();
+    match threads {
+        Some(n) => Ok(options.threads(Threads::new(n).map_err(|e| input_error(e.to_string()))?)),
+        None => Ok(options),
+    }
+}
+
+#[pymethods]
+impl Program {
+    /// Reads (`is_text` false: `source` is a path) or parses a script and, where `sizes` gives
+    /// every size symbol, compiles it at once.
+    #[new]
+    #[pyo3(signature = (source, *, is_text, backend = "auto", sizes = None, threads = None))]
+    fn new(
+        py: Python<'_>,
+        source: &str,
+        is_text: bool,
+        backend: &str,
+        sizes: Option<Vec<(String, usize)>>,
+        threads: Option<usize>,
+    ) -> PyResult<Self> {
+        let script = match is_text {
+            true => Script::from_str("<script>", source),
+            false => Script::from_file(source),
+        }
+        .py_err()?;
+        let program = Program {
+            script: Arc::new(script),
+            backend: self::backend(backend)?,
+            options: options(threads)?,
+            given: sizes.unwrap_or_default(),
+            compiled: Mutex::new(HashMap::new()),
+        };
+        let fixed = program
+            .script
+            .program()
+            .sizes
+            .iter()
+            .all(|(symbol, _)| program.given.iter().any(|(s, _)| s == symbol));
+        if fixed {
+            let sizes = program.bind(&[])?;
+            program.compiled(py, &sizes)?;
+        }
+        Ok(program)
+    }
+
+    /// Runs on `arrays` (input name → numpy array of the script's dtype, C-contiguous; a
+    /// scalar as a 0-d array); returns every output by name, in the script's order.
+    fn run<'py>(&self, py: Python<'py>, arrays: &Bound<'py, PyDict>) -> PyResult<Bound<'py, PyDict>> {
+        match self.script.program().precision {
+            Precision::F32 => self.run_as::<f32>(py, arrays),
+            Precision::F64 => self.run_as::<f64>(py, arrays),
+        }
+    }
+
+    /// The script's name.
+    #[getter]
+    fn name(&self) -> &str {
+        &self.script.program().name
+    }
+
+    /// `"float32"` or `"float64"`: the dtype of every array it reads and returns.
+    #[getter]
+    fn dtype(&self) -> &'static str {
+        match self.script.program().precision {
+            Precision::F32 => f32::DTYPE,
+            Precision::F64 => f64::DTYPE,
+        }
+    }
+
+    /// The backend it runs on (`cpu`, `cuda`, …).
+    #[getter]
+    fn backend(&self) -> String {
+        self.backend.to_string()
+    }
+
+    /// Each input's name and declared shape in size symbols (`[]` for a scalar).
+    #[getter]
+    fn inputs(&self) -> Vec<(String, Vec<String>)> {
+        let p = self.script.program();
+        p.inputs
+            .iter()
+            .map(|&v| {
+                (
+                    p.values[v].variable.clone(),
+                    p.values[v].shape.dims().iter().map(|s| s.to_string()).collect(),
+                )
+            })
+            .collect()
+    }
+
+    /// The outputs' names, in the script's order.
+    #[getter]
+    fn outputs(&self) -> Vec<String> {
+        let p = self.script.program();
+        p.outputs.iter().map(|&v| p.values[v].variable.clone()).collect()
+    }
+
+    /// The script's default sizes.
+    #[getter]
+    fn default_sizes(&self) -> Vec<(String, usize)> {
+        self.script
+            .program()
+            .sizes
+            .iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect()
+    }
+
+    /// What compiling at `sizes` chose (the plan's kernels, one line each, then the notes:
+    /// an estimated timing table, a module from the cache).
+    fn describe(&self, py: Python<'_>, sizes: Vec<(String, usize)>) -> PyResult<String> {
+        let given: Vec<SizeSource> = sizes
+            .iter()
+            .map(|(symbol, value)| SizeSource::Given {
+                symbol,
+                value: *value,
+                what: format!("{symbol}={value}"),
+            })
+            .collect();
+        let compiled = self.compiled(py, &self.bind(&given)?)?;
+        let mut lines: Vec<String> = vec![format!(
+            "{} on {} at {}",
+            self.name(),
+            compiled.backend(),
+            compiled.sizes()
+        )];
+        if let Some(plan) = compiled.plan() {
+            let p = compiled.program();
+            for (i, kernel) in plan.kernels.iter().enumerate() {
+                let calls: Vec<String> = kernel
+                    .calls
+                    .iter()
+                    .map(|&c| format!("{} = {}", p.values[p.calls[c].result].variable, p.calls[c].callee))
+                    .collect();
+                lines.push(format!("kernel {}: {}", i + 1, calls.join(", ")));
+            }
+            lines.push(format!("predicted: {:.1} µs", plan.predicted_us));
+        }
+        lines.extend(compiled.notes().iter().cloned());
+        Ok(lines.join("\n"))
+    }
+}
+
+impl Program {
+    fn run_as<'py, T: Real>(&self, py: Python<'py>, arrays: &Bound<'py, PyDict>) -> PyResult<Bound<'py, PyDict>> {
+        let mut borrowed: Vec<(String, PyReadonlyArrayDyn<'py, T>)> = Vec::with_capacity(arrays.len());
+        for (name, object) in arrays.iter() {
+            let name: String = name.extract()?;
+            let array = borrow::<T>(&object, &format!("input `{name}`"))?;
+            borrowed.push((name, array));
+        }
+        let p = self.script.program();
+        let shapes: Vec<SizeSource> = p
+            .inputs
+            .iter()
+            .filter_map(|&v| borrowed.iter().find(|(name, _)| *name == p.values[v].variable))
+            .map(|(name, array)| SizeSource::Shape {
+                input: name,
+                dims: array.shape(),
+                what: format!("argument `{name}`"),
+            })
+            .collect();
+        let sizes = self.bind(&shapes)?;
+        let compiled = self.compiled(py, &sizes)?;
+        let mut views = Views::new();
+        for (name, array) in &borrowed {
+            views.insert(name.clone(), view(array)?);
+        }
+        let outputs = py.detach(|| compiled.run_views(&views)).py_err()?;
+        let mut by_name = outputs.into_bindings();
+        let result = PyDict::new(py);
+        for name in self.outputs() {
+            if let Some(array) = by_name.remove(&name) {
+                result.set_item(name, to_python(py, array)?)?;
+            }
+        }
+        Ok(result)
+    }
+
+    /// The sizes of a run: those given at compile time, then `sources`, then the defaults.
+    fn bind(&self, sources: &[SizeSource<'_>]) -> PyResult<Sizes> {
+        let given = self.given.iter().map(|(symbol, value)| SizeSource::Given {
+            symbol,
+            value: *value,
+            what: format!("sizes={{'{symbol}': {value}}}"),
+        });
+        let all: Vec<SizeSource> = given.chain(sources.iter().cloned()).collect();
+        fuse::bind_sizes(self.script.program(), &all).py_err()
+    }
+
+    /// The program compiled at `sizes`, compiled now (Ctrl-C answered) if it is not yet.
+    fn compiled(&self, py: Python<'_>, sizes: &Sizes) -> PyResult<Arc<Compiled>> {
+        let key = sizes.to_string();
+        if let Some(compiled) = self.lock().get(&key) {
+            return Ok(Arc::clone(compiled));
+        }
+        let (script, backend, options) = (Arc::clone(&self.script), self.backend.clone(), self.options.clone());
+        let overrides: Vec<(String, usize)> = sizes.iter().map(|(k, v)| (k.to_string(), v)).collect();
+        let compiled = interruptible(py, move || {
+            let sizes = script.program().bind_sizes(&overrides)?;
+            backend.compile_with(script.program(), &sizes, &options)
+        })?
+        .py_err()?;
+        let compiled = Arc::new(compiled);
+        self.lock().insert(key, Arc::clone(&compiled));
+        Ok(compiled)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Compiled>>> {
+        // A panic while the map was held leaves it whole: entries are inserted complete.
+        self.compiled.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
