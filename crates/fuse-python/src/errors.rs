@@ -2,6 +2,7 @@
 //! also be a `ValueError` or `MemoryError`): the same one-line messages as the CLI, with a
 //! script error's file, line and column as attributes.
 
+use fuse::stages::fuse_cpu::fused::CpuError;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::PyModule;
@@ -21,7 +22,7 @@ fn class_name(err: &fuse::Error) -> &'static str {
     match err {
         E::Failed(inner) => class_name(inner),
         E::Script(_) => "ScriptError",
-        E::HostMemory(_) | E::DeviceMemory { .. } => "OutOfMemoryError",
+        E::HostMemory(_) | E::DeviceMemory { .. } | E::Cpu(CpuError::HostMemory(_)) => "OutOfMemoryError",
         e if e.is_unavailable() => "NoDeviceError",
         E::Bind(_)
         | E::UnknownInput { .. }

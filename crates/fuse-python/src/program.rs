@@ -24,12 +24,18 @@ pub struct Program {
     compiled: Mutex<HashMap<String, Arc<Compiled>>>,
 }
 
-/// `auto` (the GPU where one is usable, else the CPU) or a backend name of `fuse run`.
+/// `auto` (the GPU where one is usable, else the CPU) or a backend name of `fuse run`; a GPU
+/// asked for is looked up now, so that its absence is reported where it was asked for.
 pub(crate) fn backend(name: &str) -> PyResult<Backend> {
-    match name {
-        "auto" => Ok(Backend::detect()),
-        name => name.parse::<Backend>().py_err(),
+    let backend = match name {
+        "auto" => Backend::detect(),
+        name => name.parse::<Backend>().py_err()?,
+    };
+    if let Backend::Cuda { .. } = backend {
+        let library = fuse::Library::builtin().map_err(fuse::Error::from).py_err()?;
+        backend.timing_table(&library, None).py_err()?;
     }
+    Ok(backend)
 }
 
 /// Compile options with `threads` CPU threads (else fuse's default).

@@ -5,8 +5,9 @@
 //! cargo run --release -p fuse --example bicg -- [N] [--backend cuda|cpu|emulate|reference] [--precision f32|f64] [--iterations K] [--no-stop]
 //! ```
 //!
-//! `bicg_numpy.py` beside it is the same solver in numpy, with the same arguments and output,
-//! to compare the time per iteration with.
+//! `examples/python/bicg.py` is the same solver from Python, on the same system, with the same
+//! arguments and output: through `fuseblas` (its residual history is this one's), or in numpy
+//! (`--backend numpy`) to compare the time per iteration with.
 //!
 //! On a GPU the matrix is uploaded once; each iteration then reads back only the scalars the
 //! algorithm needs, so its time is the fused kernels' time plus a few launches.

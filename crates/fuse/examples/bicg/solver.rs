@@ -5,8 +5,6 @@
 //! device only scalars cross between host and device.
 
 use fuse::{Element, Matrix, Result, Scalar, Session, Vector};
-use rand::{Rng, SeedableRng};
-use rand_chacha::ChaCha8Rng;
 
 /// A dense system A·x = b, A row-major n×n.
 pub struct System {
@@ -15,16 +13,27 @@ pub struct System {
     pub b: Vec<f64>,
 }
 
-/// A random nonsymmetric, strictly diagonally dominant system (so BiCG converges).
+/// A random nonsymmetric, strictly diagonally dominant system (so BiCG converges): A's elements
+/// row by row, then b's, uniform in [-1, 1) from [`uniform`]; each diagonal element replaced by
+/// the sum of its row's other magnitudes plus one. `examples/python/bicg.py` draws the same.
 pub fn generate(n: usize, seed: u64) -> System {
-    let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let mut a: Vec<f64> = (0..n * n).map(|_| rng.random_range(-1.0..1.0)).collect();
+    let mut a: Vec<f64> = (0..n * n).map(|k| uniform(seed, k as u64)).collect();
     for i in 0..n {
         let off: f64 = (0..n).filter(|&j| j != i).map(|j| a[i * n + j].abs()).sum();
         a[i * n + i] = off + 1.0;
     }
-    let b = (0..n).map(|_| rng.random_range(-1.0..1.0)).collect();
+    let b = (0..n).map(|i| uniform(seed, (n * n + i) as u64)).collect();
     System { n, a, b }
+}
+
+/// Number `k` of stream `seed`, uniform in [-1, 1): splitmix64 of `seed·2⁴⁰ + k`, its top 53
+/// bits scaled — exact in f64, so any language draws the same numbers.
+pub fn uniform(seed: u64, k: u64) -> f64 {
+    let mut z = (seed << 40).wrapping_add(k).wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^= z >> 31;
+    (z >> 11) as f64 * (1.0 / (1u64 << 52) as f64) - 1.0
 }
 
 /// What a solve did.

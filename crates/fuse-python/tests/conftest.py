@@ -1,0 +1,35 @@
+"""Shared helpers of the fuseblas tests: the repository's scripts, their numpy meaning
+(tests/numpy_check.py, the CLI's cross-check), and the backends present here."""
+
+import os
+import pathlib
+import shutil
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[3]
+SCRIPTS = ROOT / "scripts"
+sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "examples" / "python"))
+
+import numpy_check  # noqa: E402  (the numpy meaning of every bundled sequence)
+
+GPU = os.environ.get("FUSE_TEST_CUDA") == "1"
+
+
+def backends():
+    """Every backend present here: the host ones, the emulated GPU where a C++ compiler is,
+    the GPU under FUSE_TEST_CUDA=1."""
+    present = ["reference", "cpu"]
+    if shutil.which("c++") or shutil.which("g++"):
+        present.append("emulate")
+    if GPU:
+        present.append("cuda")
+    return present
+
+
+@pytest.fixture(autouse=True)
+def private_cache(tmp_path_factory, monkeypatch):
+    """A cache folder of the test session's own (fuse refuses shared ones)."""
+    monkeypatch.setenv("FUSE_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "cache"))

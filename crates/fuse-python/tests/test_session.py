@@ -1,0 +1,119 @@
+"""The lazy BLAS API: every call against numpy in both precisions, values and their reading,
+errors, and the Python BiCG example against the Rust one."""
+
+import subprocess
+
+import numpy as np
+import pytest
+
+import bicg
+import fuseblas
+from conftest import ROOT
+
+TOLERANCE = {np.float32: 2e-5, np.float64: 1e-12}
+
+
+def close(got, want, dtype):
+    got, want = np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64)
+    return np.linalg.norm(got - want) <= TOLERANCE[dtype] * max(np.linalg.norm(want), 1e-300)
+
+
+@pytest.mark.parametrize("backend", ["reference", "cpu"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_every_blas_call_matches_numpy(backend, dtype):
+    rng = np.random.default_rng(11)
+    m, n = 67, 45
+    A, B = (rng.uniform(-1, 1, (m, n)).astype(dtype) for _ in range(2))
+    x, y = (rng.uniform(-1, 1, n).astype(dtype) for _ in range(2))
+    u, w = (rng.uniform(-1, 1, m).astype(dtype) for _ in range(2))
+    s = fuseblas.Session(backend)
+    vA, vB, vx, vy, vu, vw = (s.array(a) for a in (A, B, x, y, u, w))
+    a64 = {k: v.astype(np.float64) for k, v in dict(A=A, B=B, x=x, y=y, u=u, w=w).items()}
+    half = s.scalar(0.5, dtype)
+    cases = [
+        (s.scal(2.0, vx), 2 * a64["x"]),
+        (s.axpy(half, vx, vy), 0.5 * a64["x"] + a64["y"]),
+        (s.axpby(2.0, vx, -1.0, vy), 2 * a64["x"] - a64["y"]),
+        (s.add(vx, vy), a64["x"] + a64["y"]),
+        (s.copy(vx), a64["x"]),
+        (s.dot(vx, vy), a64["x"] @ a64["y"]),
+        (s.asum(vx), np.abs(a64["x"]).sum()),
+        (s.nrm2(vx), np.linalg.norm(a64["x"])),
+        (s.gemv(vA, vx), a64["A"] @ a64["x"]),
+        (s.gemv(vA, vx, alpha=2.0), 2 * a64["A"] @ a64["x"]),
+        (s.gemv(vA, vx, alpha=2.0, beta=3.0, y=vu), 2 * a64["A"] @ a64["x"] + 3 * a64["u"]),
+        (s.gemtv(vA, vu), a64["A"].T @ a64["u"]),
+        (s.gemtv(vA, vu, alpha=half, y=vy), 0.5 * a64["A"].T @ a64["u"] + a64["y"]),
+        (s.ger(vu, vx, vA), a64["A"] + np.outer(a64["u"], a64["x"])),
+        (s.ger(vu, vx, vA, alpha=-2.0), a64["A"] - 2 * np.outer(a64["u"], a64["x"])),
+        (s.madd(vA, vB), a64["A"] + a64["B"]),
+    ]
+    assert s.stats()["flushes"] == 0  # all recorded, nothing run
+    for value, want in cases:
+        got = np.asarray(value)
+        assert got.dtype == dtype and got.shape == np.shape(want)
+        assert close(got, want, dtype)
+    assert s.stats()["flushes"] == 1  # one fused program computed them all
+    assert isinstance(float(s.dot(vx, vy)), float) and isinstance(s.read(s.nrm2(vx)), float)
+    assert np.asarray(vx, dtype=np.float64).dtype == np.float64
+
+
+def test_a_session_copies_what_it_is_given():
+    s = fuseblas.Session("cpu")
+    x = np.ones(5)
+    v = s.array(x)
+    y = s.scal(2.0, v)
+    x[:] = 7.0  # the value was taken when the handle was made
+    assert np.array_equal(np.asarray(y), np.full(5, 2.0))
+    assert s.array([1, 2, 3]).dtype == "float64"
+    assert s.array(np.arange(6, dtype=np.float32).reshape(2, 3)[:, ::2]).shape == [2, 2]
+
+
+def test_session_errors_say_what_is_wrong():
+    s, other = fuseblas.Session("cpu"), fuseblas.Session("cpu")
+    A, x = s.array(np.zeros((3, 2))), s.array(np.zeros(3))
+    with pytest.raises(ValueError, match=r"dgemv: argument `x` has shape \[3\] but needs \[2\]"):
+        s.gemv(A, x)
+    with pytest.raises(fuseblas.InputError, match="argument 2 is float32, the others float64"):
+        s.add(x, s.array(np.zeros(3, np.float32)))
+    with pytest.raises(fuseblas.InputError, match="belongs to session"):
+        s.add(x, other.array(np.zeros(3)))
+    with pytest.raises(fuseblas.InputError, match="at least one argument must be a value"):
+        s.call("scal", 1.0, 2.0)
+    with pytest.raises(fuseblas.InputError, match="float32 or float64"):
+        s.array(np.array(["a"]))
+    with pytest.raises(fuseblas.InputError, match="sessions hold scalars, vectors and matrices"):
+        s.array(np.zeros((2, 2, 2)))
+    with pytest.raises(fuseblas.ScriptError, match="no `dgemv` taking 1 arguments"):
+        s.call("gemv", x)
+    with pytest.raises(fuseblas.InputError, match="not a finite number"):
+        s.scal(float("inf"), x)
+    with pytest.raises(TypeError, match="only a scalar value converts to float"):
+        float(x)
+
+
+def test_dropped_results_are_temporaries_and_programs_are_cached():
+    s = fuseblas.Session("cpu")
+    x = s.array(np.arange(4.0))
+    for _ in range(3):
+        t = s.scal(2.0, x)
+        y = s.add(t, x)
+        del t  # a temporary: never written back
+        assert np.array_equal(np.asarray(y), 3 * np.arange(4.0))
+    stats = s.stats()
+    assert (stats["flushes"], stats["compilations"], stats["cache_hits"]) == (3, 1, 2)
+    assert s.pending_scripts() == []
+
+
+def test_the_python_bicg_follows_the_rust_examples_residual_history():
+    rust = ROOT / "target" / "debug" / "examples" / "bicg"
+    if not rust.exists():
+        pytest.skip("build the Rust example first (cargo test builds it)")
+    printed = subprocess.run([str(rust), "300", "--backend", "cpu", "--precision", "f64"], capture_output=True, text=True, check=True).stdout
+    want = [float(line.split("= ")[1].split()[0]) for line in printed.splitlines() if line.startswith("iteration")]
+    a, b = bicg.system(300)
+    x, got = bicg.bicg(bicg.Fuse(np.dtype(np.float64), "cpu"), a, b, 1e-10, 200, lambda k, r: None)
+    assert len(got) == len(want) >= 5
+    # Printed with 4 digits; the two runs differ only in rounding.
+    assert np.allclose(got, want, rtol=2e-3, atol=0)
+    assert np.linalg.norm(b - a @ x) / np.linalg.norm(b) < 1e-9
