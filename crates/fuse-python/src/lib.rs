@@ -3,6 +3,9 @@
 //! conversion, BLAS-named session methods, docstrings; this half holds no logic of its own
 //! beyond moving arrays across without copies and turning errors into exceptions.
 
+// `fuse::Error` is the crate's one error type; its size is the crate's choice.
+#![allow(clippy::result_large_err)]
+
 mod arrays;
 mod errors;
 mod interrupt;
