@@ -26,7 +26,7 @@ pub struct Program {
 
 /// `auto` (the GPU where one is usable, else the CPU) or a backend name of `fuse run`; a GPU
 /// asked for is looked up now, so that its absence is reported where it was asked for.
-pub(crate) fn backend(name: &str) -> PyResult<Backend> {
+pub(crate) fn parse_backend(name: &str) -> PyResult<Backend> {
     let backend = match name {
         "auto" => Backend::detect(),
         name => name.parse::<Backend>().py_err()?,
@@ -68,7 +68,7 @@ impl Program {
         .py_err()?;
         let program = Program {
             script: Arc::new(script),
-            backend: self::backend(backend)?,
+            backend: parse_backend(backend)?,
             options: options(threads)?,
             given: sizes.unwrap_or_default(),
             compiled: Mutex::new(HashMap::new()),

@@ -12,7 +12,7 @@ use pyo3::types::{PyDict, PyFloat};
 use crate::arrays::{to_python, Real};
 use crate::errors::{input_error, IntoPy};
 use crate::interrupt::interruptible;
-use crate::program::{backend, options};
+use crate::program::{options, parse_backend};
 
 /// The `fuse` sessions of one Python session, one per precision.
 struct Sessions {
@@ -83,7 +83,7 @@ impl Session {
     #[pyo3(signature = (backend = "auto", threads = None))]
     fn new(backend: &str, threads: Option<usize>) -> PyResult<Self> {
         let sessions = Sessions {
-            backend: self::backend(backend)?,
+            backend: parse_backend(backend)?,
             options: options(threads)?,
             f32: None,
             f64: None,

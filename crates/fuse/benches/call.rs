@@ -11,13 +11,18 @@ fn bicgk_256(c: &mut Criterion) {
     let compiled = script.compile(&Backend::Cpu, &[("m", n), ("n", n)]).unwrap();
     let a: Vec<f32> = (0..n * n).map(|k| (k % 7) as f32 - 3.0).collect();
     let v = vec![1.0f32; n];
-    let view = |dims: Vec<usize>, data| ArrayView { dims, data: DataView::F32(data) };
+    let view = |dims: Vec<usize>, data| ArrayView {
+        dims,
+        data: DataView::F32(data),
+    };
     let inputs = Views::from([
         ("A".to_string(), view(vec![n, n], &a)),
         ("p".to_string(), view(vec![n], &v)),
         ("r".to_string(), view(vec![n], &v)),
     ]);
-    c.bench_function("bicgk 256² f32 cpu run_views", |b| b.iter(|| compiled.run_views(&inputs).unwrap()));
+    c.bench_function("bicgk 256² f32 cpu run_views", |b| {
+        b.iter(|| compiled.run_views(&inputs).unwrap())
+    });
 }
 
 criterion_group!(benches, bicgk_256);
