@@ -2,6 +2,7 @@
 //! also be a `ValueError` or `MemoryError`): the same one-line messages as the CLI, with a
 //! script error's file, line and column as attributes.
 
+use fuse::stages::fuse_core::Error as CoreError;
 use fuse::stages::fuse_cpu::fused::CpuError;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -21,6 +22,8 @@ fn class_name(err: &fuse::Error) -> &'static str {
     use fuse::Error as E;
     match err {
         E::Failed(inner) => class_name(inner),
+        // A size that does not fit is about the arrays or sizes given, not the script text.
+        E::Script(CoreError::Sizes(_)) => "InputError",
         E::Script(_) => "ScriptError",
         E::HostMemory(_) | E::DeviceMemory { .. } | E::Cpu(CpuError::HostMemory(_)) => "OutOfMemoryError",
         e if e.is_unavailable() => "NoDeviceError",
@@ -30,7 +33,6 @@ fn class_name(err: &fuse::Error) -> &'static str {
         | E::Precision { .. }
         | E::DataLength { .. }
         | E::Shape { .. }
-        | E::Sizes(_)
         | E::NonFiniteLiteral { .. }
         | E::ForeignHandle { .. }
         | E::UnknownBackend { .. }

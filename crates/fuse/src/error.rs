@@ -41,10 +41,6 @@ pub enum Error {
         /// Its inputs, for the message.
         inputs: String,
     },
-    /// Sizes that cannot all hold: two sources giving one symbol different values, or an empty
-    /// array (see [`bind_sizes`](crate::bind_sizes)).
-    #[error("{0}")]
-    Sizes(String),
     /// An output was asked for that the results do not hold.
     #[error("there is no output `{name}` (the outputs are {outputs})")]
     UnknownOutput {

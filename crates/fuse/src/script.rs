@@ -3,10 +3,10 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use fuse_core::{Library, Program, Sizes};
+use fuse_core::{Error as CoreError, Library, Program, Sizes};
 
 use crate::backend::{Backend, Compiled};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::select::builtin_library;
 
 /// A parsed and checked script (the YAML language of the README).
@@ -102,7 +102,7 @@ pub enum SizeSource<'a> {
 
 /// The sizes of a run of `program`, each symbol taken from the first of `sources` that gives it
 /// (a given value, or the shape of an input's array), else the script's default. Two sources
-/// that disagree are an [`Error::Sizes`] naming both; so is an empty array. An array of
+/// that disagree are a size error (`fuse_core::Error::Sizes`) naming both; so is an empty array. An array of
 /// another rank than its input is passed over: the input check names it, with the shape wanted.
 ///
 /// ```
@@ -128,7 +128,7 @@ pub fn bind_sizes(program: &Program, sources: &[SizeSource<'_>]) -> Result<Sizes
     // Each symbol bound so far: its value and what bound it, for messages.
     let mut bound: BTreeMap<&str, (usize, String)> = BTreeMap::new();
     let mut bind = |symbol, value, source: &str| match bound.get(symbol) {
-        Some((v, first)) if *v != value => Err(Error::Sizes(format!(
+        Some((v, first)) if *v != value => Err(CoreError::Sizes(format!(
             "size `{symbol}` disagrees: {first} gives {symbol} = {v}, but {source} gives {symbol} = {value}"
         ))),
         Some(_) => Ok(()),
@@ -155,9 +155,8 @@ pub fn bind_sizes(program: &Program, sources: &[SizeSource<'_>]) -> Result<Sizes
                 }
                 let what = format!("{what} (input `{input}`: {}) of shape {dims:?}", value.shape);
                 if dims.contains(&0) {
-                    return Err(Error::Sizes(format!(
-                        "{what}: an empty array; every size must be positive"
-                    )));
+                    let message = format!("{what}: an empty array; every size must be positive");
+                    return Err(CoreError::Sizes(message).into());
                 }
                 for (symbol, &extent) in symbols.into_iter().zip(dims.iter()) {
                     bind(symbol, extent, &what)?;

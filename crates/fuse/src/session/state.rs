@@ -5,14 +5,13 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use fuse_core::{Bindings, HostArray, Precision, ValueId};
+use fuse_core::{ArrayView, Bindings, HostArray, Precision, ValueId, Views};
 
 use super::canonical::{self, Canonical, PendingArg, PendingCall};
 use super::handle::Token;
 use crate::backend::{Backend, CompileOptions, Compiled};
 use crate::device::{resident, Buffer, DevicePlan, Pool};
 use crate::error::{Error, Result};
-use crate::io::Inputs;
 
 /// What a session has done so far. Counts add up over the session's life: the difference of
 /// two snapshots ([`Stats::since`]) is what happened in between, e.g. in one solver iteration.
@@ -264,10 +263,7 @@ impl State {
         match compiled.device() {
             Some(plan) => self.run_on_device(&compiled, plan, script),
             None => {
-                let inputs = Inputs::from(self.take_inputs(&script.inputs)?);
-                let outputs = compiled.run_timed(&inputs);
-                self.restore_inputs(inputs.into(), &script.inputs);
-                let (outputs, times) = outputs?;
+                let (outputs, times) = compiled.run_views_timed(&self.host_views(&script.inputs)?)?;
                 self.stats.compute += times.compute;
                 Ok(Computed::Host(outputs.into_bindings()))
             }
@@ -388,37 +384,26 @@ impl State {
         Ok(compiled)
     }
 
-    /// Moves the input arrays into bindings for a run on the host (no copy); see
-    /// [`Self::restore_inputs`].
-    fn take_inputs(&mut self, inputs: &[(u64, String)]) -> Result<Bindings> {
-        let mut bindings = Bindings::new();
-        for (id, name) in inputs {
-            let taken = self.host_value(*id).map(|_| ()).and_then(|()| {
-                let copies = match self.slot_data(*id) {
-                    Some(Data::Ready(copies)) => copies,
-                    _ => return Err(not_computed(*id)),
-                };
-                copies.host.take().ok_or_else(|| not_computed(*id))
-            });
-            match taken {
-                Ok(array) => {
-                    bindings.insert(name.clone(), array);
-                }
-                Err(e) => {
-                    self.restore_inputs(bindings, inputs);
-                    return Err(e);
-                }
-            }
+    /// The input values of a run on the host, borrowed where they are (no copy).
+    fn host_views(&mut self, inputs: &[(u64, String)]) -> Result<Views<'_>> {
+        for (id, _) in inputs {
+            self.host_value(*id)?; // copied from the device first where it is only there
         }
-        Ok(bindings)
-    }
-
-    fn restore_inputs(&mut self, mut bindings: Bindings, inputs: &[(u64, String)]) {
+        let mut views = Views::new();
         for (id, name) in inputs {
-            if let (Some(Data::Ready(copies)), Some(array)) = (self.slot_data(*id), bindings.remove(name)) {
-                copies.host = Some(array);
-            }
+            let host = match self.data(*id) {
+                Some(Data::Ready(Copies { host: Some(host), .. })) => host,
+                _ => return Err(not_computed(*id)),
+            };
+            views.insert(
+                name.clone(),
+                ArrayView {
+                    dims: host.dims.clone(),
+                    data: host.data.view(),
+                },
+            );
         }
+        Ok(views)
     }
 
     /// Stores the outputs of a run, or marks every value of the batch failed.
