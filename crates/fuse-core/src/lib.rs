@@ -25,6 +25,7 @@
 
 pub mod cache;
 pub mod data;
+pub mod distribute;
 pub mod error;
 pub mod explore;
 pub mod file;

@@ -1,0 +1,296 @@
+//! Distribution over ranks: a program split into row blocks, the local scripts each rank runs
+//! and the collectives between them.
+//!
+//! Every matrix is split into balanced blocks of rows, one per rank (the *split* size symbol is
+//! the matrices' row symbol). Each value then gets a [`Distribution`], inferred call by call from
+//! the library formulas ([`calls`]): a result indexed by split rows is [`Distribution::Rows`]; a
+//! sum over split rows (`Aᵀ·r`, a dot of row blocks, an nrm2) is a rank's
+//! [`Distribution::Partial`] share; anything else is [`Distribution::Replicated`]. Each use of a
+//! value asks for one [`Local`] form of it, and where that differs from how the value lies, a
+//! [`Conversion`] makes it: a collective (all-reduce, reduce-scatter, all-gather, gather) or a
+//! local step (a slice of a replicated vector).
+//!
+//! A conversion is a barrier between ranks, so the calls are grouped into [`Segment`]s: a call
+//! runs in the first segment after every local form it reads exists. Each segment is a script
+//! of its own, over the local row count (a new size symbol, `m_local`), parsed and checked like
+//! any script, then explored, fused and run by whatever local backend a rank has. BiCGK is one
+//! segment (A's rows read once) followed by a gather of `q` and one reduction of `s`.
+
+mod blocks;
+mod calls;
+mod steps;
+#[cfg(test)]
+mod tests;
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use crate::error::Result;
+use crate::formula::ReduceOp;
+use crate::library::Library;
+use crate::program::{Program, ValueId};
+use crate::shape::{Shape, Sizes};
+
+pub use blocks::RowBlocks;
+
+/// How a value's elements lie on the ranks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Distribution {
+    /// Split by rows: each rank holds its row block (of a matrix, or of a vector indexed by rows).
+    Rows,
+    /// Every rank holds all of it (a scalar, or a vector indexed by columns).
+    Replicated,
+    /// Each rank holds its share of a reduction over the rows; the value is the shares
+    /// combined by the operation (a sum, or the Euclidean norm of the ranks' norms).
+    Partial(ReduceOp),
+}
+
+impl fmt::Display for Distribution {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Distribution::Rows => f.write_str("row blocks"),
+            Distribution::Replicated => f.write_str("replicated"),
+            Distribution::Partial(ReduceOp::Sum) => f.write_str("partial sums"),
+            Distribution::Partial(ReduceOp::Norm2) => f.write_str("partial norms"),
+        }
+    }
+}
+
+/// The form in which a rank holds a value for one use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Local {
+    /// This rank's row block.
+    Rows,
+    /// All of it.
+    Whole,
+    /// All of it on rank 0, zeros on the others: a term that the ranks' partial results must
+    /// add once (`+ b·y` of a distributed `Aᵀ·x`), or an output to write.
+    RootOnly,
+    /// This rank's share of a reduction over rows.
+    Partial,
+}
+
+impl Local {
+    /// The form in which a value of distribution `d` is produced.
+    pub fn natural(d: Distribution) -> Local {
+        match d {
+            Distribution::Rows => Local::Rows,
+            Distribution::Replicated => Local::Whole,
+            Distribution::Partial(_) => Local::Partial,
+        }
+    }
+
+    /// The suffix of a value's name in local scripts when it is not held in its natural form.
+    fn suffix(self) -> &'static str {
+        match self {
+            Local::Rows => "_rows",
+            Local::Whole => "_all",
+            Local::RootOnly => "_root",
+            Local::Partial => "_part",
+        }
+    }
+}
+
+/// A value of the program in one local form.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct LocalValue {
+    /// The value of the distributed program.
+    pub value: ValueId,
+    /// How each rank holds it.
+    pub local: Local,
+}
+
+/// How a local form of a value is made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transfer {
+    /// An input read from its source: each rank its rows (`Rows`), rank 0 all of it and
+    /// broadcast (`Whole`), or rank 0 alone (`RootOnly`).
+    Read,
+    /// Row blocks → whole on every rank.
+    AllGather,
+    /// Row blocks → whole on rank 0.
+    Gather,
+    /// Partial sums → their sum on every rank.
+    AllReduce,
+    /// Partial sums → their sum on rank 0.
+    Reduce,
+    /// Partial sums → each rank its row block of the sum.
+    ReduceScatter,
+    /// Partial norms → the norm of all of them on every rank (each rank's norm gathered).
+    AllNorm,
+    /// Whole → this rank's row block, without communication.
+    Slice,
+    /// Whole → kept on rank 0 only, without communication.
+    KeepOnRoot,
+}
+
+impl Transfer {
+    /// Whether ranks exchange data.
+    pub fn communicates(self) -> bool {
+        !matches!(self, Transfer::Slice | Transfer::KeepOnRoot)
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Transfer::Read => "read",
+            Transfer::AllGather => "all-gather",
+            Transfer::Gather => "gather to rank 0",
+            Transfer::AllReduce => "all-reduce (sum)",
+            Transfer::Reduce => "reduce (sum) to rank 0",
+            Transfer::ReduceScatter => "reduce-scatter (sum)",
+            Transfer::AllNorm => "all-gather of norms, combined",
+            Transfer::Slice => "slice of the rows (local)",
+            Transfer::KeepOnRoot => "kept on rank 0 (local)",
+        }
+    }
+}
+
+/// One local form made from another (or read, for an input).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Conversion {
+    /// What it makes.
+    pub to: LocalValue,
+    /// The form it starts from (`None` for a read).
+    pub from: Option<Local>,
+    /// How.
+    pub transfer: Transfer,
+}
+
+/// Calls that run together between two conversions: a local script of their own.
+#[derive(Debug, Clone)]
+pub struct Segment {
+    /// The local script (over the local row symbol), as text.
+    pub script: String,
+    /// It, parsed and checked.
+    pub program: Program,
+    /// The local forms it reads, in the order of its program's inputs.
+    pub inputs: Vec<LocalValue>,
+    /// The local forms it returns, in the order of its program's outputs.
+    pub outputs: Vec<LocalValue>,
+}
+
+/// One step of a distributed run, in order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// Make a local form (all ranks take part where it communicates).
+    Convert(Conversion),
+    /// Run a segment on every rank.
+    Run(usize),
+}
+
+/// A program split over ranks: what each rank runs, and what moves between them.
+#[derive(Debug, Clone)]
+pub struct Distributed {
+    /// The whole program.
+    pub program: Program,
+    /// The size symbol split into row blocks.
+    pub split: String,
+    /// The size symbol of a rank's row count in the local scripts.
+    pub local_symbol: String,
+    /// The distribution of each value, by [`ValueId`].
+    pub distributions: Vec<Distribution>,
+    /// The segments, in run order.
+    pub segments: Vec<Segment>,
+    /// Reads, segments and conversions, in run order.
+    pub steps: Vec<Step>,
+    /// Where each output of the program is whole on rank 0, in output order.
+    pub results: Vec<LocalValue>,
+    names: BTreeMap<LocalValue, String>,
+}
+
+/// Splits `program` over ranks by the row blocks of its matrices; local scripts are checked
+/// against `library`. An error names the call that cannot be distributed and why.
+pub fn distribute(program: &Program, library: &Library) -> Result<Distributed> {
+    steps::build(program, library)
+}
+
+impl Distributed {
+    /// The name of a local form in the segments' scripts.
+    pub fn name(&self, value: LocalValue) -> &str {
+        &self.names[&value]
+    }
+
+    /// The row blocks of `ranks` ranks at `sizes`, or why the rows cannot be split that many ways.
+    pub fn blocks(&self, sizes: &Sizes, ranks: usize) -> Result<RowBlocks, String> {
+        let rows = sizes
+            .get(&self.split)
+            .ok_or_else(|| format!("size `{}` is not bound", self.split))?;
+        RowBlocks::new(rows, ranks).ok_or_else(|| {
+            format!(
+                "cannot split {rows} rows (`{}`) over {ranks} ranks: each rank needs at least one row",
+                self.split
+            )
+        })
+    }
+
+    /// The sizes of rank `rank`'s local scripts: the whole sizes plus its row count.
+    pub fn local_sizes(&self, sizes: &Sizes, blocks: &RowBlocks, rank: usize) -> Sizes {
+        let mut local = sizes.clone();
+        local.set(&self.local_symbol, blocks.rows(rank));
+        local
+    }
+
+    /// The shape of a local form, in the local scripts' symbols.
+    pub fn local_shape(&self, value: LocalValue) -> Shape {
+        let shape = &self.program.values[value.value].shape;
+        match (value.local, shape) {
+            (Local::Rows, Shape::Vector(_)) => Shape::Vector(self.local_symbol.clone()),
+            (Local::Rows, Shape::Matrix(_, n)) => Shape::Matrix(self.local_symbol.clone(), n.clone()),
+            _ => shape.clone(),
+        }
+    }
+
+    /// The number of elements a conversion moves between ranks in all, at `sizes` over `ranks`.
+    pub fn elements_moved(&self, conversion: &Conversion, sizes: &Sizes, ranks: usize) -> u64 {
+        let shape = &self.program.values[conversion.to.value].shape;
+        let len: u64 = shape
+            .extents(sizes)
+            .map(|e| e.iter().product::<usize>() as u64)
+            .unwrap_or(0);
+        let r = ranks as u64;
+        match conversion.transfer {
+            Transfer::Slice | Transfer::KeepOnRoot => 0,
+            // Every rank receives what the others hold (rows) or sends and receives a share
+            // of each element (a ring's reduce-scatter + all-gather).
+            Transfer::Read if conversion.to.local != Local::Whole => 0,
+            Transfer::AllGather | Transfer::Read => len * r.saturating_sub(1),
+            Transfer::Gather | Transfer::Reduce | Transfer::ReduceScatter => len * r.saturating_sub(1) / r.max(1),
+            Transfer::AllReduce => 2 * len * r.saturating_sub(1) / r.max(1),
+            Transfer::AllNorm => len * r * r.saturating_sub(1),
+        }
+    }
+}
+
+impl fmt::Display for Distributed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "{} over ranks: rows `{}` in one block per rank (`{}` rows on a rank)",
+            self.program.name, self.split, self.local_symbol
+        )?;
+        for (id, value) in self.program.values.iter().enumerate() {
+            writeln!(
+                f,
+                "  {:<8} {:<10} {}",
+                value.name,
+                value.shape.to_string(),
+                self.distributions[id]
+            )?;
+        }
+        for (n, step) in self.steps.iter().enumerate() {
+            match step {
+                Step::Convert(c) => {
+                    let name = &self.program.values[c.to.value].name;
+                    writeln!(f, "{}. {} `{name}` → `{}`", n + 1, c.transfer.name(), self.name(c.to))?;
+                }
+                Step::Run(k) => {
+                    writeln!(f, "{}. run part {} on every rank:", n + 1, k + 1)?;
+                    for line in self.segments[*k].script.lines() {
+                        writeln!(f, "     {line}")?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}

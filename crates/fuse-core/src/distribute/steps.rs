@@ -1,0 +1,350 @@
+//! The second pass: the split symbol, the local forms every use asks for, the conversions that
+//! make them, the segments between conversions and their local scripts.
+//!
+//! Invariants: a call runs in the first segment in which every local form it reads exists (an
+//! input's forms exist from the start, a result's natural form in its own segment, any other
+//! form from the next one); conversions of a value run right after the segment that produced
+//! it; every conversion starts from the value's natural form or from a form made just before it.
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::fmt::Write as _;
+
+use crate::error::{Diagnostic, Location, Result};
+use crate::formula::ReduceOp;
+use crate::library::Library;
+use crate::program::{Arg, Program, ValueId};
+use crate::script;
+use crate::shape::Shape;
+
+use super::calls::split_call;
+use super::{Conversion, Distributed, Distribution, Local, LocalValue, Segment, Step, Transfer};
+
+pub(super) fn build(program: &Program, library: &Library) -> Result<Distributed> {
+    let split = split_symbol(program)?;
+    let mut dists: Vec<Distribution> = program
+        .values
+        .iter()
+        .map(|v| match v.shape.dims().first() {
+            Some(d) if *d == split => Distribution::Rows,
+            _ => Distribution::Replicated,
+        })
+        .collect();
+    let mut segment_of = vec![0usize; program.calls.len()];
+    let mut uses: Vec<Vec<Option<Local>>> = Vec::with_capacity(program.calls.len());
+    for (c, call) in program.calls.iter().enumerate() {
+        let decided = split_call(program, call, &split, &dists)?;
+        let available = |v: ValueId, local: Local| match program.values[v].producer {
+            None => 0,
+            Some(p) => segment_of[p] + usize::from(local != Local::natural(dists[v])),
+        };
+        segment_of[c] = reads(&call.args, &decided.needs)
+            .map(|(v, l)| available(v, l))
+            .max()
+            .unwrap_or(0);
+        dists[call.result] = decided.result;
+        uses.push(decided.needs);
+    }
+
+    let results: Vec<LocalValue> = program
+        .outputs
+        .iter()
+        .map(|&value| LocalValue {
+            value,
+            local: match dists[value] {
+                Distribution::Replicated => Local::Whole,
+                _ => Local::RootOnly,
+            },
+        })
+        .collect();
+    let mut wanted: BTreeMap<ValueId, BTreeSet<Local>> = BTreeMap::new();
+    for (call, needs) in program.calls.iter().zip(&uses) {
+        for (value, local) in reads(&call.args, needs) {
+            wanted.entry(value).or_default().insert(local);
+        }
+    }
+    for r in &results {
+        wanted.entry(r.value).or_default().insert(r.local);
+    }
+
+    let conversions: BTreeMap<ValueId, Vec<Conversion>> = wanted
+        .iter()
+        .map(|(&value, locals)| {
+            let input = program.values[value].producer.is_none();
+            (value, conversions(value, dists[value], input, locals))
+        })
+        .collect();
+
+    let mut distributed = Distributed {
+        program: program.clone(),
+        local_symbol: local_symbol(program, &split),
+        split,
+        distributions: dists,
+        segments: Vec::new(),
+        steps: Vec::new(),
+        results,
+        names: BTreeMap::new(),
+    };
+    distributed.names = names(&distributed, &wanted, &conversions);
+    let segment_count = segment_of.iter().max().map_or(0, |s| s + 1);
+    for input in &program.inputs {
+        let reads = conversions.get(input).into_iter().flatten();
+        distributed.steps.extend(reads.map(|c| Step::Convert(*c)));
+    }
+    for k in 0..segment_count {
+        let calls: Vec<usize> = (0..program.calls.len()).filter(|&c| segment_of[c] == k).collect();
+        let segment = segment(&distributed, library, k, &calls, &uses, &segment_of, &wanted)?;
+        distributed.segments.push(segment);
+        distributed.steps.push(Step::Run(k));
+        for &c in &calls {
+            let made = conversions.get(&program.calls[c].result).into_iter().flatten();
+            distributed.steps.extend(made.map(|conv| Step::Convert(*conv)));
+        }
+    }
+    Ok(distributed)
+}
+
+/// The values a call reads with the local form of each, literals skipped.
+fn reads<'a>(args: &'a [Arg], needs: &'a [Option<Local>]) -> impl Iterator<Item = (ValueId, Local)> + 'a {
+    args.iter().zip(needs).filter_map(|(a, n)| match (a, n) {
+        (Arg::Value(v), Some(l)) => Some((*v, *l)),
+        _ => None,
+    })
+}
+
+/// The size symbol split into row blocks: the row symbol of every matrix, or (without matrices)
+/// the length of the first vector.
+fn split_symbol(program: &Program) -> Result<String> {
+    let refuse = |why: String| Diagnostic::new(Location::file(&program.file), format!("cannot distribute: {why}"));
+    let rows: BTreeSet<&str> = program
+        .values
+        .iter()
+        .filter_map(|v| match &v.shape {
+            Shape::Matrix(m, _) => Some(m.as_str()),
+            _ => None,
+        })
+        .collect();
+    match rows.len() {
+        1 => Ok(rows.into_iter().next().unwrap_or_default().to_string()),
+        0 => program
+            .values
+            .iter()
+            .find_map(|v| match &v.shape {
+                Shape::Vector(n) => Some(n.clone()),
+                _ => None,
+            })
+            .ok_or_else(|| refuse("it has no matrix or vector to split over ranks".into()).into()),
+        _ => {
+            let listed: Vec<String> = rows.iter().map(|r| format!("`{r}`")).collect();
+            Err(refuse(format!(
+                "its matrices have different row counts ({}); every matrix is split by the same rows",
+                listed.join(", ")
+            ))
+            .into())
+        }
+    }
+}
+
+/// How the local forms `wanted` of a value are made from its natural form (or read, for an
+/// input), in the order they must run.
+fn conversions(value: ValueId, dist: Distribution, input: bool, wanted: &BTreeSet<Local>) -> Vec<Conversion> {
+    let make = |local, from, transfer| Conversion {
+        to: LocalValue { value, local },
+        from,
+        transfer,
+    };
+    if input {
+        return wanted.iter().map(|&l| make(l, None, Transfer::Read)).collect();
+    }
+    let natural = Local::natural(dist);
+    let rest: BTreeSet<Local> = wanted.iter().copied().filter(|&l| l != natural).collect();
+    let has = |l: Local| rest.contains(&l);
+    let mut out = Vec::new();
+    // Whole on every rank, when asked for or when two forms are cut from it.
+    let through_whole = match dist {
+        Distribution::Replicated => true,
+        Distribution::Rows => has(Local::Whole),
+        Distribution::Partial(ReduceOp::Norm2) => !rest.is_empty(),
+        Distribution::Partial(ReduceOp::Sum) => has(Local::Whole) || rest.len() > 1,
+    };
+    if through_whole {
+        let gather = match dist {
+            Distribution::Replicated => None,
+            Distribution::Rows => Some(Transfer::AllGather),
+            Distribution::Partial(ReduceOp::Sum) => Some(Transfer::AllReduce),
+            Distribution::Partial(ReduceOp::Norm2) => Some(Transfer::AllNorm),
+        };
+        if let Some(transfer) = gather {
+            out.push(make(Local::Whole, Some(natural), transfer));
+        }
+        if has(Local::Rows) {
+            out.push(make(Local::Rows, Some(Local::Whole), Transfer::Slice));
+        }
+        if has(Local::RootOnly) {
+            out.push(make(Local::RootOnly, Some(Local::Whole), Transfer::KeepOnRoot));
+        }
+        return out;
+    }
+    for local in rest {
+        let transfer = match (dist, local) {
+            (Distribution::Rows, _) => Transfer::Gather,
+            (_, Local::Rows) => Transfer::ReduceScatter,
+            _ => Transfer::Reduce,
+        };
+        out.push(make(local, Some(natural), transfer));
+    }
+    out
+}
+
+/// The row symbol of the local scripts: `m_local` unless that name is taken.
+fn local_symbol(program: &Program, split: &str) -> String {
+    let mut symbol = format!("{split}_local");
+    while program.sizes.get(&symbol).is_some() || program.values.iter().any(|v| v.variable == symbol) {
+        symbol.push('_');
+    }
+    symbol
+}
+
+/// A distinct identifier for each local form: the value's name (`x.1` → `x_1`), suffixed by
+/// its form unless it is the natural one.
+fn names(
+    d: &Distributed,
+    wanted: &BTreeMap<ValueId, BTreeSet<Local>>,
+    conversions: &BTreeMap<ValueId, Vec<Conversion>>,
+) -> BTreeMap<LocalValue, String> {
+    let program = &d.program;
+    let mut forms: BTreeSet<LocalValue> = wanted
+        .iter()
+        .flat_map(|(&value, locals)| locals.iter().map(move |&local| LocalValue { value, local }))
+        .collect();
+    forms.extend(conversions.values().flatten().map(|c| c.to));
+    forms.extend(program.calls.iter().map(|c| LocalValue {
+        value: c.result,
+        local: Local::natural(d.distributions[c.result]),
+    }));
+    let mut taken: HashSet<String> = program.sizes.iter().map(|(s, _)| s.to_string()).collect();
+    taken.insert(d.local_symbol.clone());
+    let mut names = BTreeMap::new();
+    for form in forms {
+        let mut name = program.values[form.value].name.replace('.', "_");
+        if form.local != Local::natural(d.distributions[form.value]) {
+            name.push_str(form.local.suffix());
+        }
+        while !taken.insert(name.clone()) {
+            name.push('_');
+        }
+        names.insert(form, name);
+    }
+    names
+}
+
+/// Segment `k`: the calls in it as a local script, with the forms it reads and returns.
+fn segment(
+    d: &Distributed,
+    library: &Library,
+    k: usize,
+    calls: &[usize],
+    uses: &[Vec<Option<Local>>],
+    segment_of: &[usize],
+    wanted: &BTreeMap<ValueId, BTreeSet<Local>>,
+) -> Result<Segment> {
+    let program = &d.program;
+    let natural = |value: ValueId| LocalValue {
+        value,
+        local: Local::natural(d.distributions[value]),
+    };
+    let made_here: BTreeSet<LocalValue> = calls.iter().map(|&c| natural(program.calls[c].result)).collect();
+    let mut inputs: Vec<LocalValue> = Vec::new();
+    for &c in calls {
+        for (value, local) in reads(&program.calls[c].args, &uses[c]) {
+            let form = LocalValue { value, local };
+            if !made_here.contains(&form) && !inputs.contains(&form) {
+                inputs.push(form);
+            }
+        }
+    }
+    let read_elsewhere = |form: LocalValue| {
+        (0..program.calls.len())
+            .filter(|&c| segment_of[c] != k)
+            .any(|c| reads(&program.calls[c].args, &uses[c]).any(|(v, l)| LocalValue { value: v, local: l } == form))
+    };
+    let outputs: Vec<LocalValue> = calls
+        .iter()
+        .map(|&c| natural(program.calls[c].result))
+        .filter(|&form| {
+            let converted = wanted
+                .get(&form.value)
+                .is_some_and(|w| w.iter().any(|&l| l != form.local));
+            converted || read_elsewhere(form) || d.results.contains(&form)
+        })
+        .collect();
+
+    let script = local_script(d, k, calls, uses, &inputs, &outputs);
+    let file = format!("{} (part {} over ranks)", program.file, k + 1);
+    let parsed = script::parse(&file, &script, library)?;
+    Ok(Segment {
+        script,
+        program: parsed,
+        inputs,
+        outputs,
+    })
+}
+
+fn local_script(
+    d: &Distributed,
+    k: usize,
+    calls: &[usize],
+    uses: &[Vec<Option<Local>>],
+    inputs: &[LocalValue],
+    outputs: &[LocalValue],
+) -> String {
+    let program = &d.program;
+    let shapes: Vec<Shape> = inputs
+        .iter()
+        .map(|&f| d.local_shape(f))
+        .chain(calls.iter().map(|&c| {
+            let result = program.calls[c].result;
+            d.local_shape(LocalValue {
+                value: result,
+                local: Local::natural(d.distributions[result]),
+            })
+        }))
+        .collect();
+    let symbols: BTreeSet<&str> = shapes.iter().flat_map(|s| s.dims()).collect();
+    let default = |s: &str| {
+        let whole = if s == d.local_symbol { &d.split } else { s };
+        program.sizes.get(whole).unwrap_or(1)
+    };
+    let sizes: Vec<String> = symbols.iter().map(|s| format!("{s}: {}", default(s))).collect();
+    let mut text = String::new();
+    let _ = writeln!(text, "name: {}_part{}", program.name, k + 1);
+    let _ = writeln!(text, "precision: {}", program.precision);
+    let _ = writeln!(text, "sizes: {{{}}}", sizes.join(", "));
+    let _ = writeln!(text, "inputs:");
+    for (form, shape) in inputs.iter().zip(&shapes) {
+        let _ = writeln!(text, "  {}: {shape}", d.name(*form));
+    }
+    let names: Vec<&str> = outputs.iter().map(|&f| d.name(f)).collect();
+    let _ = writeln!(text, "outputs: [{}]", names.join(", "));
+    let _ = writeln!(text, "calls:");
+    for &c in calls {
+        let call = &program.calls[c];
+        let args: Vec<String> = call
+            .args
+            .iter()
+            .zip(&uses[c])
+            .map(|(arg, need)| match arg {
+                Arg::Value(value) => {
+                    let local = need.unwrap_or(Local::Whole);
+                    d.name(LocalValue { value: *value, local }).to_string()
+                }
+                Arg::Literal(x) => format!("{x:?}"),
+            })
+            .collect();
+        let result = LocalValue {
+            value: call.result,
+            local: Local::natural(d.distributions[call.result]),
+        };
+        let _ = writeln!(text, "  - {} = {}({})", d.name(result), call.callee, args.join(", "));
+    }
+    text
+}
