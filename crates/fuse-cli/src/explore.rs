@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use clap::Args;
 use serde_json::{json, Value};
 
+use fuse::stages::fuse_core::distribute::{distribute, Step};
 use fuse::stages::fuse_core::explore::{explore, Exploration, GpuLayout, Kernel, Limits, Plan, TimingTable, Verdict};
 use fuse::stages::fuse_core::{Library, Program};
 use fuse::stages::fuse_cpu::fused::FusedPlan;
@@ -55,6 +56,11 @@ pub struct ExploreArgs {
 pub struct ExplainArgs {
     #[command(flatten)]
     inputs: Inputs,
+    /// Explain the program split over R ranks (as `mpirun -n R fuse run --distributed` runs
+    /// it): each value's distribution, the collectives between the parts, and each part's best
+    /// plan on rank 0's rows.
+    #[arg(long, value_name = "R", value_parser = clap::value_parser!(u32).range(1..))]
+    ranks: Option<u32>,
 }
 
 /// What an exploration needs: the program at the sizes in force, the backend and its table.
@@ -204,6 +210,9 @@ fn kernel_json(program: &Program, k: &Kernel) -> Value {
 /// in pairs, and a write per line took as long as explaining them.
 pub fn run_explain(args: &ExplainArgs, library: &Library) -> Result<(), Failure> {
     let prepared = Prepared::new(&args.inputs, library)?;
+    if let Some(ranks) = args.ranks {
+        return explain_distributed(&prepared, ranks as usize, library);
+    }
     let program = &prepared.program;
     let ex = prepared.explored(library)?;
     let words = ex.words();
@@ -236,4 +245,45 @@ pub fn run_explain(args: &ExplainArgs, library: &Library) -> Result<(), Failure>
         writeln!(out, "\n{first}  ·  {second}\n  share {}: {verdict}", shared.join(", ")).map_err(stdout)?;
     }
     out.flush().map_err(stdout)
+}
+
+/// `fuse explain --ranks R`: the distributed plan, what each collective moves, and the best
+/// local plan of each part on rank 0.
+fn explain_distributed(prepared: &Prepared, ranks: usize, library: &Library) -> Result<(), Failure> {
+    let program = &prepared.program;
+    let d = distribute(program, library).map_err(bad_input)?;
+    let blocks = d.blocks(&program.sizes, ranks).map_err(bad_input)?;
+    println!(
+        "{program}\nbackend: {} on each of {ranks} ranks\n\n{d}",
+        prepared.backend
+    );
+    let element = program.precision.bytes();
+    println!("moved between ranks at {}:", program.sizes);
+    for step in &d.steps {
+        if let Step::Convert(c) = step {
+            let bytes = d.elements_moved(c, &program.sizes, ranks) * element;
+            if bytes > 0 {
+                println!("  `{}`: {}", d.name(c.to), fuse::stages::fuse_core::data::bytes(bytes));
+            }
+        }
+    }
+    for (k, segment) in d.segments.iter().enumerate() {
+        let mut local = Prepared {
+            program: segment.program.clone(),
+            backend: prepared.backend.clone(),
+            table: prepared.table.clone(),
+        };
+        local.program.sizes = d.local_sizes(&program.sizes, &blocks, 0);
+        let ex = local.explored(library)?;
+        let best = ex.best();
+        println!(
+            "\npart {} on rank 0 ({}): {}, {:.2} µs",
+            k + 1,
+            local.program.sizes,
+            ex.words().kernels(best.kernels.len()),
+            best.predicted_us
+        );
+        print!("{}", local.describe(&best)?);
+    }
+    Ok(())
 }

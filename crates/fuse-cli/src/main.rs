@@ -5,11 +5,13 @@ mod bench;
 mod calibrate;
 mod compile;
 mod devices;
+mod distributed;
 mod explore;
 mod failure;
 mod gpu;
 mod interrupt;
 mod npy;
+mod run;
 mod selftest;
 mod sizes;
 mod tune;
@@ -20,13 +22,11 @@ use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
 
-use fuse::stages::fuse_core::data::{check_inputs_given, try_fill_random_inputs};
-use fuse::stages::fuse_core::wording::list_or_none;
 use fuse::stages::fuse_core::{script, DataGraph};
-use fuse::{Bindings, CompileOptions, Inputs, Library, Program, Sizes};
+use fuse::Library;
 
 use args::{load, parse_size, Backend};
-use failure::{bad_input, failure, Failure, EXIT_CLOSED_OUTPUT, EXIT_NO_DEVICE};
+use failure::{bad_input, Failure, EXIT_CLOSED_OUTPUT, EXIT_NO_DEVICE};
 
 #[derive(Parser)]
 #[command(
@@ -124,6 +124,11 @@ fuse run scripts/bicgk.yaml --inputs in/ --random r\n  fuse run scripts/bicgk.ya
         /// plan chosen for 8192×8192 at small sizes under compute-sanitizer.
         #[arg(long = "plan-size", value_name = "NAME=VALUE", value_parser = parse_size)]
         plan_sizes: Vec<(String, usize)>,
+        /// Run as one rank of many, under `mpirun -n R`: each rank reads and computes its own
+        /// block of the matrices' rows, rank 0 writes the outputs (see `fuse explain --ranks R`).
+        /// Needs a fuse built with the `mpi` feature.
+        #[arg(long)]
+        distributed: bool,
     },
     /// Generate the CUDA source of a plan; compile it with NVRTC where available.
     #[command(
@@ -181,7 +186,8 @@ fuse explore scripts/atax.yaml --backend cuda --timings my-gpu.yaml"
         long_about = "Print the best plan of the backend `fuse run` would use (or --backend) at the \
 sizes given, in its words, and for every pair of calls that share data whether that plan fuses \
 them or which rule (or prediction) keeps them apart.",
-        after_help = "Examples:\n  fuse explain scripts/gemver.yaml\n  fuse explain scripts/atax.yaml --backend emulate"
+        after_help = "Examples:\n  fuse explain scripts/gemver.yaml\n  fuse explain scripts/atax.yaml --backend emulate\n  \
+fuse explain scripts/bicgk.yaml --ranks 4 --size m=100000"
     )]
     Explain(explore::ExplainArgs),
     /// Time fused plans against cuBLAS (GPU) or the same calls run one kernel each (CPU).
@@ -318,9 +324,10 @@ fn run(cli: Cli) -> Result<(), Failure> {
             random_rest,
             plan_sizes,
             timing,
+            distributed,
         } => {
             let program = load(&script, &library)?;
-            let options = RunOptions {
+            let options = run::RunOptions {
                 library: &library,
                 backend,
                 sizes,
@@ -333,7 +340,10 @@ fn run(cli: Cli) -> Result<(), Failure> {
                 random_rest,
                 timing,
             };
-            run_script(&program, &options)
+            match distributed {
+                true => distributed::run_script(&program, &options),
+                false => run::run_script(&program, &options),
+            }
         }
         Command::Explore(args) => explore::run_explore(&args, &library),
         Command::Explain(args) => explore::run_explain(&args, &library),
@@ -381,198 +391,6 @@ fn check(scripts: &[PathBuf], library: &Library) -> Result<(), Failure> {
     match failed {
         0 => Ok(()),
         n => Err(bad_input(format!("{n} of {} scripts failed the check", scripts.len()))),
-    }
-}
-
-struct RunOptions<'a> {
-    library: &'a Arc<Library>,
-    backend: Option<Backend>,
-    sizes: Vec<(String, usize)>,
-    plan_sizes: Vec<(String, usize)>,
-    inputs: Option<PathBuf>,
-    outputs: Option<PathBuf>,
-    force: bool,
-    seed: u64,
-    random: Vec<String>,
-    random_rest: bool,
-    timing: bool,
-}
-
-/// The arrays read from `--inputs` (every input's file there, except those named by
-/// `--random`) and the files read.
-fn read_input_files(program: &Program, options: &RunOptions) -> Result<(Bindings, Vec<PathBuf>), Failure> {
-    let names = input_names(program);
-    if let Some(name) = options.random.iter().find(|n| !names.contains(&n.as_str())) {
-        return Err(bad_input(format!(
-            "--random {name}: {} has no input `{name}` (its inputs are {})",
-            program.file,
-            list_or_none(&names)
-        )));
-    }
-    let Some(dir) = &options.inputs else {
-        return Ok(Default::default());
-    };
-    let (mut inputs, read) = npy::read_inputs(program, dir).map_err(bad_input)?;
-    for name in &options.random {
-        inputs.remove(name);
-    }
-    Ok((inputs, read))
-}
-
-fn input_names(program: &Program) -> Vec<&str> {
-    (program.inputs.iter())
-        .map(|&v| program.values[v].variable.as_str())
-        .collect()
-}
-
-/// The inputs of a run: those read from files, checked against `sizes`, and the names of the
-/// inputs still to draw — with `--inputs`, only those the user asked to draw.
-fn gather_inputs<'p>(
-    program: &'p Program,
-    sizes: &Sizes,
-    options: &RunOptions,
-    inputs: Bindings,
-) -> Result<(Bindings, Vec<&'p str>), Failure> {
-    let drawn: Vec<&str> = (input_names(program).into_iter())
-        .filter(|n| !inputs.contains_key(*n))
-        .collect();
-    if let Some(dir) = &options.inputs {
-        let asked = |n: &&str| options.random_rest || options.random.iter().any(|r| r == n);
-        let missing: Vec<&str> = drawn.iter().copied().filter(|n| !asked(n)).collect();
-        if !missing.is_empty() {
-            return Err(bad_input(npy::missing_inputs(dir, &missing)));
-        }
-        for warning in npy::unused_files(program, dir) {
-            eprintln!("warning: {warning}");
-        }
-    }
-    check_inputs_given(program, sizes, &inputs).map_err(bad_input)?;
-    Ok((inputs, drawn))
-}
-
-fn run_script(program: &Program, options: &RunOptions) -> Result<(), Failure> {
-    let (files, read) = read_input_files(program, options)?;
-    if let Some(dir) = &options.outputs {
-        // Before the computation: a target in the way is found at once, not after minutes.
-        let names: Vec<&str> = program
-            .outputs
-            .iter()
-            .map(|&v| program.values[v].variable.as_str())
-            .collect();
-        let never = || false;
-        let check = output_options(program, &read, options.force, &never);
-        npy::check_outputs(&names, dir, &check).map_err(bad_input)?;
-    }
-    let sizes = sizes::bind_run_sizes(program, &options.sizes, &files, options.inputs.as_deref())?;
-    // Before any array is drawn or made: a problem larger than the machine is an error naming
-    // the bytes, not an abort halfway through.
-    fuse::check_host_memory(program.compulsory_bytes(&sizes), || {
-        format!("the inputs and outputs of {} at {sizes}", program.file)
-    })
-    .map_err(failure)?;
-    let (mut inputs, drawn) = gather_inputs(program, &sizes, options, files)?;
-    let backend = match options.backend {
-        Some(b) if !options.plan_sizes.is_empty() && !matches!(b, Backend::Cuda) => {
-            return Err(bad_input("--plan-size applies to --backend cuda only"))
-        }
-        Some(b) => fuse::Backend::from(b),
-        None => {
-            let (b, why) = fuse::Backend::detect_why();
-            eprintln!("backend: {} ({why})", b.name());
-            if !options.plan_sizes.is_empty() && !matches!(b, fuse::Backend::Cuda { .. }) {
-                eprintln!("note: --plan-size applies to --backend cuda only: ignored");
-            }
-            b
-        }
-    };
-    let compile = CompileOptions::new()
-        .library(Arc::clone(options.library))
-        .plan_sizes(options.plan_sizes.clone());
-    let compiled = backend.compile_with(program, &sizes, &compile).map_err(failure)?;
-    for note in compiled.notes() {
-        eprintln!("{note}");
-    }
-    if !drawn.is_empty() {
-        eprintln!(
-            "inputs: {} drawn at random (seed {})",
-            list_or_none(&drawn),
-            options.seed
-        );
-        try_fill_random_inputs(program, &sizes, options.seed, &mut inputs).map_err(failure)?;
-    }
-    let (results, times) = compiled.run_timed(&Inputs::from(inputs)).map_err(failure)?;
-    if options.timing {
-        eprintln!("{}", timing_line(compiled.backend(), &times));
-    }
-    let results = results.into_bindings();
-    match &options.outputs {
-        Some(dir) => {
-            for path in write_outputs(program, &results, dir, &read, options.force)? {
-                println!("wrote {}", path.display());
-            }
-        }
-        None => {
-            let width = results.keys().map(|k| k.chars().count()).max().unwrap_or(0);
-            // In the order the script declares its outputs.
-            for name in program.outputs.iter().map(|&v| &program.values[v].variable) {
-                let Some(array) = results.get(name) else { continue };
-                // Padded by hand: a format width over 65535 panics, and names may be that long.
-                // Outputs come in the program's precision: printed as they are, not copied.
-                let pad = " ".repeat(width - name.chars().count());
-                println!("{name}{pad}  {array}");
-            }
-        }
-    }
-    Ok(())
-}
-
-/// `timing: upload 1.234 ms, compute 0.456 ms (CUDA events), download 0.012 ms`.
-fn timing_line(backend: &fuse::Backend, times: &fuse::RunTimes) -> String {
-    let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
-    let how = match backend {
-        fuse::Backend::Cuda { .. } => "CUDA events",
-        fuse::Backend::Emulate => "emulated on host threads",
-        _ => "on the host, no transfers",
-    };
-    format!(
-        "timing: upload {:.3} ms, compute {:.3} ms ({how}), download {:.3} ms",
-        ms(times.upload),
-        ms(times.compute),
-        ms(times.download)
-    )
-}
-
-/// Writes `results` to `dir`, all or nothing; Ctrl-C meanwhile leaves `dir` as it was and
-/// exits with status 130.
-fn write_outputs(
-    program: &Program,
-    results: &Bindings,
-    dir: &std::path::Path,
-    inputs: &[PathBuf],
-    force: bool,
-) -> Result<Vec<PathBuf>, Failure> {
-    let (written, interrupted) =
-        interrupt::deferred(|stop| npy::write_outputs(results, dir, &output_options(program, inputs, force, stop)));
-    match (written, interrupted) {
-        (Err(_), true) => Err(Failure {
-            code: interrupt::EXIT_INTERRUPTED,
-            message: format!("interrupted: nothing written to {}", dir.display()),
-        }),
-        (written, _) => written.map_err(bad_input),
-    }
-}
-
-fn output_options<'a>(
-    program: &Program,
-    inputs: &'a [PathBuf],
-    force: bool,
-    stop: &'a dyn Fn() -> bool,
-) -> npy::WriteOptions<'a> {
-    npy::WriteOptions {
-        precision: program.precision,
-        protected: inputs,
-        force,
-        stop,
     }
 }
 

@@ -1,6 +1,7 @@
 //! Reading inputs from and writing outputs to `.npy` files (numpy's format), one per name.
 
 use std::io::{BufReader, Read, Write};
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 use ndarray::{ArrayViewD, IxDyn};
@@ -100,6 +101,22 @@ pub fn missing_inputs(dir: &Path, missing: &[&str]) -> String {
 /// an error naming the bytes, not an abort. Big-endian files are converted, Fortran-ordered
 /// matrices transposed into row-major order (a second array for that).
 fn read_array(path: &Path, precision: Precision) -> Result<HostArray, String> {
+    read_rows(path, precision, None)
+}
+
+/// The shape in the header of the `.npy` file at `path`, without reading its elements.
+#[cfg_attr(not(feature = "mpi"), allow(dead_code))]
+pub fn read_shape(path: &Path) -> Result<Vec<usize>, String> {
+    let file = file::open_regular(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let size = file.metadata().map_err(|e| format!("{}: {e}", path.display()))?.len();
+    let header = Header::read(&mut BufReader::new(file), size).map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(header.shape)
+}
+
+/// [`read_array`], or only rows `rows` of its outermost dimension: a row-major file is read
+/// from the first of them on (what a rank of a distributed run holds), a Fortran-ordered
+/// matrix whole and then cut.
+pub fn read_rows(path: &Path, precision: Precision, rows: Option<Range<usize>>) -> Result<HostArray, String> {
     let file = file::open_regular(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let size = file.metadata().map_err(|e| format!("{}: {e}", path.display()))?.len();
     let mut reader = BufReader::with_capacity(READ_CHUNK, file);
@@ -118,8 +135,35 @@ fn read_array(path: &Path, precision: Precision) -> Result<HostArray, String> {
     if kind != precision {
         return Err(bad(format!("its dtype is {}", header.descr)));
     }
-    let what = || format!("{}", path.display());
+    let what = || match &rows {
+        Some(r) => format!("{} (rows {}..{})", path.display(), r.start, r.end),
+        None => format!("{}", path.display()),
+    };
     let count = header.count().ok_or_else(|| bad("its shape overflows".to_string()))?;
+    let outer = header.shape.first().copied().unwrap_or(1);
+    let part = match &rows {
+        Some(r) if r.end > outer => {
+            return Err(format!(
+                "{}: has {outer} rows, but rows {}..{} are asked for",
+                path.display(),
+                r.start,
+                r.end
+            ))
+        }
+        Some(r) if !header.fortran_order => Some(r.clone()),
+        _ => None,
+    };
+    let (skip, count) = match &part {
+        Some(r) => {
+            let row = count / outer.max(1);
+            (r.start * row, r.len() * row)
+        }
+        None => (0, count),
+    };
+    let skipped = skip as u64 * precision.bytes();
+    reader
+        .seek_relative(i64::try_from(skipped).map_err(|_| bad("too large to seek in".into()))?)
+        .map_err(|e| format!("{}: {e}", what()))?;
     let data = match precision {
         Precision::F32 => {
             let v = read_elements(&mut reader, count, what, |b| match big_endian {
@@ -136,10 +180,32 @@ fn read_array(path: &Path, precision: Precision) -> Result<HostArray, String> {
             HostData::F64(header.in_row_major(v, what)?)
         }
     };
-    Ok(HostArray {
-        dims: header.shape,
+    let mut dims = header.shape;
+    let array = HostArray {
+        dims: dims.clone(),
         data,
+    };
+    Ok(match (rows, part) {
+        (Some(r), None) => cut_rows(array, r),
+        (Some(r), Some(_)) => {
+            dims[0] = r.len();
+            HostArray { dims, ..array }
+        }
+        (None, _) => array,
     })
+}
+
+/// Rows `rows` of a row-major array read whole.
+fn cut_rows(array: HostArray, rows: Range<usize>) -> HostArray {
+    let row: usize = array.dims.iter().skip(1).product();
+    let span = rows.start * row..rows.end * row;
+    let mut dims = array.dims;
+    dims[0] = rows.len();
+    let data = match array.data {
+        HostData::F32(v) => HostData::F32(v[span].to_vec()),
+        HostData::F64(v) => HostData::F64(v[span].to_vec()),
+    };
+    HostArray { dims, data }
 }
 
 /// The longest header read (numpy's own reader stops at 10,000 bytes unless told otherwise).

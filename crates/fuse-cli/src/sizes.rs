@@ -3,17 +3,19 @@
 
 use std::path::Path;
 
-use fuse::{Bindings, Program, SizeSource, Sizes};
+use std::collections::BTreeMap;
+
+use fuse::{Program, SizeSource, Sizes};
 
 use crate::args::check_distinct_sizes;
 use crate::failure::{bad_input, Failure};
 
 /// The sizes of a run of `program`: `flags` (`--size`) first, then the shapes of the arrays read
-/// from `dir` (`--inputs`; `files` holds them by input name), then the script's defaults.
+/// in `dir` (`--inputs`; `shapes` holds them by input name), then the script's defaults.
 pub fn bind_run_sizes(
     program: &Program,
     flags: &[(String, usize)],
-    files: &Bindings,
+    shapes: &BTreeMap<String, Vec<usize>>,
     dir: Option<&Path>,
 ) -> Result<Sizes, Failure> {
     check_distinct_sizes(flags)?;
@@ -26,11 +28,11 @@ pub fn bind_run_sizes(
     let in_order = program
         .inputs
         .iter()
-        .filter_map(|&id| files.get_key_value(&program.values[id].variable));
+        .filter_map(|&id| shapes.get_key_value(&program.values[id].variable));
     let shapes = dir.into_iter().flat_map(|dir| {
-        in_order.clone().map(move |(input, array)| SizeSource::Shape {
+        in_order.clone().map(move |(input, dims)| SizeSource::Shape {
             input,
-            dims: &array.dims,
+            dims,
             what: dir.join(format!("{input}.npy")).display().to_string(),
         })
     });

@@ -482,3 +482,15 @@ fn scripts_that_are_not_files_or_never_end_are_refused_at_once() {
         assert!(start.elapsed().as_secs() < 20, "{path}: took {:?}", start.elapsed());
     }
 }
+
+#[cfg(not(feature = "mpi"))]
+#[test]
+fn distributed_without_mpi_says_how_to_build_it() {
+    let out = fuse(&["run", &common::script("bicgk.yaml"), "--distributed"]);
+    let err = common::stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("built without MPI") && err.contains("--features mpi"),
+        "{err}"
+    );
+}

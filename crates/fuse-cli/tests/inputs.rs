@@ -3,16 +3,7 @@
 
 mod common;
 
-use common::{fuse, numbers, read_f32, relative_error, script, stderr, write_f32};
-
-/// BiCGK inputs of an odd shape in `dir`: A (rows × cols), p (cols), r (rows).
-fn bicgk_inputs(dir: &std::path::Path, rows: usize, cols: usize) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
-    let (a, p, r) = (numbers(rows * cols, 1), numbers(cols, 2), numbers(rows, 3));
-    write_f32(&dir.join("A.npy"), &[rows, cols], &a);
-    write_f32(&dir.join("p.npy"), &[cols], &p);
-    write_f32(&dir.join("r.npy"), &[rows], &r);
-    (a, p, r)
-}
+use common::{bicgk_in_f64, bicgk_inputs, fuse, numbers, read_f32, relative_error, script, stderr, write_f32};
 
 #[test]
 fn sizes_come_from_the_input_files() {
@@ -35,12 +26,7 @@ fn sizes_come_from_the_input_files() {
         ]);
         assert!(out.status.success(), "{}", stderr(&out));
         // q = A·p, s = Aᵀ·r, in f64 from the same f32 numbers.
-        let q: Vec<f64> = (0..rows)
-            .map(|i| (0..cols).map(|j| a[i * cols + j] as f64 * p[j] as f64).sum())
-            .collect();
-        let s: Vec<f64> = (0..cols)
-            .map(|j| (0..rows).map(|i| a[i * cols + j] as f64 * r[i] as f64).sum())
-            .collect();
+        let (q, s) = bicgk_in_f64(&a, &p, &r);
         // f32 sums of at most 37 products of numbers in [-1, 1).
         let tolerance = 1e-5;
         for (name, want) in [("q", q), ("s", s)] {

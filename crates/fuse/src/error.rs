@@ -169,6 +169,22 @@ pub enum Error {
     /// fuse broke one of its own invariants; the message says which.
     #[error("{0}")]
     Internal(String),
+    /// A program that cannot run over these ranks (fewer rows than ranks), or a collective that
+    /// the communicator cannot carry.
+    #[error("{0}")]
+    Distribution(String),
+    /// One rank of a distributed run failed; every rank returns this same error.
+    #[error("rank {rank} of {ranks}: {message}")]
+    Rank {
+        /// The first rank that failed.
+        rank: usize,
+        /// How many ranks ran.
+        ranks: usize,
+        /// Its error.
+        message: String,
+        /// Whether its error was in what the user gave.
+        bad_input: bool,
+    },
     /// A plan rank that is not there.
     #[error("plan {rank}: {program} has {count} plan(s), ranked from 1 (the best predicted)")]
     NoSuchPlan {
@@ -200,6 +216,7 @@ impl Error {
                     )
             ),
             Error::Internal(_) => false,
+            Error::Rank { bad_input, .. } => *bad_input,
             _ => true,
         }
     }

@@ -3,6 +3,7 @@
 
 mod backend;
 mod device;
+pub mod distributed;
 mod element;
 mod error;
 mod io;

@@ -101,3 +101,25 @@ pub fn mkfifo(path: &Path) {
         path.display()
     );
 }
+
+/// BiCGK inputs of an odd shape in `dir` (made if missing): A (rows × cols), p (cols), r (rows).
+pub fn bicgk_inputs(dir: &Path, rows: usize, cols: usize) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+    let (a, p, r) = (numbers(rows * cols, 1), numbers(cols, 2), numbers(rows, 3));
+    std::fs::create_dir_all(dir).unwrap();
+    write_f32(&dir.join("A.npy"), &[rows, cols], &a);
+    write_f32(&dir.join("p.npy"), &[cols], &p);
+    write_f32(&dir.join("r.npy"), &[rows], &r);
+    (a, p, r)
+}
+
+/// BiCGK's `q = A·p` and `s = Aᵀ·r` in f64 from f32 numbers (A is `r.len()` × `p.len()`).
+pub fn bicgk_in_f64(a: &[f32], p: &[f32], r: &[f32]) -> (Vec<f64>, Vec<f64>) {
+    let (rows, cols) = (r.len(), p.len());
+    let q = (0..rows)
+        .map(|i| (0..cols).map(|j| a[i * cols + j] as f64 * p[j] as f64).sum())
+        .collect();
+    let s = (0..cols)
+        .map(|j| (0..rows).map(|i| a[i * cols + j] as f64 * r[i] as f64).sum())
+        .collect();
+    (q, s)
+}

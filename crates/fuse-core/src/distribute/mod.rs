@@ -169,6 +169,14 @@ pub struct Segment {
     pub outputs: Vec<LocalValue>,
 }
 
+impl Segment {
+    /// The sizes of its script: those of `local` (a rank's [`Distributed::local_sizes`]) that
+    /// it uses.
+    pub fn sizes(&self, local: &Sizes) -> Sizes {
+        Sizes::new((self.program.sizes.iter()).filter_map(|(s, _)| Some((s.to_string(), local.get(s)?))))
+    }
+}
+
 /// One step of a distributed run, in order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Step {

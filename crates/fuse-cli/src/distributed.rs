@@ -1,0 +1,150 @@
+//! `fuse run --distributed`: this process is one rank of a run started by `mpirun -n R`. Every
+//! rank reads the headers of the input files for the sizes, its own rows of each split input
+//! (rank 0 the replicated ones, then broadcast), runs its local parts with the backend chosen
+//! here, and rank 0 writes or prints the outputs. A failure on any rank is every rank's
+//! failure, with the same message and exit status (2 for bad input).
+
+#[cfg(not(feature = "mpi"))]
+pub fn run_script(_: &fuse::Program, _: &crate::run::RunOptions) -> Result<(), crate::failure::Failure> {
+    Err(crate::failure::bad_input(
+        "--distributed: this fuse was built without MPI. Build it with `cargo build --release --features mpi` \
+         (needs an MPI library, e.g. Debian's libopenmpi-dev and openmpi-bin, and libclang-dev) and start it \
+         with `mpirun -n R fuse run SCRIPT --distributed`",
+    ))
+}
+
+#[cfg(feature = "mpi")]
+pub use with_mpi::run_script;
+
+#[cfg(feature = "mpi")]
+mod with_mpi {
+    use std::collections::BTreeMap;
+    use std::ops::Range;
+    use std::path::PathBuf;
+
+    use fuse::distributed::{Communicator, InputSource, Mpi};
+    use fuse::stages::fuse_core::data::try_fill_random_inputs;
+    use fuse::stages::fuse_core::distribute::distribute;
+    use fuse::stages::fuse_core::wording::list_or_none;
+    use fuse::stages::fuse_core::{file, HostArray, HostData};
+    use fuse::{Bindings, CompileOptions, Error, Precision, Program, Sizes};
+
+    use crate::failure::{failure, Failure};
+    use crate::run::{check_random_names, output_options, report, RunOptions};
+    use crate::{npy, sizes};
+
+    /// Input shapes by name.
+    type Shapes = BTreeMap<String, Vec<usize>>;
+
+    /// Inputs of one rank: rows of `.npy` files, or arrays drawn at random (whole, the same on
+    /// every rank and as `fuse run` draws them without `--distributed`).
+    struct Files {
+        dir: Option<PathBuf>,
+        precision: Precision,
+        drawn: Bindings,
+    }
+
+    impl InputSource for Files {
+        fn read(&self, name: &str, rows: Option<Range<usize>>) -> fuse::Result<HostArray> {
+            if let Some(array) = self.drawn.get(name) {
+                return Bindings::from([(name.to_string(), array.clone())]).read(name, rows);
+            }
+            let dir = (self.dir.as_ref()).ok_or_else(|| Error::Internal(format!("no source for input `{name}`")))?;
+            npy::read_rows(&dir.join(format!("{name}.npy")), self.precision, rows).map_err(Error::Distribution)
+        }
+    }
+
+    pub fn run_script(program: &Program, options: &RunOptions) -> Result<(), Failure> {
+        let comm = Mpi::init().map_err(failure)?;
+        let comm = &comm;
+        let (shapes, read) = agree(comm, input_shapes(program, options))?;
+        let sizes = agree(
+            comm,
+            sizes::bind_run_sizes(program, &options.sizes, &shapes, options.inputs.as_deref()).map_err(|f| f.message),
+        )?;
+        if let (Some(dir), 0) = (&options.outputs, comm.rank()) {
+            // Before the computation: a target in the way is found at once, not after minutes.
+            let names: Vec<&str> = (program.outputs.iter())
+                .map(|&v| program.values[v].variable.as_str())
+                .collect();
+            let never = || false;
+            let check = output_options(program, &read, options.force, &never);
+            agree(comm, npy::check_outputs(&names, dir, &check))?;
+        } else {
+            agree(comm, Ok(()))?;
+        }
+        let plan = distribute(program, options.library).map_err(crate::failure::bad_input)?;
+        let drawn = agree(comm, draw(program, &sizes, options, &shapes))?;
+        if comm.rank() == 0 && !drawn.is_empty() {
+            let names: Vec<&str> = drawn.keys().map(String::as_str).collect();
+            eprintln!(
+                "inputs: {} drawn at random (seed {})",
+                list_or_none(&names),
+                options.seed
+            );
+        }
+        let source = Files {
+            dir: options.inputs.clone(),
+            precision: program.precision,
+            drawn,
+        };
+        let backend = options.backend.map_or(fuse::Backend::Cpu, fuse::Backend::from);
+        let compile = CompileOptions::new().library(std::sync::Arc::clone(options.library));
+        let results = fuse::distributed::run(comm, &plan, &sizes, &backend, &compile, &source).map_err(failure)?;
+        let reported = match results {
+            Some(results) => report(program, &results, options, &read).map_err(|f| f.message),
+            None => Ok(()),
+        };
+        agree(comm, reported)
+    }
+
+    /// `result` on every rank if it is `Ok` on all, else the first failing rank's message.
+    fn agree<T>(comm: &Mpi, result: Result<T, String>) -> Result<T, Failure> {
+        comm.agree(result.map_err(Error::Distribution)).map_err(failure)
+    }
+
+    /// The shapes of the inputs that have files in `--inputs` (not drawn by `--random`), from
+    /// their headers, and the files.
+    fn input_shapes(program: &Program, options: &RunOptions) -> Result<(Shapes, Vec<PathBuf>), String> {
+        check_random_names(program, options).map_err(|f| f.message)?;
+        let Some(dir) = &options.inputs else {
+            return Ok(Default::default());
+        };
+        let (mut shapes, mut read) = (BTreeMap::new(), Vec::new());
+        for &id in &program.inputs {
+            let name = &program.values[id].variable;
+            let path = dir.join(format!("{name}.npy"));
+            if options.random.contains(name) || !file::is_there(&path) {
+                continue;
+            }
+            shapes.insert(name.clone(), npy::read_shape(&path)?);
+            read.push(path);
+        }
+        let missing: Vec<&str> = (program.inputs.iter())
+            .map(|&v| program.values[v].variable.as_str())
+            .filter(|n| !shapes.contains_key(*n) && !options.random_rest && !options.random.iter().any(|r| r == n))
+            .collect();
+        match missing.is_empty() {
+            true => Ok((shapes, read)),
+            false => Err(npy::missing_inputs(dir, &missing)),
+        }
+    }
+
+    /// The inputs without a file, drawn at random.
+    fn draw(
+        program: &Program,
+        sizes: &Sizes,
+        options: &RunOptions,
+        shapes: &BTreeMap<String, Vec<usize>>,
+    ) -> Result<Bindings, String> {
+        // Placeholders stand for the inputs read from files, so that only the others are drawn.
+        let placeholder = || HostArray {
+            dims: Vec::new(),
+            data: HostData::F64(Vec::new()),
+        };
+        let mut drawn: Bindings = shapes.keys().map(|name| (name.clone(), placeholder())).collect();
+        try_fill_random_inputs(program, sizes, options.seed, &mut drawn).map_err(|e| e.to_string())?;
+        drawn.retain(|name, _| !shapes.contains_key(name));
+        Ok(drawn)
+    }
+}

@@ -1,0 +1,149 @@
+//! `mpirun -n R fuse run --distributed`: every bundled script over 1–3 ranks gives the outputs
+//! of a single-process run; inputs are read by rows from `.npy` files; a rank that fails makes
+//! every rank exit 2 with the same message and nothing is written.
+
+#![cfg(feature = "mpi")]
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use common::{bicgk_in_f64, bicgk_inputs, fuse, read_f32, relative_error, repo, script, stderr};
+
+/// `mpirun -n ranks fuse args…` (as root too, where CI runs; more ranks than cores allowed).
+fn mpirun(ranks: usize, args: &[&str]) -> Output {
+    Command::new("mpirun")
+        .args(["--oversubscribe", "-n", &ranks.to_string(), env!("CARGO_BIN_EXE_fuse")])
+        .args(args)
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .env_remove("FUSE_CPU_TIMINGS")
+        .output()
+        .expect("mpirun runs (install Open MPI: apt-get install openmpi-bin libopenmpi-dev)")
+}
+
+fn outputs_of(dir: &Path, names: &[&str]) -> Vec<Vec<f32>> {
+    names.iter().map(|n| read_f32(&dir.join(format!("{n}.npy")))).collect()
+}
+
+#[test]
+fn every_bundled_script_over_ranks_matches_the_reference_run() {
+    let dir = tempfile::tempdir().unwrap();
+    for entry in std::fs::read_dir(repo().join("scripts")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "yaml") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        let outputs_line = text.lines().find(|l| l.starts_with("outputs:")).unwrap();
+        let names: Vec<&str> = outputs_line["outputs:".len()..]
+            .trim()
+            .trim_matches(['[', ']'])
+            .split(',')
+            .map(str::trim)
+            .collect();
+        let sizes = ["--size", "m=37", "--size", "n=23"];
+        let has_m = text.contains("m:");
+        let sized: Vec<&str> = match has_m {
+            true => sizes.to_vec(),
+            false => vec!["--size", "n=1001"],
+        };
+        let script = path.to_str().unwrap();
+        let want_dir = dir.path().join("want");
+        let mut args = vec![
+            "run",
+            script,
+            "--backend",
+            "reference",
+            "--seed",
+            "5",
+            "--force",
+            "--outputs",
+        ];
+        args.push(want_dir.to_str().unwrap());
+        args.extend(&sized);
+        let out = fuse(&args);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let want = outputs_of(&want_dir, &names);
+        for ranks in [1, 2, 3] {
+            let got_dir = dir.path().join(format!("got{ranks}"));
+            let mut args = vec!["run", script, "--distributed", "--seed", "5", "--force", "--outputs"];
+            args.push(got_dir.to_str().unwrap());
+            args.extend(&sized);
+            let out = mpirun(ranks, &args);
+            assert!(out.status.success(), "{script} over {ranks}: {}", stderr(&out));
+            for ((name, got), want) in names.iter().zip(outputs_of(&got_dir, &names)).zip(&want) {
+                let want: Vec<f64> = want.iter().map(|&x| x as f64).collect();
+                let error = relative_error(&got, &want);
+                assert!(error < 2e-5, "{script} over {ranks} ranks: `{name}` off by {error:e}");
+            }
+        }
+    }
+}
+
+/// BiCGK over `ranks` ranks from the files in `inputs`, outputs to `outputs`.
+fn bicgk(ranks: usize, inputs: &Path, outputs: &Path) -> Output {
+    let (inputs, outputs) = (inputs.to_str().unwrap(), outputs.to_str().unwrap());
+    mpirun(
+        ranks,
+        &[
+            "run",
+            &script("bicgk.yaml"),
+            "--distributed",
+            "--inputs",
+            inputs,
+            "--outputs",
+            outputs,
+        ],
+    )
+}
+
+#[test]
+fn each_rank_reads_its_rows_of_the_input_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let (rows, cols) = (101, 29);
+    let inputs = dir.path().join("in");
+    let (a, p, r) = bicgk_inputs(&inputs, rows, cols);
+    let (q, s) = bicgk_in_f64(&a, &p, &r);
+    for ranks in [2, 3] {
+        let out_dir = dir.path().join(format!("out{ranks}"));
+        let out = bicgk(ranks, &inputs, &out_dir);
+        assert!(out.status.success(), "{}", stderr(&out));
+        assert!(relative_error(&read_f32(&out_dir.join("q.npy")), &q) < 1e-6);
+        assert!(relative_error(&read_f32(&out_dir.join("s.npy")), &s) < 1e-6);
+    }
+}
+
+#[test]
+fn a_short_file_on_one_rank_stops_every_rank_with_its_message_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let inputs = dir.path().join("in");
+    bicgk_inputs(&inputs, 90, 30);
+    // The last rank's rows are cut off.
+    let a = inputs.join("A.npy");
+    let bytes = std::fs::read(&a).unwrap();
+    std::fs::write(&a, &bytes[..bytes.len() - 4 * 30 * 10]).unwrap();
+    let out_dir = dir.path().join("out");
+    let out = bicgk(3, &inputs, &out_dir);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    // Every rank reports rank 2's error (mpirun may stop the others before they print it).
+    let err = stderr(&out);
+    assert!(
+        err.contains("rank 2 of 3: ") && err.contains("A.npy (rows 60..90): ends after 0 of its 900 elements"),
+        "{err}"
+    );
+    assert!(!err.contains("rank 0 of 3") && !err.contains("rank 1 of 3"), "{err}");
+    assert!(!out_dir.exists(), "nothing is written");
+}
+
+#[test]
+fn more_ranks_than_rows_is_refused_by_every_rank() {
+    let out = mpirun(3, &["run", &script("bicgk.yaml"), "--distributed", "--size", "m=2"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("cannot split 2 rows (`m`) over 3 ranks"),
+        "{}",
+        stderr(&out)
+    );
+}

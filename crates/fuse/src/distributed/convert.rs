@@ -1,0 +1,106 @@
+//! The conversions of a distributed run on one rank: each [`Transfer`] as collectives of the
+//! [`Communicator`] and local slices.
+
+use std::ops::Range;
+
+use fuse_core::data::try_zeroed_vec;
+use fuse_core::distribute::{Conversion, Local, LocalValue, Transfer};
+use fuse_core::reference::norm2;
+use fuse_core::{HostArray, HostData, Precision};
+
+use super::{missing, Communicator, Rank};
+use crate::error::{Error, Result};
+
+impl<C: Communicator> Rank<'_, C> {
+    /// Makes `c.to` from this rank's form `from` of the same value.
+    pub(super) fn convert(&mut self, c: &Conversion, from: Local) -> Result<()> {
+        let (comm, ranks, me) = (self.comm, self.comm.ranks(), self.comm.rank());
+        let source = LocalValue {
+            value: c.to.value,
+            local: from,
+        };
+        let src = self.store.get(&source).ok_or_else(|| missing(self.plan, source))?;
+        let whole = (self.plan.program.values[c.to.value].shape.extents(self.sizes))
+            .ok_or_else(|| Error::Internal(format!("no sizes for `{}`", self.plan.name(c.to))))?;
+        let columns: usize = whole.iter().skip(1).product();
+        let counts: Vec<usize> = (0..ranks).map(|r| self.blocks.rows(r) * columns).collect();
+        let with = |data: HostData, dims: &[usize]| HostArray {
+            dims: dims.to_vec(),
+            data,
+        };
+        let made = match c.transfer {
+            Transfer::AllGather => Some(with(comm.all_gather(&src.data, &counts)?, &whole)),
+            Transfer::Gather => comm.gather(&src.data, &counts)?.map(|d| with(d, &whole)),
+            Transfer::AllReduce => {
+                let mut data = src.data.clone();
+                comm.all_reduce_sum(&mut data)?;
+                Some(with(data, &src.dims))
+            }
+            Transfer::Reduce => {
+                let mut data = src.data.clone();
+                comm.reduce_sum(&mut data)?;
+                (me == 0).then(|| with(data, &src.dims))
+            }
+            // A reduce-scatter of unequal blocks, as an all-reduce and a slice: the partial
+            // vectors are short next to the matrix rows each rank reads.
+            Transfer::ReduceScatter => {
+                let mut data = src.data.clone();
+                comm.all_reduce_sum(&mut data)?;
+                Some(rows_of(&with(data, &src.dims), self.blocks.range(me)))
+            }
+            Transfer::AllNorm => {
+                let all = comm.all_gather(&src.data, &vec![src.data.len(); ranks])?;
+                Some(with(combine_norms(&all, src.data.len()), &src.dims))
+            }
+            Transfer::Slice => Some(rows_of(src, self.blocks.range(me))),
+            Transfer::KeepOnRoot => (me == 0).then(|| src.clone()),
+            Transfer::Read => return Err(Error::Internal("a read is not a conversion".into())),
+        };
+        if let Some(array) = made {
+            self.store.insert(c.to, array);
+        }
+        Ok(())
+    }
+}
+
+/// Rows `rows` of `array` (its outermost dimension).
+pub(super) fn rows_of(array: &HostArray, rows: Range<usize>) -> HostArray {
+    let columns: usize = array.dims.iter().skip(1).product();
+    let span = rows.start * columns..rows.end * columns;
+    let mut dims = array.dims.clone();
+    if let Some(first) = dims.first_mut() {
+        *first = rows.len();
+    }
+    let data = match &array.data {
+        HostData::F32(v) => HostData::F32(v[span].to_vec()),
+        HostData::F64(v) => HostData::F64(v[span].to_vec()),
+    };
+    HostArray { dims, data }
+}
+
+/// Zeros of `dims`, or the error naming their bytes.
+pub(super) fn zeros(precision: Precision, dims: Vec<usize>) -> Result<HostArray> {
+    let len = dims.iter().product();
+    let what = || format!("zeros of {dims:?} for a term rank 0 adds");
+    let data = match precision {
+        Precision::F32 => HostData::F32(try_zeroed_vec(len, what)?),
+        Precision::F64 => HostData::F64(try_zeroed_vec(len, what)?),
+    };
+    Ok(HostArray { dims, data })
+}
+
+/// Element `i` of the result is the Euclidean norm of element `i` of every rank's norms
+/// (`all` holds the ranks' arrays of `len` one after the other).
+fn combine_norms(all: &HostData, len: usize) -> HostData {
+    let column = |i: usize| -> Vec<f64> {
+        match all {
+            HostData::F32(v) => v.iter().skip(i).step_by(len).map(|&x| f64::from(x)).collect(),
+            HostData::F64(v) => v.iter().skip(i).step_by(len).copied().collect(),
+        }
+    };
+    let norms = (0..len).map(|i| norm2(&column(i)));
+    match all {
+        HostData::F32(_) => HostData::F32(norms.map(|x| x as f32).collect()),
+        HostData::F64(_) => HostData::F64(norms.collect()),
+    }
+}

@@ -1,0 +1,161 @@
+//! The [`Communicator`] over MPI (the `mpi` crate, rsmpi), for runs started by `mpirun`.
+
+use mpi::collective::SystemOperation;
+use mpi::datatype::PartitionMut;
+use mpi::environment::Universe;
+use mpi::topology::SimpleCommunicator;
+use mpi::traits::Communicator as _;
+use mpi::traits::*;
+use mpi::Count;
+
+use fuse_core::HostData;
+
+use super::Communicator;
+use crate::error::{Error, Result};
+
+/// MPI's world communicator; MPI is finalized when it is dropped.
+pub struct Mpi {
+    world: SimpleCommunicator,
+    // Dropped last: finalizes MPI.
+    _universe: Universe,
+}
+
+impl Mpi {
+    /// Initializes MPI (once per process), or the error saying it could not be.
+    pub fn init() -> Result<Mpi> {
+        let universe = mpi::initialize()
+            .ok_or_else(|| Error::Distribution("MPI could not be initialized (was it already?)".into()))?;
+        Ok(Mpi {
+            world: universe.world(),
+            _universe: universe,
+        })
+    }
+
+    fn root(&self) -> mpi::topology::Process<'_> {
+        self.world.process_at_rank(0)
+    }
+}
+
+/// MPI counts and displacements (32-bit) of blocks of `counts` elements.
+fn partition(counts: &[usize]) -> Result<(Vec<Count>, Vec<Count>)> {
+    let too_big = || {
+        Error::Distribution(format!(
+            "a collective of {} elements in all: MPI counts stop at {}",
+            counts.iter().sum::<usize>(),
+            Count::MAX
+        ))
+    };
+    let mut displs = Vec::with_capacity(counts.len());
+    let mut at: usize = 0;
+    for &c in counts {
+        displs.push(Count::try_from(at).map_err(|_| too_big())?);
+        at += c;
+    }
+    Count::try_from(at).map_err(|_| too_big())?;
+    let counts = counts.iter().map(|&c| c as Count).collect();
+    Ok((counts, displs))
+}
+
+macro_rules! on_data {
+    ($data:expr, $v:ident => $body:expr) => {
+        match $data {
+            HostData::F32($v) => $body,
+            HostData::F64($v) => $body,
+        }
+    };
+}
+
+impl Communicator for Mpi {
+    fn rank(&self) -> usize {
+        self.world.rank() as usize
+    }
+
+    fn ranks(&self) -> usize {
+        self.world.size() as usize
+    }
+
+    fn broadcast(&self, data: &mut HostData) -> Result<()> {
+        partition(&[data.len()])?;
+        on_data!(data, v => self.root().broadcast_into(&mut v[..]));
+        Ok(())
+    }
+
+    fn broadcast_bytes(&self, root: usize, bytes: &mut Vec<u8>) -> Result<()> {
+        let from = self.world.process_at_rank(root as i32);
+        let mut len = bytes.len() as u64;
+        from.broadcast_into(&mut len);
+        bytes.resize(len as usize, 0);
+        from.broadcast_into(&mut bytes[..]);
+        Ok(())
+    }
+
+    fn all_gather(&self, local: &HostData, counts: &[usize]) -> Result<HostData> {
+        let (c, d) = partition(counts)?;
+        let total = counts.iter().sum();
+        Ok(match local {
+            HostData::F32(v) => {
+                let mut all = vec![0f32; total];
+                self.world
+                    .all_gather_varcount_into(&v[..], &mut PartitionMut::new(&mut all[..], c, d));
+                HostData::F32(all)
+            }
+            HostData::F64(v) => {
+                let mut all = vec![0f64; total];
+                self.world
+                    .all_gather_varcount_into(&v[..], &mut PartitionMut::new(&mut all[..], c, d));
+                HostData::F64(all)
+            }
+        })
+    }
+
+    fn gather(&self, local: &HostData, counts: &[usize]) -> Result<Option<HostData>> {
+        let (c, d) = partition(counts)?;
+        if self.rank() != 0 {
+            on_data!(local, v => self.root().gather_varcount_into(&v[..]));
+            return Ok(None);
+        }
+        let total = counts.iter().sum();
+        Ok(Some(match local {
+            HostData::F32(v) => {
+                let mut all = vec![0f32; total];
+                self.root()
+                    .gather_varcount_into_root(&v[..], &mut PartitionMut::new(&mut all[..], c, d));
+                HostData::F32(all)
+            }
+            HostData::F64(v) => {
+                let mut all = vec![0f64; total];
+                self.root()
+                    .gather_varcount_into_root(&v[..], &mut PartitionMut::new(&mut all[..], c, d));
+                HostData::F64(all)
+            }
+        }))
+    }
+
+    fn all_reduce_sum(&self, data: &mut HostData) -> Result<()> {
+        partition(&[data.len()])?;
+        on_data!(data, v => {
+            let sent = v.clone();
+            self.world.all_reduce_into(&sent[..], &mut v[..], SystemOperation::sum());
+        });
+        Ok(())
+    }
+
+    fn reduce_sum(&self, data: &mut HostData) -> Result<()> {
+        partition(&[data.len()])?;
+        let root = self.rank() == 0;
+        on_data!(data, v => match root {
+            true => {
+                let sent = v.clone();
+                self.root().reduce_into_root(&sent[..], &mut v[..], SystemOperation::sum());
+            }
+            false => self.root().reduce_into(&v[..], SystemOperation::sum()),
+        });
+        Ok(())
+    }
+
+    fn all_gather_byte(&self, byte: u8) -> Result<Vec<u8>> {
+        let mut all = vec![0u8; self.ranks()];
+        self.world.all_gather_into(&byte, &mut all[..]);
+        Ok(all)
+    }
+}

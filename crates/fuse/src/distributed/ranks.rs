@@ -1,0 +1,158 @@
+//! Ranks as threads of one process: a [`Communicator`] without MPI, for running and testing a
+//! distributed plan on one machine. Every collective is an exchange: each rank leaves its part
+//! in a slot, all meet at a barrier, each takes what it needs, all meet again.
+
+use std::sync::{Barrier, Mutex};
+
+use fuse_core::HostData;
+
+use super::Communicator;
+use crate::error::{Error, Result};
+
+/// `ranks` ranks run as scoped threads.
+#[derive(Debug, Clone, Copy)]
+pub struct LocalRanks {
+    ranks: usize,
+}
+
+/// One rank of [`LocalRanks`].
+pub struct LocalRank<'a> {
+    rank: usize,
+    shared: &'a Shared,
+}
+
+struct Shared {
+    ranks: usize,
+    barrier: Barrier,
+    slots: Mutex<Vec<Option<Part>>>,
+}
+
+#[derive(Clone)]
+enum Part {
+    Data(HostData),
+    Bytes(Vec<u8>),
+}
+
+impl LocalRanks {
+    /// `ranks` ranks (at least one).
+    pub fn new(ranks: usize) -> LocalRanks {
+        LocalRanks { ranks: ranks.max(1) }
+    }
+
+    /// Runs `body` on every rank at once; the results in rank order.
+    pub fn run<T: Send>(&self, body: impl Fn(&LocalRank) -> T + Sync) -> Vec<T> {
+        let shared = Shared {
+            ranks: self.ranks,
+            barrier: Barrier::new(self.ranks),
+            slots: Mutex::new(vec![None; self.ranks]),
+        };
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..self.ranks)
+                .map(|rank| {
+                    let (shared, body) = (&shared, &body);
+                    scope.spawn(move || body(&LocalRank { rank, shared }))
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
+                .collect()
+        })
+    }
+}
+
+impl LocalRank<'_> {
+    /// Every rank's part, in rank order.
+    fn exchange(&self, mine: Part) -> Result<Vec<Part>> {
+        let lock = || (self.shared.slots.lock()).map_err(|_| Error::Internal("a rank thread panicked".into()));
+        lock()?[self.rank] = Some(mine);
+        self.shared.barrier.wait();
+        let parts: Option<Vec<Part>> = lock()?.iter().cloned().collect();
+        self.shared.barrier.wait();
+        parts.ok_or_else(|| Error::Internal("a rank left no part in an exchange".into()))
+    }
+
+    fn data(&self, mine: &HostData) -> Result<Vec<HostData>> {
+        (self.exchange(Part::Data(mine.clone()))?.into_iter())
+            .map(|p| match p {
+                Part::Data(d) => Ok(d),
+                Part::Bytes(_) => Err(Error::Internal("ranks called different collectives".into())),
+            })
+            .collect()
+    }
+
+    fn bytes(&self, mine: Vec<u8>) -> Result<Vec<Vec<u8>>> {
+        (self.exchange(Part::Bytes(mine))?.into_iter())
+            .map(|p| match p {
+                Part::Bytes(b) => Ok(b),
+                Part::Data(_) => Err(Error::Internal("ranks called different collectives".into())),
+            })
+            .collect()
+    }
+}
+
+fn concat(parts: &[HostData]) -> HostData {
+    let mut all = parts[0].clone();
+    for part in &parts[1..] {
+        match (&mut all, part) {
+            (HostData::F32(a), HostData::F32(p)) => a.extend_from_slice(p),
+            (HostData::F64(a), HostData::F64(p)) => a.extend_from_slice(p),
+            _ => {}
+        }
+    }
+    all
+}
+
+fn sum(parts: &[HostData]) -> HostData {
+    let mut total = parts[0].clone();
+    for part in &parts[1..] {
+        match (&mut total, part) {
+            (HostData::F32(t), HostData::F32(p)) => t.iter_mut().zip(p).for_each(|(t, p)| *t += p),
+            (HostData::F64(t), HostData::F64(p)) => t.iter_mut().zip(p).for_each(|(t, p)| *t += p),
+            _ => {}
+        }
+    }
+    total
+}
+
+impl Communicator for LocalRank<'_> {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    fn ranks(&self) -> usize {
+        self.shared.ranks
+    }
+
+    fn broadcast(&self, data: &mut HostData) -> Result<()> {
+        *data = self.data(data)?.swap_remove(0);
+        Ok(())
+    }
+
+    fn broadcast_bytes(&self, root: usize, bytes: &mut Vec<u8>) -> Result<()> {
+        *bytes = self.bytes(bytes.clone())?.swap_remove(root);
+        Ok(())
+    }
+
+    fn all_gather(&self, local: &HostData, _counts: &[usize]) -> Result<HostData> {
+        Ok(concat(&self.data(local)?))
+    }
+
+    fn gather(&self, local: &HostData, counts: &[usize]) -> Result<Option<HostData>> {
+        let all = self.all_gather(local, counts)?;
+        Ok((self.rank == 0).then_some(all))
+    }
+
+    fn all_reduce_sum(&self, data: &mut HostData) -> Result<()> {
+        *data = sum(&self.data(data)?);
+        Ok(())
+    }
+
+    fn reduce_sum(&self, data: &mut HostData) -> Result<()> {
+        self.all_reduce_sum(data)
+    }
+
+    fn all_gather_byte(&self, byte: u8) -> Result<Vec<u8>> {
+        Ok(self.bytes(vec![byte])?.concat())
+    }
+}

@@ -1,0 +1,130 @@
+use std::ops::Range;
+use std::path::Path;
+
+use fuse_core::data::{fill_random_inputs, relative_error};
+use fuse_core::distribute::distribute;
+use fuse_core::reference::evaluate;
+use fuse_core::{script, Bindings, HostArray, Library, Precision, Program, Sizes};
+
+use super::*;
+
+fn scripts() -> Vec<Program> {
+    let library = Library::builtin().unwrap();
+    let dir = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts"));
+    let mut paths: Vec<_> = (std::fs::read_dir(dir).unwrap())
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .collect();
+    paths.sort();
+    paths.iter().map(|p| script::load(p, &library).unwrap()).collect()
+}
+
+/// Awkward sizes: every symbol a different prime-ish count.
+fn awkward(program: &Program) -> Sizes {
+    let overrides: Vec<(String, usize)> = (program.sizes.iter().enumerate())
+        .map(|(k, (s, _))| (s.to_string(), [67, 45, 13][k % 3]))
+        .collect();
+    program.bind_sizes(&overrides).unwrap()
+}
+
+fn run_over(
+    ranks: usize,
+    program: &Program,
+    sizes: &Sizes,
+    backend: &Backend,
+    inputs: &Bindings,
+) -> Vec<Result<Option<Bindings>>> {
+    let library = Library::builtin().unwrap();
+    let plan = distribute(program, &library).unwrap();
+    LocalRanks::new(ranks).run(|comm| run(comm, &plan, sizes, backend, &CompileOptions::new(), inputs))
+}
+
+#[test]
+fn every_bundled_script_runs_over_ranks_on_the_cpu_as_the_whole_program_computes() {
+    for program in scripts() {
+        let sizes = awkward(&program);
+        let mut inputs = Bindings::new();
+        fill_random_inputs(&program, &sizes, 3, &mut inputs);
+        let want = evaluate(&program, &sizes, &inputs).unwrap();
+        let tolerance = match program.precision {
+            Precision::F32 => 2e-5,
+            Precision::F64 => 1e-12,
+        };
+        for ranks in [1, 2, 3, 4] {
+            let mut results = run_over(ranks, &program, &sizes, &Backend::Cpu, &inputs);
+            for other in &results[1..] {
+                assert!(
+                    matches!(other, Ok(None)),
+                    "{}: a rank other than 0 returned {other:?}",
+                    program.file
+                );
+            }
+            let got = results.swap_remove(0).unwrap().expect("rank 0 returns the outputs");
+            for (name, w) in &want {
+                let error = relative_error(&got[name].to_f64(), &w.to_f64());
+                assert!(
+                    error < tolerance,
+                    "{} over {ranks} ranks: `{name}` off by {error:e}",
+                    program.file
+                );
+                assert_eq!(got[name].dims, w.dims);
+            }
+        }
+    }
+}
+
+/// Fails on one rank's rows of one input, like a short file.
+struct FailingOn {
+    rank_rows: Range<usize>,
+    inputs: Bindings,
+}
+
+impl InputSource for FailingOn {
+    fn read(&self, name: &str, rows: Option<Range<usize>>) -> Result<HostArray> {
+        if rows.as_ref() == Some(&self.rank_rows) {
+            return Err(Error::Distribution(format!(
+                "{name}.npy: ends before row {}",
+                self.rank_rows.end
+            )));
+        }
+        self.inputs.read(name, rows)
+    }
+}
+
+#[test]
+fn a_rank_that_fails_to_read_makes_every_rank_return_its_error() {
+    let program = scripts().into_iter().find(|p| p.name == "bicgk").unwrap();
+    let sizes = awkward(&program);
+    let mut inputs = Bindings::new();
+    fill_random_inputs(&program, &sizes, 3, &mut inputs);
+    let library = Library::builtin().unwrap();
+    let plan = distribute(&program, &library).unwrap();
+    let blocks = plan.blocks(&sizes, 3).unwrap();
+    let source = FailingOn {
+        rank_rows: blocks.range(2),
+        inputs,
+    };
+    let results =
+        LocalRanks::new(3).run(|comm| run(comm, &plan, &sizes, &Backend::Cpu, &CompileOptions::new(), &source));
+    for result in results {
+        let err = result.unwrap_err();
+        assert!(matches!(err, Error::Rank { rank: 2, ranks: 3, .. }), "{err:?}");
+        assert!(
+            err.to_string().starts_with("rank 2 of 3: A.npy: ends before row"),
+            "{err}"
+        );
+        assert!(err.is_bad_input(), "a short input file is bad input: {err:?}");
+    }
+}
+
+#[test]
+fn more_ranks_than_rows_is_an_error_on_every_rank() {
+    let program = scripts().into_iter().find(|p| p.name == "bicgk").unwrap();
+    let sizes = program.bind_sizes(&[("m".into(), 2), ("n".into(), 5)]).unwrap();
+    let mut inputs = Bindings::new();
+    fill_random_inputs(&program, &sizes, 3, &mut inputs);
+    for result in run_over(3, &program, &sizes, &Backend::Cpu, &inputs) {
+        let err = result.unwrap_err().to_string();
+        assert!(err.contains("cannot split 2 rows (`m`) over 3 ranks"), "{err}");
+    }
+}
