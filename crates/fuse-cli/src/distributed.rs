@@ -22,7 +22,7 @@ mod with_mpi {
     use std::ops::Range;
     use std::path::PathBuf;
 
-    use fuse::distributed::{Communicator, InputSource, Mpi};
+    use fuse::distributed::{agree as agree_on, Communicator, InputSource, Mpi, Stored};
     use fuse::stages::fuse_core::data::try_fill_random_inputs;
     use fuse::stages::fuse_core::distribute::distribute;
     use fuse::stages::fuse_core::wording::list_or_none;
@@ -45,12 +45,13 @@ mod with_mpi {
     }
 
     impl InputSource for Files {
-        fn read(&self, name: &str, rows: Option<Range<usize>>) -> fuse::Result<HostArray> {
-            if let Some(array) = self.drawn.get(name) {
-                return Bindings::from([(name.to_string(), array.clone())]).read(name, rows);
+        fn read(&self, name: &str, rows: Option<Range<usize>>) -> fuse::Result<Stored<'_>> {
+            if self.drawn.contains_key(name) {
+                return self.drawn.read(name, rows);
             }
             let dir = (self.dir.as_ref()).ok_or_else(|| Error::Internal(format!("no source for input `{name}`")))?;
-            npy::read_rows(&dir.join(format!("{name}.npy")), self.precision, rows).map_err(Error::Distribution)
+            let array = npy::read_rows(&dir.join(format!("{name}.npy")), self.precision, rows);
+            array.map(Stored::Owned).map_err(Error::Distribution)
         }
     }
 
@@ -91,16 +92,17 @@ mod with_mpi {
         let backend = options.backend.map_or(fuse::Backend::Cpu, fuse::Backend::from);
         let compile = CompileOptions::new().library(std::sync::Arc::clone(options.library));
         let results = fuse::distributed::run(comm, &plan, &sizes, &backend, &compile, &source).map_err(failure)?;
-        let reported = match results {
-            Some(results) => report(program, &results, options, &read).map_err(|f| f.message),
-            None => Ok(()),
+        // Rank 0 holds the outputs.
+        let reported = match comm.rank() {
+            0 => report(program, &results, options, &read).map_err(|f| f.message),
+            _ => Ok(()),
         };
         agree(comm, reported)
     }
 
     /// `result` on every rank if it is `Ok` on all, else the first failing rank's message.
     fn agree<T>(comm: &Mpi, result: Result<T, String>) -> Result<T, Failure> {
-        comm.agree(result.map_err(Error::Distribution)).map_err(failure)
+        agree_on(comm, result.map_err(Error::Distribution)).map_err(failure)
     }
 
     /// The shapes of the inputs that have files in `--inputs` (not drawn by `--random`), from

@@ -3,6 +3,7 @@
 #[path = "../examples/bicg/solver.rs"]
 mod solver;
 
+use fuse::distributed::LocalRanks;
 use fuse::{Backend, Session};
 
 #[test]
@@ -105,5 +106,84 @@ fn two_sessions_on_one_device_run_side_by_side() {
         for (i, (a, b)) in device.iter().zip(&cpu).enumerate() {
             assert!((a - b).abs() <= 1e-12 * scale, "seed {seed}, x[{i}]: {a} vs {b}");
         }
+    }
+}
+
+/// Over ranks (threads here, MPI ranks under mpirun: the same collectives), each holding its
+/// rows of A, BiCG follows the single-process residual history to rounding and solves the
+/// same system; the distributed loop also compiles nothing after its first iterations.
+#[test]
+fn bicg_over_ranks_follows_the_single_process_residual_history() {
+    let system = solver::generate(157, 9);
+    let single = Session::<f64>::new(Backend::Cpu).unwrap();
+    let want = solver::bicg(&single, &system, 0.0, 25, |_, _| {}).unwrap();
+    for ranks in [2, 3, 5] {
+        let results = LocalRanks::new(ranks).run(|comm| {
+            let s = Session::<f64>::distributed(comm, Backend::Cpu).unwrap();
+            let mut compilations = Vec::new();
+            let solution = solver::bicg(&s, &system, 0.0, 25, |_, _| compilations.push(s.stats().compilations));
+            (solution.unwrap(), compilations)
+        });
+        for (rank, (got, compilations)) in results.iter().enumerate() {
+            assert_eq!(got.residuals.len(), want.residuals.len(), "rank {rank} of {ranks}");
+            for (k, (a, b)) in got.residuals.iter().zip(&want.residuals).enumerate() {
+                assert!(
+                    (a - b).abs() <= 1e-8 * b,
+                    "rank {rank} of {ranks}, iteration {}: {a:e} vs {b:e}",
+                    k + 1
+                );
+            }
+            let scale = want.x.iter().map(|v| v.abs()).fold(0.0, f64::max);
+            for (i, (a, b)) in got.x.iter().zip(&want.x).enumerate() {
+                assert!((a - b).abs() <= 1e-10 * scale, "rank {rank}, x[{i}]: {a} vs {b}");
+            }
+            let steady = compilations[3];
+            assert!(compilations[4..].iter().all(|&c| c == steady), "{compilations:?}");
+        }
+    }
+}
+
+/// A distributed session holds row-block results as row blocks: `read` gives this rank's rows,
+/// `gather` all of them; sums over rows come back whole on every rank.
+#[test]
+fn a_distributed_session_reads_local_rows_and_gathers_the_whole() {
+    let (m, n) = (11, 4);
+    let a: Vec<f64> = (0..m * n).map(|k| solver::uniform(1, k as u64)).collect();
+    let p: Vec<f64> = (0..n).map(|k| solver::uniform(2, k as u64)).collect();
+    let r: Vec<f64> = (0..m).map(|k| solver::uniform(3, k as u64)).collect();
+    let q_want: Vec<f64> = (0..m).map(|i| (0..n).map(|j| a[i * n + j] * p[j]).sum()).collect();
+    let s_want: Vec<f64> = (0..n).map(|j| (0..m).map(|i| a[i * n + j] * r[i]).sum()).collect();
+    let results = LocalRanks::new(3).run(|comm| -> fuse::Result<_> {
+        let s = Session::<f64>::distributed(comm, Backend::Cpu)?;
+        let rows = s.rows(m)?;
+        let a_rows = s.matrix_rows(m, n, a[rows.start * n..rows.end * n].to_vec())?;
+        let r_rows = s.vector_rows(m, r[rows.clone()].to_vec())?;
+        let q = s.dgemv(&a_rows, &s.vector(p.clone())?)?;
+        let t = s.dgemtv(&a_rows, &r_rows)?;
+        Ok((
+            rows,
+            s.local_rows(&q)?,
+            s.read(&q)?,
+            s.gather(&q)?,
+            s.local_rows(&t)?,
+            s.read(&t)?,
+            s.stats().flushes,
+        ))
+    });
+    for result in results {
+        let (rows, q_rows, q_local, q_all, t_rows, t, flushes) = result.unwrap();
+        assert_eq!(q_rows, Some(rows.clone()));
+        close(&q_local, &q_want[rows]);
+        close(&q_all, &q_want);
+        assert_eq!(t_rows, None, "a sum over rows is whole on every rank");
+        close(&t, &s_want);
+        assert_eq!(flushes, 1, "q and t ran as one program");
+    }
+}
+
+fn close(got: &[f64], want: &[f64]) {
+    assert_eq!(got.len(), want.len());
+    for (g, w) in got.iter().zip(want) {
+        assert!((g - w).abs() <= 1e-12 * (1.0 + w.abs()), "{got:?} vs {want:?}");
     }
 }

@@ -106,6 +106,8 @@ pub enum Transfer {
     /// An input read from its source: each rank its rows (`Rows`), rank 0 all of it and
     /// broadcast (`Whole`), or rank 0 alone (`RootOnly`).
     Read,
+    /// An input each rank already holds in this form (a session's value), without communication.
+    Given,
     /// Row blocks → whole on every rank.
     AllGather,
     /// Row blocks → whole on rank 0.
@@ -127,12 +129,13 @@ pub enum Transfer {
 impl Transfer {
     /// Whether ranks exchange data.
     pub fn communicates(self) -> bool {
-        !matches!(self, Transfer::Slice | Transfer::KeepOnRoot)
+        !matches!(self, Transfer::Slice | Transfer::KeepOnRoot | Transfer::Given)
     }
 
     fn name(self) -> &'static str {
         match self {
             Transfer::Read => "read",
+            Transfer::Given => "held by each rank",
             Transfer::AllGather => "all-gather",
             Transfer::Gather => "gather to rank 0",
             Transfer::AllReduce => "all-reduce (sum)",
@@ -201,15 +204,25 @@ pub struct Distributed {
     pub segments: Vec<Segment>,
     /// Reads, segments and conversions, in run order.
     pub steps: Vec<Step>,
-    /// Where each output of the program is whole on rank 0, in output order.
+    /// The form in which each output of the program is left, in output order: whole on rank 0
+    /// (`RootOnly`, or `Whole` on every rank) after [`distribute`]; row blocks or whole on
+    /// every rank after [`distribute_held`].
     pub results: Vec<LocalValue>,
     names: BTreeMap<LocalValue, String>,
 }
 
-/// Splits `program` over ranks by the row blocks of its matrices; local scripts are checked
-/// against `library`. An error names the call that cannot be distributed and why.
+/// Splits `program` over ranks by the row blocks of its matrices, for a run whose inputs are
+/// read from files (each rank its rows) and whose outputs are gathered on rank 0; local scripts
+/// are checked against `library`. An error names the call that cannot be distributed and why.
 pub fn distribute(program: &Program, library: &Library) -> Result<Distributed> {
-    steps::build(program, library)
+    steps::build(program, library, None)
+}
+
+/// [`distribute`] for inputs the ranks already hold as `held` says (one distribution per
+/// input, in the program's input order: `Rows` or `Replicated`), as a session's values are;
+/// results stay where they lie (row blocks as row blocks, partial sums reduced on every rank).
+pub fn distribute_held(program: &Program, library: &Library, held: &[Distribution]) -> Result<Distributed> {
+    steps::build(program, library, Some(held))
 }
 
 impl Distributed {
@@ -257,7 +270,7 @@ impl Distributed {
             .unwrap_or(0);
         let r = ranks as u64;
         match conversion.transfer {
-            Transfer::Slice | Transfer::KeepOnRoot => 0,
+            Transfer::Slice | Transfer::KeepOnRoot | Transfer::Given => 0,
             // Every rank receives what the others hold (rows) or sends and receives a share
             // of each element (a ring's reduce-scatter + all-gather).
             Transfer::Read if conversion.to.local != Local::Whole => 0,

@@ -19,8 +19,16 @@ use crate::shape::Shape;
 use super::calls::split_call;
 use super::{Conversion, Distributed, Distribution, Local, LocalValue, Segment, Step, Transfer};
 
-pub(super) fn build(program: &Program, library: &Library) -> Result<Distributed> {
-    let split = split_symbol(program)?;
+/// The plan of `program`; `held` gives the distribution of each input as the ranks already
+/// hold it (a session's values), else inputs are read from a source and outputs gathered on
+/// rank 0.
+pub(super) fn build(program: &Program, library: &Library, held: Option<&[Distribution]>) -> Result<Distributed> {
+    let held_rows = |k: usize| held.is_some_and(|h| h[k] == Distribution::Rows);
+    let rows_inputs: Vec<&Shape> = (program.inputs.iter().enumerate())
+        .filter(|(k, _)| held_rows(*k))
+        .map(|(_, &v)| &program.values[v].shape)
+        .collect();
+    let split = split_symbol(program, &rows_inputs)?;
     let mut dists: Vec<Distribution> = program
         .values
         .iter()
@@ -29,6 +37,11 @@ pub(super) fn build(program: &Program, library: &Library) -> Result<Distributed>
             _ => Distribution::Replicated,
         })
         .collect();
+    if let Some(held) = held {
+        for (&v, &d) in program.inputs.iter().zip(held) {
+            dists[v] = d;
+        }
+    }
     let mut segment_of = vec![0usize; program.calls.len()];
     let mut uses: Vec<Vec<Option<Local>>> = Vec::with_capacity(program.calls.len());
     for (c, call) in program.calls.iter().enumerate() {
@@ -50,8 +63,9 @@ pub(super) fn build(program: &Program, library: &Library) -> Result<Distributed>
         .iter()
         .map(|&value| LocalValue {
             value,
-            local: match dists[value] {
-                Distribution::Replicated => Local::Whole,
+            local: match (dists[value], held) {
+                (Distribution::Rows, Some(_)) => Local::Rows,
+                (Distribution::Replicated, _) | (_, Some(_)) => Local::Whole,
                 _ => Local::RootOnly,
             },
         })
@@ -69,8 +83,19 @@ pub(super) fn build(program: &Program, library: &Library) -> Result<Distributed>
     let conversions: BTreeMap<ValueId, Vec<Conversion>> = wanted
         .iter()
         .map(|(&value, locals)| {
-            let input = program.values[value].producer.is_none();
-            (value, conversions(value, dists[value], input, locals))
+            let read = program.values[value].producer.is_none() && held.is_none();
+            let mut made = conversions(value, dists[value], read, locals);
+            if program.values[value].producer.is_none() && held.is_some() {
+                let natural = Local::natural(dists[value]);
+                let given = Conversion {
+                    to: LocalValue { value, local: natural },
+                    from: None,
+                    transfer: Transfer::Given,
+                };
+                made.retain(|c| c.to.local != natural);
+                made.insert(0, given);
+            }
+            (value, made)
         })
         .collect();
 
@@ -111,18 +136,16 @@ fn reads<'a>(args: &'a [Arg], needs: &'a [Option<Local>]) -> impl Iterator<Item 
     })
 }
 
-/// The size symbol split into row blocks: the row symbol of every matrix, or (without matrices)
-/// the length of the first vector.
-fn split_symbol(program: &Program) -> Result<String> {
+/// The size symbol split into row blocks: the row symbol of every matrix and of every input held
+/// by rows, or (without those) the length of the first vector.
+fn split_symbol(program: &Program, rows_inputs: &[&Shape]) -> Result<String> {
     let refuse = |why: String| Diagnostic::new(Location::file(&program.file), format!("cannot distribute: {why}"));
-    let rows: BTreeSet<&str> = program
-        .values
-        .iter()
-        .filter_map(|v| match &v.shape {
-            Shape::Matrix(m, _) => Some(m.as_str()),
-            _ => None,
-        })
-        .collect();
+    let matrices = program.values.iter().filter_map(|v| match &v.shape {
+        Shape::Matrix(m, _) => Some(m.as_str()),
+        _ => None,
+    });
+    let held = rows_inputs.iter().filter_map(|s| s.dims().first().copied());
+    let rows: BTreeSet<&str> = matrices.chain(held).collect();
     match rows.len() {
         1 => Ok(rows.into_iter().next().unwrap_or_default().to_string()),
         0 => program
@@ -136,7 +159,7 @@ fn split_symbol(program: &Program) -> Result<String> {
         _ => {
             let listed: Vec<String> = rows.iter().map(|r| format!("`{r}`")).collect();
             Err(refuse(format!(
-                "its matrices have different row counts ({}); every matrix is split by the same rows",
+                "its matrices (and vectors held by rows) have different row counts ({}); all are split by the same rows",
                 listed.join(", ")
             ))
             .into())

@@ -63,8 +63,8 @@ fn simulate(d: &Distributed, sizes: &Sizes, ranks: usize, inputs: &Bindings) -> 
                 };
                 for (rank, store) in stores.iter_mut().enumerate() {
                     let made = match (c.transfer, c.to.local) {
-                        (Transfer::Read, Local::Rows) => Some(rows_of(&from[rank], v, rank)),
-                        (Transfer::Read, _) => Some(from[rank].clone()),
+                        (Transfer::Read | Transfer::Given, Local::Rows) => Some(rows_of(&from[rank], v, rank)),
+                        (Transfer::Read | Transfer::Given, _) => Some(from[rank].clone()),
                         (Transfer::AllGather | Transfer::Gather, _) => Some(concat.clone()),
                         (Transfer::AllReduce | Transfer::Reduce, _) => Some(sum(&from)),
                         (Transfer::ReduceScatter, _) => Some(rows_of(&sum(&from), v, rank)),
@@ -84,9 +84,14 @@ fn simulate(d: &Distributed, sizes: &Sizes, ranks: usize, inputs: &Bindings) -> 
             }
         }
     }
+    // Results left in row blocks are put together here.
+    let result = |r: &LocalValue| match r.local {
+        Local::Rows => stores.iter().flat_map(|s| s[r].clone()).collect(),
+        _ => stores[0][r].clone(),
+    };
     d.results
         .iter()
-        .map(|r| (d.program.values[r.value].variable.clone(), stores[0][r].clone()))
+        .map(|r| (d.program.values[r.value].variable.clone(), result(r)))
         .collect()
 }
 
@@ -108,6 +113,12 @@ fn scripts_dir() -> &'static Path {
 fn check_against_whole(program: &Program, sizes: &Sizes, ranks: &[usize]) -> Distributed {
     let library = Library::builtin().unwrap();
     let d = distribute(program, &library).unwrap_or_else(|e| panic!("{}: {e}", program.file));
+    check_plan(&d, sizes, ranks);
+    d
+}
+
+fn check_plan(d: &Distributed, sizes: &Sizes, ranks: &[usize]) {
+    let program = &d.program;
     let mut inputs = Bindings::new();
     fill_random_inputs(program, sizes, 7, &mut inputs);
     let whole = evaluate(program, sizes, &inputs).unwrap();
@@ -116,7 +127,7 @@ fn check_against_whole(program: &Program, sizes: &Sizes, ranks: &[usize]) -> Dis
         Precision::F64 => 1e-12,
     };
     for &r in ranks {
-        let got = simulate(&d, sizes, r, &inputs);
+        let got = simulate(d, sizes, r, &inputs);
         for (name, want) in &whole {
             let error = relative_error(&got[name], &want.to_f64());
             assert!(
@@ -126,7 +137,6 @@ fn check_against_whole(program: &Program, sizes: &Sizes, ranks: &[usize]) -> Dis
             );
         }
     }
-    d
 }
 
 #[test]
@@ -244,4 +254,30 @@ fn more_ranks_than_rows_is_an_error_naming_both() {
     let sizes = program.bind_sizes(&[("m".into(), 3)]).unwrap();
     let err = d.blocks(&sizes, 4).unwrap_err();
     assert!(err.contains("3 rows") && err.contains("4 ranks"), "{err}");
+}
+
+#[test]
+fn held_inputs_in_either_form_give_the_whole_programs_results_left_distributed() {
+    let library = Library::builtin().unwrap();
+    let program = script::parse("step.yaml", SOLVER_STEP, &library).unwrap();
+    let sizes = program.bind_sizes(&[]).unwrap();
+    // Every way of holding the vectors; A by rows or (a session's whole matrix) replicated.
+    for choice in 0..16u32 {
+        let held: Vec<Distribution> = (program.inputs.iter().enumerate())
+            .map(|(k, &v)| match program.values[v].shape {
+                Shape::Scalar => Distribution::Replicated,
+                _ if choice & (1 << k) != 0 => Distribution::Rows,
+                _ => Distribution::Replicated,
+            })
+            .collect();
+        let d = distribute_held(&program, &library, &held).unwrap();
+        for r in &d.results {
+            let want = match d.distributions[r.value] {
+                Distribution::Rows => Local::Rows,
+                _ => Local::Whole,
+            };
+            assert_eq!(r.local, want, "{d}");
+        }
+        check_plan(&d, &sizes, &[1, 2, 3, 5]);
+    }
 }

@@ -3,6 +3,8 @@
 //!
 //! ```sh
 //! cargo run --release -p fuse --example bicg -- [N] [--backend cuda|cpu|emulate|reference] [--precision f32|f64] [--iterations K] [--no-stop]
+//! cargo build --release -p fuse --features mpi --example bicg
+//! mpirun -n 4 target/release/examples/bicg 4000 --distributed   # each rank its rows of A
 //! ```
 //!
 //! `examples/python/bicg.py` is the same solver from Python, on the same system, with the same
@@ -40,6 +42,10 @@ struct Args {
     /// iteration is measured on a system that converges in a few.
     #[arg(long)]
     no_stop: bool,
+    /// Run as one rank of `mpirun -n R`, each rank holding its rows of A (build with
+    /// `--features mpi`); rank 0 prints.
+    #[arg(long)]
+    distributed: bool,
 }
 
 fn main() {
@@ -62,8 +68,21 @@ where
 {
     let n = args.n;
     let system = solver::generate(n, 2024);
-    let session = Session::<T>::new(backend)?;
-    println!("BiCG, n = {n}, {}, backend {}", T::PRECISION, session.backend());
+    let session = new_session::<T>(args.distributed, backend)?;
+    let say = |line: String| {
+        if session.rank() == 0 {
+            println!("{line}");
+        }
+    };
+    say(format!(
+        "BiCG, n = {n}, {}, backend {}{}",
+        T::PRECISION,
+        session.backend(),
+        match session.ranks() {
+            1 => String::new(),
+            r => format!(" on each of {r} ranks"),
+        }
+    ));
     let mut times = Vec::new();
     let mut last = (Instant::now(), session.stats());
     let solution = solver::bicg(&session, &system, tol, args.iterations, |k, residual| {
@@ -71,24 +90,24 @@ where
         let step = stats.since(&last.1);
         let wall = now - last.0;
         times.push((wall, step.compute));
-        println!(
+        say(format!(
             "iteration {k:3}  ‖r‖/‖b‖ = {residual:.3e}  {:8.3} ms (compute {:.3} ms, {} B to / {} B from the device)",
             ms(wall),
             ms(step.compute),
             step.to_device,
             step.from_device
-        );
+        ));
         last = (Instant::now(), session.stats());
     })?;
     let stats = session.stats();
-    println!(
+    say(format!(
         "{} iterations; true residual ‖b − A·x‖/‖b‖ = {:.3e}; {} flushes, {} compilations, {} cache hits",
         solution.residuals.len(),
         solver::true_residual(&system, &solution.x),
         stats.flushes,
         stats.compilations,
         stats.cache_hits
-    );
+    ));
     // The first iterations compile and upload; the steady state is what a solver pays.
     let steady: Vec<(Duration, Duration)> = times.iter().skip(3).copied().collect();
     if !steady.is_empty() {
@@ -98,13 +117,26 @@ where
         };
         let wall = median(steady.iter().map(|t| ms(t.0)).collect());
         let compute = median(steady.iter().map(|t| ms(t.1)).collect());
-        println!(
+        say(format!(
             "time per iteration (median of iterations 4–{}): {wall:.3} ms, of which compute {compute:.3} ms ({:.2}× the compute)",
             times.len(),
             wall / compute.max(1e-9)
-        );
+        ));
     }
     Ok(())
+}
+
+/// A session in this process, or (with `--distributed`) this rank's of an MPI run.
+fn new_session<T: Element>(distributed: bool, backend: Backend) -> fuse::Result<Session<T>> {
+    if !distributed {
+        return Session::new(backend);
+    }
+    #[cfg(feature = "mpi")]
+    return Session::distributed(fuse::distributed::Mpi::init()?, backend);
+    #[cfg(not(feature = "mpi"))]
+    Err(fuse::Error::Distribution(
+        "--distributed: built without MPI; run `mpirun -n R cargo run --release -p fuse --features mpi --example bicg -- --distributed`".into(),
+    ))
 }
 
 fn ms(d: Duration) -> f64 {

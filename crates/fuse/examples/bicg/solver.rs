@@ -2,7 +2,8 @@
 //! precision. Each iteration records the BiCGK pair q = A·p, q̃ = Aᵀ·p̃ together with the vector
 //! updates; reading a scalar (p̃ᵀq, ‖r‖) runs what is recorded as one fused program. From the
 //! third iteration on, every flush finds its program in the session's plan cache, and on a
-//! device only scalars cross between host and device.
+//! device only scalars cross between host and device. The same code runs on a distributed
+//! session, each rank holding its rows of A (`mpirun -n R … bicg --distributed`).
 
 use fuse::{Element, Matrix, Result, Scalar, Session, Vector};
 
@@ -95,7 +96,10 @@ where
 {
     let cast = |v: &[f64]| v.iter().map(|&e| T::from_f64(e)).collect::<Vec<T>>();
     let read = |scalar: &Scalar<T>| s.read_scalar(scalar).map(T::to_f64);
-    let a = s.matrix(system.n, system.n, cast(&system.a))?;
+    // SPMD: each rank its rows of A (all of them in one process).
+    let n = system.n;
+    let rows = s.rows(n)?;
+    let a = s.matrix_rows(n, n, cast(&system.a[rows.start * n..rows.end * n]))?;
     let b = s.vector(cast(&system.b))?;
     let mut x = s.vector(vec![T::from_f64(0.0); system.n])?;
     // Handles name immutable values, so r = r̃ = p = p̃ = b share b until first updated.
@@ -130,7 +134,7 @@ where
         pt = s.axpy(&beta, &pt, &rt)?;
     }
     Ok(Solution {
-        x: s.read(&x)?.into_iter().map(T::to_f64).collect(),
+        x: s.gather(&x)?.into_iter().map(T::to_f64).collect(),
         residuals,
     })
 }

@@ -6,12 +6,12 @@ use std::ops::Range;
 use fuse_core::data::try_zeroed_vec;
 use fuse_core::distribute::{Conversion, Local, LocalValue, Transfer};
 use fuse_core::reference::norm2;
-use fuse_core::{HostArray, HostData, Precision};
+use fuse_core::{ArrayView, DataView, HostArray, HostData, Precision};
 
-use super::{missing, Communicator, Rank};
+use super::{missing, Rank, Stored};
 use crate::error::{Error, Result};
 
-impl<C: Communicator> Rank<'_, C> {
+impl Rank<'_> {
     /// Makes `c.to` from this rank's form `from` of the same value.
     pub(super) fn convert(&mut self, c: &Conversion, from: Local) -> Result<()> {
         let (comm, ranks, me) = (self.comm, self.comm.ranks(), self.comm.rank());
@@ -19,7 +19,12 @@ impl<C: Communicator> Rank<'_, C> {
             value: c.to.value,
             local: from,
         };
-        let src = self.store.get(&source).ok_or_else(|| missing(self.plan, source))?;
+        let src = self
+            .store
+            .get(&source)
+            .ok_or_else(|| missing(self.plan, source))?
+            .view();
+        let src = &src;
         let whole = (self.plan.program.values[c.to.value].shape.extents(self.sizes))
             .ok_or_else(|| Error::Internal(format!("no sizes for `{}`", self.plan.name(c.to))))?;
         let columns: usize = whole.iter().skip(1).product();
@@ -29,51 +34,58 @@ impl<C: Communicator> Rank<'_, C> {
             data,
         };
         let made = match c.transfer {
-            Transfer::AllGather => Some(with(comm.all_gather(&src.data, &counts)?, &whole)),
-            Transfer::Gather => comm.gather(&src.data, &counts)?.map(|d| with(d, &whole)),
+            Transfer::AllGather => Some(with(comm.all_gather(&src.data.to_owned(), &counts)?, &whole)),
+            Transfer::Gather => comm.gather(&src.data.to_owned(), &counts)?.map(|d| with(d, &whole)),
             Transfer::AllReduce => {
-                let mut data = src.data.clone();
+                let mut data = src.data.to_owned();
                 comm.all_reduce_sum(&mut data)?;
                 Some(with(data, &src.dims))
             }
             Transfer::Reduce => {
-                let mut data = src.data.clone();
+                let mut data = src.data.to_owned();
                 comm.reduce_sum(&mut data)?;
                 (me == 0).then(|| with(data, &src.dims))
             }
             // A reduce-scatter of unequal blocks, as an all-reduce and a slice: the partial
             // vectors are short next to the matrix rows each rank reads.
             Transfer::ReduceScatter => {
-                let mut data = src.data.clone();
+                let mut data = src.data.to_owned();
                 comm.all_reduce_sum(&mut data)?;
-                Some(rows_of(&with(data, &src.dims), self.blocks.range(me)))
+                let sum = with(data, &src.dims);
+                Some(rows_of(
+                    &ArrayView {
+                        dims: sum.dims.clone(),
+                        data: sum.data.view(),
+                    },
+                    self.blocks.range(me),
+                ))
             }
             Transfer::AllNorm => {
-                let all = comm.all_gather(&src.data, &vec![src.data.len(); ranks])?;
+                let all = comm.all_gather(&src.data.to_owned(), &vec![src.data.len(); ranks])?;
                 Some(with(combine_norms(&all, src.data.len()), &src.dims))
             }
             Transfer::Slice => Some(rows_of(src, self.blocks.range(me))),
-            Transfer::KeepOnRoot => (me == 0).then(|| src.clone()),
-            Transfer::Read => return Err(Error::Internal("a read is not a conversion".into())),
+            Transfer::KeepOnRoot => (me == 0).then(|| src.to_owned()),
+            Transfer::Read | Transfer::Given => return Err(Error::Internal("a read is not a conversion".into())),
         };
         if let Some(array) = made {
-            self.store.insert(c.to, array);
+            self.store.insert(c.to, Stored::Owned(array));
         }
         Ok(())
     }
 }
 
-/// Rows `rows` of `array` (its outermost dimension).
-pub(super) fn rows_of(array: &HostArray, rows: Range<usize>) -> HostArray {
+/// Rows `rows` of `array` (its outermost dimension), copied.
+pub(super) fn rows_of(array: &ArrayView, rows: Range<usize>) -> HostArray {
     let columns: usize = array.dims.iter().skip(1).product();
     let span = rows.start * columns..rows.end * columns;
     let mut dims = array.dims.clone();
     if let Some(first) = dims.first_mut() {
         *first = rows.len();
     }
-    let data = match &array.data {
-        HostData::F32(v) => HostData::F32(v[span].to_vec()),
-        HostData::F64(v) => HostData::F64(v[span].to_vec()),
+    let data = match array.data {
+        DataView::F32(v) => HostData::F32(v[span].to_vec()),
+        DataView::F64(v) => HostData::F64(v[span].to_vec()),
     };
     HostArray { dims, data }
 }

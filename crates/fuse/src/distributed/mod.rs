@@ -2,11 +2,13 @@
 //! local scripts, collectives) executed on every rank of a [`Communicator`], each rank's
 //! segments compiled and run by any local [`Backend`].
 //!
-//! SPMD: every rank calls [`run`] with the same program and sizes; each reads only its own rows
-//! of the inputs that are split (through an [`InputSource`]), rank 0 reads the replicated ones
-//! and broadcasts them, and rank 0 returns the outputs. A rank that fails (a bad file, memory)
-//! makes every rank return the same [`Error::Rank`] at the next agreement point, so no rank
-//! is left waiting in a collective: agreements follow compiling, reading and every segment.
+//! SPMD: every rank calls [`run`] (or [`compile`], then [`RankProgram::run`] as often as it
+//! likes) with the same program and sizes; each reads only its own rows of the inputs that are
+//! split (through an [`InputSource`]), rank 0 reads the replicated ones and broadcasts them, and
+//! each rank returns the results it holds (all of them on rank 0 for a plan of
+//! [`distribute`](fuse_core::distribute::distribute)). A rank that fails (a bad file, memory)
+//! makes every rank return the same [`Error::Rank`] at the next agreement point, so no rank is
+//! left waiting in a collective: agreements follow compiling, reading and every segment.
 //!
 //! ```
 //! use fuse::distributed::{run, LocalRanks};
@@ -21,10 +23,11 @@
 //! let mut inputs = Bindings::new();
 //! fill_random_inputs(&program, &program.sizes, 1, &mut inputs);
 //! let outputs = LocalRanks::new(3).run(|comm| {
-//!     run(comm, &plan, &program.sizes, &Backend::Cpu, &CompileOptions::new(), &inputs)
+//!     run(&comm, &plan, &program.sizes, &Backend::Cpu, &CompileOptions::new(), &inputs)
 //! });
-//! let q = outputs[0].as_ref().unwrap().as_ref().unwrap()["q"].to_f64(); // rank 0 holds them
-//! assert_eq!(q.len(), 7);
+//! let on_root = outputs[0].as_ref().unwrap(); // rank 0 holds the outputs, whole
+//! assert_eq!(on_root["q"].to_f64().len(), 7);
+//! assert!(outputs[1].as_ref().unwrap().is_empty());
 //! # Ok::<(), fuse::Error>(())
 //! ```
 
@@ -38,7 +41,7 @@ mod tests;
 use std::collections::HashMap;
 use std::ops::Range;
 
-use fuse_core::distribute::{Distributed, Local, LocalValue, RowBlocks, Step};
+use fuse_core::distribute::{Distributed, Local, LocalValue, RowBlocks, Step, Transfer};
 use fuse_core::{ArrayView, Bindings, HostArray, HostData, Sizes, Views};
 
 use crate::backend::{Backend, CompileOptions, Compiled};
@@ -46,7 +49,7 @@ use crate::error::{Error, Result};
 
 #[cfg(feature = "mpi")]
 pub use self::mpi::Mpi;
-pub use ranks::LocalRanks;
+pub use ranks::{LocalRank, LocalRanks};
 
 /// The collectives a distributed run needs. Every rank calls each method in the same order;
 /// `counts` (elements per rank) are the same on every rank.
@@ -69,172 +72,239 @@ pub trait Communicator {
     fn reduce_sum(&self, data: &mut HostData) -> Result<()>;
     /// One byte from each rank, on every rank.
     fn all_gather_byte(&self, byte: u8) -> Result<Vec<u8>>;
+}
 
-    /// Agrees on failure: `Err` on every rank with the first failing rank's error if any
-    /// rank's `result` is an error, else this rank's value.
-    fn agree<T>(&self, result: Result<T>) -> Result<T>
-    where
-        Self: Sized,
-    {
-        let code = match &result {
-            Ok(_) => 0,
-            Err(e) if e.is_bad_input() => 1,
-            Err(_) => 2,
-        };
-        let codes = self.all_gather_byte(code)?;
-        let Some(first) = codes.iter().position(|&c| c != 0) else {
-            return result;
-        };
-        let mut message = match &result {
-            Err(e) if self.rank() == first => e.to_string().into_bytes(),
-            _ => Vec::new(),
-        };
-        self.broadcast_bytes(first, &mut message)?;
-        Err(Error::Rank {
-            rank: first,
-            ranks: self.ranks(),
-            message: String::from_utf8_lossy(&message).into_owned(),
-            bad_input: codes[first] == 1,
-        })
+/// Agrees on failure: `Err` on every rank with the first failing rank's error if any rank's
+/// `result` is an error, else this rank's value. Every rank must call it at the same point.
+pub fn agree<T>(comm: &dyn Communicator, result: Result<T>) -> Result<T> {
+    let code = match &result {
+        Ok(_) => 0,
+        Err(e) if e.is_bad_input() => 1,
+        Err(_) => 2,
+    };
+    let codes = comm.all_gather_byte(code)?;
+    let Some(first) = codes.iter().position(|&c| c != 0) else {
+        return result;
+    };
+    let mut message = match &result {
+        Err(e) if comm.rank() == first => e.to_string().into_bytes(),
+        _ => Vec::new(),
+    };
+    comm.broadcast_bytes(first, &mut message)?;
+    Err(Error::Rank {
+        rank: first,
+        ranks: comm.ranks(),
+        message: String::from_utf8_lossy(&message).into_owned(),
+        bad_input: codes[first] == 1,
+    })
+}
+
+/// A local form as a rank holds it: computed here, or borrowed from the caller (a session's
+/// value, an input already in memory) without a copy.
+#[derive(Debug)]
+pub enum Stored<'a> {
+    /// Computed or read by the run.
+    Owned(HostArray),
+    /// The caller's.
+    Borrowed(ArrayView<'a>),
+}
+
+impl Stored<'_> {
+    /// Its elements, borrowed.
+    pub fn view(&self) -> ArrayView<'_> {
+        match self {
+            Stored::Owned(a) => ArrayView {
+                dims: a.dims.clone(),
+                data: a.data.view(),
+            },
+            Stored::Borrowed(v) => v.clone(),
+        }
+    }
+
+    fn into_owned(self) -> HostArray {
+        match self {
+            Stored::Owned(a) => a,
+            Stored::Borrowed(v) => v.to_owned(),
+        }
     }
 }
 
 /// Where a distributed run's inputs come from: all of an input, or some of its rows.
 pub trait InputSource {
     /// Input `name` (whole when `rows` is `None`).
-    fn read(&self, name: &str, rows: Option<Range<usize>>) -> Result<HostArray>;
+    fn read(&self, name: &str, rows: Option<Range<usize>>) -> Result<Stored<'_>>;
 }
 
 impl InputSource for Bindings {
-    fn read(&self, name: &str, rows: Option<Range<usize>>) -> Result<HostArray> {
+    fn read(&self, name: &str, rows: Option<Range<usize>>) -> Result<Stored<'_>> {
         let array = self
             .get(name)
             .ok_or_else(|| Error::Internal(format!("input `{name}` was not given")))?;
+        let whole = ArrayView {
+            dims: array.dims.clone(),
+            data: array.data.view(),
+        };
         Ok(match rows {
-            None => array.clone(),
-            Some(rows) => convert::rows_of(array, rows),
+            None => Stored::Borrowed(whole),
+            Some(rows) => Stored::Owned(convert::rows_of(&whole, rows)),
         })
     }
 }
 
-/// Runs `plan` at `sizes` on this rank of `comm`, each segment compiled for `backend` with
-/// `options`; rank 0 returns the outputs by name, the other ranks `None`.
-pub fn run<C: Communicator>(
-    comm: &C,
-    plan: &Distributed,
+/// This rank's part of a distributed plan, compiled at fixed sizes: runs any number of times.
+pub struct RankProgram {
+    plan: Distributed,
+    sizes: Sizes,
+    blocks: RowBlocks,
+    compiled: Vec<Compiled>,
+}
+
+/// Compiles this rank's segments of `plan` at `sizes` for `backend` with `options` (on every
+/// rank; a failure on one is every rank's error).
+pub fn compile(
+    comm: &dyn Communicator,
+    plan: Distributed,
     sizes: &Sizes,
     backend: &Backend,
     options: &CompileOptions,
-    source: &dyn InputSource,
-) -> Result<Option<Bindings>> {
+) -> Result<RankProgram> {
     // The same on every rank: no agreement needed.
     let blocks = plan.blocks(sizes, comm.ranks()).map_err(Error::Distribution)?;
     let local_sizes = plan.local_sizes(sizes, &blocks, comm.rank());
     let compiled: Result<Vec<Compiled>> = (plan.segments.iter())
         .map(|s| backend.compile_with(&s.program, &s.sizes(&local_sizes), options))
         .collect();
-    let compiled = comm.agree(compiled)?;
-    let mut rank = Rank {
-        comm,
+    Ok(RankProgram {
+        compiled: agree(comm, compiled)?,
         plan,
-        sizes,
+        sizes: sizes.clone(),
         blocks,
-        store: HashMap::new(),
-    };
-    rank.read_inputs(source)?;
-    for step in &plan.steps {
-        match step {
-            Step::Run(k) => {
-                let outputs = rank.run_segment(*k, &compiled[*k]);
-                let outputs = comm.agree(outputs)?;
-                for (&form, array) in plan.segments[*k].outputs.iter().zip(outputs) {
-                    rank.store.insert(form, array);
+    })
+}
+
+/// [`compile`] and [`RankProgram::run`] once.
+pub fn run(
+    comm: &dyn Communicator,
+    plan: &Distributed,
+    sizes: &Sizes,
+    backend: &Backend,
+    options: &CompileOptions,
+    source: &dyn InputSource,
+) -> Result<Bindings> {
+    compile(comm, plan.clone(), sizes, backend, options)?.run(comm, source)
+}
+
+impl RankProgram {
+    /// The plan it runs.
+    pub fn plan(&self) -> &Distributed {
+        &self.plan
+    }
+
+    /// The rows of the split symbol this rank holds.
+    pub fn rows(&self, rank: usize) -> Range<usize> {
+        self.blocks.range(rank)
+    }
+
+    /// Runs it on this rank of `comm` (every rank must): the results this rank holds, by the
+    /// program's output names, in the form [`Distributed::results`] gives.
+    pub fn run(&self, comm: &dyn Communicator, source: &dyn InputSource) -> Result<Bindings> {
+        let mut rank = Rank {
+            comm,
+            plan: &self.plan,
+            sizes: &self.sizes,
+            blocks: self.blocks,
+            store: HashMap::new(),
+        };
+        rank.read_inputs(source)?;
+        for step in &self.plan.steps {
+            match step {
+                Step::Run(k) => {
+                    let outputs = rank.run_segment(*k, &self.compiled[*k]);
+                    let outputs = agree(comm, outputs)?;
+                    for (&form, array) in self.plan.segments[*k].outputs.iter().zip(outputs) {
+                        rank.store.insert(form, Stored::Owned(array));
+                    }
                 }
-            }
-            // Reads (no `from`) were done above.
-            Step::Convert(c) => {
-                if let Some(from) = c.from {
-                    rank.convert(c, from)?
+                // Reads (no `from`) were done above.
+                Step::Convert(c) => {
+                    if let Some(from) = c.from {
+                        rank.convert(c, from)?
+                    }
                 }
             }
         }
+        let mut results = Bindings::new();
+        for r in &self.plan.results {
+            if let Some(stored) = rank.store.remove(r) {
+                results.insert(self.plan.program.values[r.value].variable.clone(), stored.into_owned());
+            }
+        }
+        Ok(results)
     }
-    if comm.rank() != 0 {
-        return Ok(None);
-    }
-    let results = (plan.results.iter())
-        .map(|r| {
-            let name = plan.program.values[r.value].variable.clone();
-            let array = rank.store.remove(r).ok_or_else(|| missing(plan, *r))?;
-            Ok((name, array))
-        })
-        .collect::<Result<Bindings>>()?;
-    Ok(Some(results))
 }
 
 /// One rank's state: the local forms it holds.
-struct Rank<'a, C> {
-    comm: &'a C,
+struct Rank<'a> {
+    comm: &'a dyn Communicator,
     plan: &'a Distributed,
     sizes: &'a Sizes,
     blocks: RowBlocks,
-    store: HashMap<LocalValue, HostArray>,
+    store: HashMap<LocalValue, Stored<'a>>,
 }
 
-impl<C: Communicator> Rank<'_, C> {
-    /// Every read of the plan: own rows and rank 0's reads, agreed, then the broadcasts.
-    fn read_inputs(&mut self, source: &dyn InputSource) -> Result<()> {
-        let reads: Vec<LocalValue> = (self.plan.steps.iter())
+impl<'a> Rank<'a> {
+    /// Every read of the plan: own rows, forms held, rank 0's reads, agreed; then the broadcasts.
+    fn read_inputs(&mut self, source: &'a dyn InputSource) -> Result<()> {
+        let reads: Vec<(LocalValue, Transfer)> = (self.plan.steps.iter())
             .filter_map(|s| match s {
-                Step::Convert(c) if c.from.is_none() => Some(c.to),
+                Step::Convert(c) if c.from.is_none() => Some((c.to, c.transfer)),
                 _ => None,
             })
             .collect();
-        let root = self.comm.rank() == 0;
+        let (me, root) = (self.comm.rank(), self.comm.rank() == 0);
         let mut local = || -> Result<()> {
-            for &form in &reads {
+            for &(form, transfer) in &reads {
                 let name = &self.plan.program.values[form.value].variable;
-                let array = match form.local {
-                    Local::Rows => Some(source.read(name, Some(self.blocks.range(self.comm.rank())))?),
-                    _ if root => Some(source.read(name, None)?),
+                let stored = match form.local {
+                    Local::Rows => Some(source.read(name, Some(self.blocks.range(me)))?),
+                    _ if root || transfer == Transfer::Given => Some(source.read(name, None)?),
                     _ => None,
                 };
-                if let Some(array) = array {
-                    self.check_read(name, &array, form)?;
-                    self.store.insert(form, array);
+                if let Some(stored) = stored {
+                    self.check_read(name, &stored.view(), form)?;
+                    self.store.insert(form, stored);
                 }
             }
             Ok(())
         };
         let result = local();
-        self.comm.agree(result)?;
-        for form in reads.into_iter().filter(|f| f.local == Local::Whole) {
+        agree(self.comm, result)?;
+        let broadcast = reads
+            .into_iter()
+            .filter(|(f, t)| f.local == Local::Whole && *t == Transfer::Read);
+        for (form, _) in broadcast {
             let mut array = match self.store.remove(&form) {
-                Some(array) => array,
+                Some(stored) => stored.into_owned(),
                 None => self.zeros(form)?,
             };
             self.comm.broadcast(&mut array.data)?;
-            self.store.insert(form, array);
+            self.store.insert(form, Stored::Owned(array));
         }
         Ok(())
     }
 
     /// An input as read must have the local form's extents and the program's precision.
-    fn check_read(&self, name: &str, array: &HostArray, form: LocalValue) -> Result<()> {
-        let want = self
-            .plan
-            .local_shape(form)
-            .extents(&self.local_sizes())
-            .unwrap_or_default();
+    fn check_read(&self, name: &str, array: &ArrayView, form: LocalValue) -> Result<()> {
+        let want = (self.plan.local_shape(form).extents(&self.local_sizes())).unwrap_or_default();
         let precision = self.plan.program.precision;
-        if array.dims != want || array.precision() != precision {
+        if array.dims != want || array.data.precision() != precision {
             let rows = match form.local {
                 Local::Rows => format!(" (rows {:?} of it)", self.blocks.range(self.comm.rank())),
                 _ => String::new(),
             };
             return Err(Error::Distribution(format!(
                 "input `{name}`{rows} was read as {} {:?}, but {} needs {precision} {want:?}",
-                array.precision(),
+                array.data.precision(),
                 array.dims,
                 self.plan.program.file
             )));
@@ -263,10 +333,13 @@ impl<C: Communicator> Rank<'_, C> {
             .collect::<Result<_>>()?;
         let mut views = Views::new();
         for form in &segment.inputs {
-            let array = (self.store.get(form).or_else(|| zeros.get(form))).ok_or_else(|| missing(self.plan, *form))?;
-            let view = ArrayView {
-                dims: array.dims.clone(),
-                data: array.data.view(),
+            let view = match (self.store.get(form), zeros.get(form)) {
+                (Some(stored), _) => stored.view(),
+                (None, Some(z)) => ArrayView {
+                    dims: z.dims.clone(),
+                    data: z.data.view(),
+                },
+                (None, None) => return Err(missing(self.plan, *form)),
             };
             views.insert(self.plan.name(*form).to_string(), view);
         }

@@ -2,7 +2,7 @@
 
 use mpi::collective::SystemOperation;
 use mpi::datatype::PartitionMut;
-use mpi::environment::Universe;
+use mpi::environment::{Threading, Universe};
 use mpi::topology::SimpleCommunicator;
 use mpi::traits::Communicator as _;
 use mpi::traits::*;
@@ -13,18 +13,30 @@ use fuse_core::HostData;
 use super::Communicator;
 use crate::error::{Error, Result};
 
-/// MPI's world communicator; MPI is finalized when it is dropped.
+/// MPI's world communicator; MPI is finalized when it is dropped. It may move to another
+/// thread (a session does), never be used from two at once: MPI runs with
+/// `MPI_THREAD_SERIALIZED`.
 pub struct Mpi {
     world: SimpleCommunicator,
     // Dropped last: finalizes MPI.
     _universe: Universe,
 }
 
+// SAFETY: MPI is initialized with at least `MPI_THREAD_SERIALIZED` (checked in `init`), under
+// which any thread may call MPI as long as no two do at once; `Mpi` is not `Sync`, so only the
+// one thread that owns it calls through it.
+unsafe impl Send for Mpi {}
+
 impl Mpi {
     /// Initializes MPI (once per process), or the error saying it could not be.
     pub fn init() -> Result<Mpi> {
-        let universe = mpi::initialize()
+        let (universe, threading) = mpi::initialize_with_threading(Threading::Serialized)
             .ok_or_else(|| Error::Distribution("MPI could not be initialized (was it already?)".into()))?;
+        if threading < Threading::Serialized {
+            return Err(Error::Distribution(format!(
+                "this MPI library gives {threading:?} thread support; fuse needs MPI_THREAD_SERIALIZED (Open MPI built with threads provides it)"
+            )));
+        }
         Ok(Mpi {
             world: universe.world(),
             _universe: universe,

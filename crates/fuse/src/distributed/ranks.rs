@@ -2,7 +2,7 @@
 //! distributed plan on one machine. Every collective is an exchange: each rank leaves its part
 //! in a slot, all meet at a barrier, each takes what it needs, all meet again.
 
-use std::sync::{Barrier, Mutex};
+use std::sync::{Arc, Barrier, Mutex};
 
 use fuse_core::HostData;
 
@@ -15,10 +15,10 @@ pub struct LocalRanks {
     ranks: usize,
 }
 
-/// One rank of [`LocalRanks`].
-pub struct LocalRank<'a> {
+/// One rank of [`LocalRanks`]: its own to keep (a distributed session holds one).
+pub struct LocalRank {
     rank: usize,
-    shared: &'a Shared,
+    shared: Arc<Shared>,
 }
 
 struct Shared {
@@ -40,17 +40,17 @@ impl LocalRanks {
     }
 
     /// Runs `body` on every rank at once; the results in rank order.
-    pub fn run<T: Send>(&self, body: impl Fn(&LocalRank) -> T + Sync) -> Vec<T> {
-        let shared = Shared {
+    pub fn run<T: Send>(&self, body: impl Fn(LocalRank) -> T + Sync) -> Vec<T> {
+        let shared = Arc::new(Shared {
             ranks: self.ranks,
             barrier: Barrier::new(self.ranks),
             slots: Mutex::new(vec![None; self.ranks]),
-        };
+        });
         std::thread::scope(|scope| {
             let handles: Vec<_> = (0..self.ranks)
                 .map(|rank| {
-                    let (shared, body) = (&shared, &body);
-                    scope.spawn(move || body(&LocalRank { rank, shared }))
+                    let (shared, body) = (Arc::clone(&shared), &body);
+                    scope.spawn(move || body(LocalRank { rank, shared }))
                 })
                 .collect();
             handles
@@ -61,7 +61,7 @@ impl LocalRanks {
     }
 }
 
-impl LocalRank<'_> {
+impl LocalRank {
     /// Every rank's part, in rank order.
     fn exchange(&self, mine: Part) -> Result<Vec<Part>> {
         let lock = || (self.shared.slots.lock()).map_err(|_| Error::Internal("a rank thread panicked".into()));
@@ -115,7 +115,7 @@ fn sum(parts: &[HostData]) -> HostData {
     total
 }
 
-impl Communicator for LocalRank<'_> {
+impl Communicator for LocalRank {
     fn rank(&self) -> usize {
         self.rank
     }

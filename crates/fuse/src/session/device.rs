@@ -53,8 +53,8 @@ impl<T: Element> Session<T> {
         let pool = CudaMemory::pool(&device)?;
         let buffer = pool.adopt(Raw::Cuda(device.adopt(slice)?), T::PRECISION, len);
         let copies = Copies {
-            host: None,
             device: Some(buffer),
+            ..Copies::default()
         };
         Ok(self.state.borrow_mut().insert(dims, Data::Ready(copies)))
     }

@@ -28,6 +28,7 @@ mod blas;
 mod canonical;
 mod device;
 mod handle;
+mod ranks;
 mod record;
 mod state;
 
@@ -39,6 +40,7 @@ use std::sync::Arc;
 use fuse_core::{Diagnostic, Form, HostArray, Library, Location};
 
 use crate::backend::{Backend, CompileOptions};
+use crate::distributed::Communicator;
 use crate::element::{checked_array, Element};
 use crate::error::{Error, Result};
 use crate::select::builtin_library;
@@ -81,6 +83,8 @@ pub struct Session<T: Element> {
     library: Arc<Library>,
     options: CompileOptions,
     state: RefCell<State>,
+    /// The ranks a distributed session runs over ([`Session::distributed`]).
+    comm: Option<Box<dyn Communicator + Send>>,
     _element: PhantomData<fn() -> T>,
 }
 
@@ -128,6 +132,7 @@ impl<T: Element> Session<T> {
             options: CompileOptions { plan: None, ..options }.library(Arc::clone(&library)),
             library,
             state: RefCell::new(State::new(id)),
+            comm: None,
             _element: PhantomData,
         })
     }
@@ -190,7 +195,10 @@ impl<T: Element> Session<T> {
     /// forgets the others. An error is also kept by each value the run should have computed.
     pub fn flush(&self) -> Result<()> {
         let precision = T::PRECISION;
-        self.state.borrow_mut().flush(&self.backend, &self.options, precision)
+        let comm = self.comm.as_deref().map(|c| c as &dyn Communicator);
+        self.state
+            .borrow_mut()
+            .flush(&self.backend, &self.options, precision, comm)
     }
 
     /// Counts of flushes, compilations, cache hits and calls run.

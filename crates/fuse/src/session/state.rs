@@ -5,12 +5,13 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use fuse_core::{ArrayView, Bindings, HostArray, Precision, ValueId, Views};
+use fuse_core::{ArrayView, Bindings, HostArray, Library, Precision, ValueId, Views};
 
 use super::canonical::{self, Canonical, PendingArg, PendingCall};
 use super::handle::Token;
 use crate::backend::{Backend, CompileOptions, Compiled};
 use crate::device::{resident, Buffer, DevicePlan, Pool};
+use crate::distributed::{Communicator, RankProgram};
 use crate::error::{Error, Result};
 
 /// What a session has done so far. Counts add up over the session's life: the difference of
@@ -84,6 +85,8 @@ pub(super) enum Data {
 pub(super) struct Copies {
     pub(super) host: Option<HostArray>,
     pub(super) device: Option<Buffer>,
+    /// In a distributed session: the copies hold this rank's block of rows, not all of it.
+    pub(super) by_rows: bool,
 }
 
 impl Copies {
@@ -91,7 +94,7 @@ impl Copies {
     pub(super) fn host(array: HostArray) -> Self {
         Copies {
             host: Some(array),
-            device: None,
+            ..Copies::default()
         }
     }
 }
@@ -105,21 +108,29 @@ struct Slot {
 }
 
 /// Compiled programs by canonical script text, least recently used evicted first.
-#[derive(Default)]
-struct PlanCache {
-    entries: HashMap<String, (Arc<Compiled>, u64)>,
+pub(super) struct PlanCache<P> {
+    entries: HashMap<String, (Arc<P>, u64)>,
     clock: u64,
 }
 
-impl PlanCache {
-    fn get(&mut self, key: &str) -> Option<Arc<Compiled>> {
+impl<P> Default for PlanCache<P> {
+    fn default() -> Self {
+        PlanCache {
+            entries: HashMap::new(),
+            clock: 0,
+        }
+    }
+}
+
+impl<P> PlanCache<P> {
+    pub(super) fn get(&mut self, key: &str) -> Option<Arc<P>> {
         self.clock += 1;
         let entry = self.entries.get_mut(key)?;
         entry.1 = self.clock;
         Some(Arc::clone(&entry.0))
     }
 
-    fn insert(&mut self, key: String, compiled: Arc<Compiled>) {
+    pub(super) fn insert(&mut self, key: String, compiled: Arc<P>) {
         if self.entries.len() >= CACHE_CAPACITY {
             let oldest = self.entries.iter().min_by_key(|(_, e)| e.1).map(|(k, _)| k.clone());
             if let Some(k) = oldest {
@@ -138,7 +149,9 @@ pub(super) struct State {
     next_id: u64,
     /// Slot count at which dead values are next swept.
     sweep_at: usize,
-    cache: PlanCache,
+    cache: PlanCache<Compiled>,
+    /// Each rank's compiled parts, in a distributed session.
+    pub(super) ranked: PlanCache<RankProgram>,
     pub(super) stats: Stats,
 }
 
@@ -151,6 +164,7 @@ impl State {
             next_id: 0,
             sweep_at: 64,
             cache: PlanCache::default(),
+            ranked: PlanCache::default(),
             stats: Stats::default(),
         }
     }
@@ -207,8 +221,15 @@ impl State {
         (!calls.is_empty()).then(|| self.canonical(&calls, &outputs, precision).text)
     }
 
-    /// Runs every recorded call that a held handle depends on; drops the others.
-    pub(super) fn flush(&mut self, backend: &Backend, options: &CompileOptions, precision: Precision) -> Result<()> {
+    /// Runs every recorded call that a held handle depends on (over the ranks of `comm` in a
+    /// distributed session); drops the others.
+    pub(super) fn flush(
+        &mut self,
+        backend: &Backend,
+        options: &CompileOptions,
+        precision: Precision,
+        comm: Option<&dyn Communicator>,
+    ) -> Result<()> {
         let recorded = std::mem::take(&mut self.pending);
         let (calls, outputs) = self.batch(&recorded);
         let result = if calls.is_empty() {
@@ -216,7 +237,10 @@ impl State {
         } else {
             self.stats.flushes += 1;
             let script = self.canonical(&calls, &outputs, precision);
-            let outcome = self.execute(&script, backend, options);
+            let outcome = match comm {
+                Some(comm) => self.execute_distributed(&script, backend, options, comm),
+                None => self.execute(&script, backend, options),
+            };
             self.store(&calls, &script, outcome)
         };
         self.collect_garbage();
@@ -373,10 +397,7 @@ impl State {
             self.stats.cache_hits += 1;
             return Ok(compiled);
         }
-        let library = match &options.library {
-            Some(library) => Arc::clone(library),
-            None => crate::select::builtin_library()?,
-        };
+        let library = library(options)?;
         let program = fuse_core::script::parse("session.yaml", &script.text, &library)?;
         let compiled = Arc::new(backend.compile_with(&program, &program.sizes, options)?);
         self.stats.compilations += 1;
@@ -385,7 +406,7 @@ impl State {
     }
 
     /// The input values of a run on the host, borrowed where they are (no copy).
-    fn host_views(&mut self, inputs: &[(u64, String)]) -> Result<Views<'_>> {
+    pub(super) fn host_views(&mut self, inputs: &[(u64, String)]) -> Result<Views<'_>> {
         for (id, _) in inputs {
             self.host_value(*id)?; // copied from the device first where it is only there
         }
@@ -451,12 +472,27 @@ impl State {
     }
 }
 
+/// The library the session compiles with (`options` names it).
+pub(super) fn library(options: &CompileOptions) -> Result<Arc<Library>> {
+    match &options.library {
+        Some(library) => Ok(Arc::clone(library)),
+        None => crate::select::builtin_library(),
+    }
+}
+
 /// The outputs of a run, by script name.
-enum Computed {
+pub(super) enum Computed {
     /// On the host.
     Host(Bindings),
     /// On the device.
     Device(BTreeMap<String, Buffer>),
+    /// On the host of this rank; those named in `by_rows` as its block of rows.
+    Distributed {
+        /// The results this rank holds.
+        arrays: Bindings,
+        /// Those held as a block of rows.
+        by_rows: HashSet<String>,
+    },
 }
 
 impl Computed {
@@ -464,8 +500,12 @@ impl Computed {
         match self {
             Computed::Host(arrays) => arrays.remove(name).map(Copies::host),
             Computed::Device(buffers) => buffers.remove(name).map(|buffer| Copies {
-                host: None,
                 device: Some(buffer),
+                ..Copies::default()
+            }),
+            Computed::Distributed { arrays, by_rows } => arrays.remove(name).map(|array| Copies {
+                by_rows: by_rows.contains(name),
+                ..Copies::host(array)
             }),
         }
     }
@@ -519,7 +559,7 @@ mod tests {
         assert_eq!(outputs, [y.id]);
         assert_eq!(calls.iter().map(|c| c.result).collect::<Vec<_>>(), [t_id, y.id]);
         state
-            .flush(&Backend::Reference, &CompileOptions::new(), Precision::F64)
+            .flush(&Backend::Reference, &CompileOptions::new(), Precision::F64, None)
             .unwrap();
         assert!(state.data(t_id).is_none() && state.data(unused_id).is_none());
         assert_eq!(state.host_value(y.id).unwrap().to_f64(), [3.0, 6.0]);

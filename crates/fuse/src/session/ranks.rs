@@ -1,0 +1,204 @@
+//! The distributed session: SPMD, every rank records the same calls on its own row blocks. A
+//! value is held whole by every rank, or as this rank's block of rows (a matrix made with
+//! [`Session::matrix_rows`], a result indexed by rows); a flush distributes the batch's
+//! canonical script over the ranks with the values as they are held
+//! ([`distribute_held`]), runs each rank's part, and leaves row-block results as row blocks
+//! and sums over rows reduced on every rank.
+
+use std::collections::HashSet;
+use std::ops::Range;
+use std::sync::Arc;
+use std::time::Instant;
+
+use fuse_core::distribute::{distribute_held, Distribution, Local, RowBlocks};
+use fuse_core::{HostArray, Views};
+
+use super::canonical::Canonical;
+use super::handle::{Handle, Matrix, Vector};
+use super::state::{Computed, Copies, Data, State};
+use super::Session;
+use crate::backend::{Backend, CompileOptions};
+use crate::distributed::{self, Communicator, InputSource, Stored};
+use crate::element::{checked_array, Element};
+use crate::error::{Error, Result};
+
+impl<T: Element> Session<T> {
+    /// A session whose flushes run over the ranks of `comm` (an MPI communicator,
+    /// [`distributed::Mpi`](crate::distributed), or [`LocalRanks`](crate::distributed::LocalRanks)
+    /// threads), each rank's part on `backend`. Every rank must make the same calls in the
+    /// same order; a flush, [`Session::read`] of a pending value and [`Session::gather`] are
+    /// collective.
+    pub fn distributed(comm: impl Communicator + Send + 'static, backend: Backend) -> Result<Self> {
+        Self::distributed_with_options(comm, backend, CompileOptions::new())
+    }
+
+    /// [`Session::distributed`] compiling with `options`.
+    pub fn distributed_with_options(
+        comm: impl Communicator + Send + 'static,
+        backend: Backend,
+        options: CompileOptions,
+    ) -> Result<Self> {
+        let mut session = Self::with_options(backend, options)?;
+        session.comm = Some(Box::new(comm));
+        Ok(session)
+    }
+
+    /// The communicator of a distributed session.
+    fn comm(&self) -> Option<&dyn Communicator> {
+        self.comm.as_deref().map(|c| c as &dyn Communicator)
+    }
+
+    /// This rank (0 in a session of one process).
+    pub fn rank(&self) -> usize {
+        self.comm().map_or(0, |c| c.rank())
+    }
+
+    /// How many ranks the session runs over (1 in one process).
+    pub fn ranks(&self) -> usize {
+        self.comm().map_or(1, |c| c.ranks())
+    }
+
+    /// The rows of a `rows`-row matrix this rank holds: balanced blocks in rank order (all of
+    /// them in a session of one process, so that the same SPMD code runs there too).
+    pub fn rows(&self, rows: usize) -> Result<Range<usize>> {
+        match self.comm() {
+            Some(comm) => Ok(blocks(rows, comm.ranks())?.range(comm.rank())),
+            None => Ok(0..rows),
+        }
+    }
+
+    /// A `rows × cols` matrix of which this rank holds rows [`Session::rows`]`(rows)`, given
+    /// as `local` (row-major). Every rank makes it with its own block (in one process: all of
+    /// it, as [`Session::matrix`]).
+    pub fn matrix_rows(&self, rows: usize, cols: usize, local: Vec<T>) -> Result<Matrix<T>> {
+        self.rows_value("matrix_rows", vec![rows, cols], local).map(Matrix::new)
+    }
+
+    /// A vector of length `len` of which this rank holds elements [`Session::rows`]`(len)`.
+    pub fn vector_rows(&self, len: usize, local: Vec<T>) -> Result<Vector<T>> {
+        self.rows_value("vector_rows", vec![len], local).map(Vector::new)
+    }
+
+    fn rows_value(&self, method: &str, dims: Vec<usize>, local: Vec<T>) -> Result<Arc<super::Token>> {
+        let mut local_dims = dims.clone();
+        local_dims[0] = self.rows(dims[0]).map_err(|e| on(method, e))?.len();
+        let array = checked_array(method, local_dims, local)?;
+        let copies = Copies {
+            by_rows: self.comm().is_some(),
+            ..Copies::host(array)
+        };
+        Ok(self.state.borrow_mut().insert(dims, Data::Ready(copies)))
+    }
+
+    /// The rows of `handle`'s value this rank holds, or `None` where it holds all of it.
+    /// (Computes the value first if it is pending.)
+    pub fn local_rows(&self, handle: &impl Handle<T>) -> Result<Option<Range<usize>>> {
+        let by_rows = self.with_copies("local_rows", handle, |c| c.by_rows)?;
+        by_rows.then(|| self.rows(handle.dims()[0])).transpose()
+    }
+
+    /// All of `handle`'s value on every rank: its row blocks gathered from every rank, or its
+    /// elements where every rank holds them ([`Session::read`] in one process). Collective:
+    /// every rank must call it.
+    pub fn gather(&self, handle: &impl Handle<T>) -> Result<Vec<T>> {
+        let local = self.read(handle)?;
+        let (Some(comm), Some(_)) = (self.comm(), self.local_rows(handle)?) else {
+            return Ok(local);
+        };
+        let dims = handle.dims();
+        let columns: usize = dims[1..].iter().product();
+        let blocks = blocks(dims[0], comm.ranks())?;
+        let counts: Vec<usize> = (0..comm.ranks()).map(|r| blocks.rows(r) * columns).collect();
+        let all = comm.all_gather(&T::into_data(local), &counts)?;
+        let array = HostArray {
+            dims: dims.to_vec(),
+            data: all,
+        };
+        T::values(&array)
+            .map(<[T]>::to_vec)
+            .ok_or_else(|| Error::Internal("a gather changed the precision".into()))
+    }
+
+    fn with_copies<R>(&self, method: &str, handle: &impl Handle<T>, f: impl FnOnce(&Copies) -> R) -> Result<R> {
+        self.check_owner(method, "handle", handle.token())?;
+        if matches!(self.state.borrow().data(handle.token().id), Some(Data::Pending)) {
+            self.flush()?;
+        }
+        match self.state.borrow().data(handle.token().id) {
+            Some(Data::Ready(copies)) => Ok(f(copies)),
+            Some(Data::Failed(e)) => Err(Error::Failed(Arc::clone(e))),
+            _ => Err(super::not_computed(handle.token().id)),
+        }
+    }
+}
+
+fn blocks(rows: usize, ranks: usize) -> Result<RowBlocks> {
+    RowBlocks::new(rows, ranks).ok_or_else(|| {
+        Error::Distribution(format!(
+            "cannot split {rows} rows over {ranks} ranks: each rank needs at least one row"
+        ))
+    })
+}
+
+fn on(method: &str, e: Error) -> Error {
+    Error::Distribution(format!("{method}: {e}"))
+}
+
+/// The session's values as each rank holds them: a value held by rows is this rank's block.
+struct Held<'a>(Views<'a>);
+
+impl InputSource for Held<'_> {
+    fn read(&self, name: &str, _rows: Option<Range<usize>>) -> Result<Stored<'_>> {
+        let view = self
+            .0
+            .get(name)
+            .ok_or_else(|| Error::Internal(format!("no session value `{name}`")))?;
+        Ok(Stored::Borrowed(view.clone()))
+    }
+}
+
+impl State {
+    /// How this rank holds value `id`.
+    fn held(&self, id: u64) -> Distribution {
+        match self.data(id) {
+            Some(Data::Ready(c)) if c.by_rows => Distribution::Rows,
+            _ => Distribution::Replicated,
+        }
+    }
+
+    /// Runs `script` over the ranks of `comm`, with the values as each rank holds them.
+    pub(super) fn execute_distributed(
+        &mut self,
+        script: &Canonical,
+        backend: &Backend,
+        options: &CompileOptions,
+        comm: &dyn Communicator,
+    ) -> Result<Computed> {
+        let held: Vec<Distribution> = script.inputs.iter().map(|(id, _)| self.held(*id)).collect();
+        let key = format!("{}# held {held:?}", script.text);
+        let program = match self.ranked.get(&key) {
+            Some(program) => {
+                self.stats.cache_hits += 1;
+                program
+            }
+            None => {
+                let library = super::state::library(options)?;
+                let parsed = fuse_core::script::parse("session.yaml", &script.text, &library)?;
+                let plan = distribute_held(&parsed, &library, &held)?;
+                let program = Arc::new(distributed::compile(comm, plan, &parsed.sizes, backend, options)?);
+                self.stats.compilations += 1;
+                self.ranked.insert(key, Arc::clone(&program));
+                program
+            }
+        };
+        let started = Instant::now();
+        let arrays = program.run(comm, &Held(self.host_views(&script.inputs)?))?;
+        self.stats.compute += started.elapsed();
+        let plan = program.plan();
+        let by_rows: HashSet<String> = (plan.results.iter())
+            .filter(|r| r.local == Local::Rows)
+            .map(|r| plan.program.values[r.value].variable.clone())
+            .collect();
+        Ok(Computed::Distributed { arrays, by_rows })
+    }
+}
