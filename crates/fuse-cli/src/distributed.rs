@@ -57,6 +57,9 @@ mod with_mpi {
 
     pub fn run_script(program: &Program, options: &RunOptions) -> Result<(), Failure> {
         let comm = Mpi::init().map_err(failure)?;
+        if comm.rank() == 0 && (options.timing || !options.plan_sizes.is_empty()) {
+            eprintln!("note: --timing and --plan-size apply to runs in one process: ignored with --distributed");
+        }
         let comm = &comm;
         let (shapes, read) = agree(comm, input_shapes(program, options))?;
         let sizes = agree(
