@@ -29,6 +29,11 @@ pub struct CalibrateArgs {
     /// GPU to calibrate (cuda).
     #[arg(long, value_name = "N", default_value_t = 0)]
     device: usize,
+    /// Measure the links between MPI ranks instead (run under `mpirun -n R`; needs fuse built
+    /// with the `mpi` feature): the latency and bandwidth `fuse explain --ranks R --links FILE`
+    /// times collectives by. Rank 0 writes the table.
+    #[arg(long, conflicts_with = "backend")]
+    distributed: bool,
 }
 
 /// The backends that can be calibrated.
@@ -55,6 +60,9 @@ pub fn progress_bar(len: usize) -> ProgressBar {
 pub fn run(args: &CalibrateArgs, library: &Library) -> Result<(), Failure> {
     if let Some(path) = &args.out {
         check_out(path)?;
+    }
+    if args.distributed {
+        return run_links(args);
     }
     let target = args.backend.unwrap_or_else(|| match fuse::select::usable_gpu() {
         Ok(gpu) => {
@@ -86,13 +94,15 @@ fn check_out(path: &Path) -> Result<(), Failure> {
         Err(_) => String::new(),
     };
     let is_table = match serde_yaml::from_str::<serde_yaml::Value>(&text) {
-        Ok(serde_yaml::Value::Mapping(m)) => m.contains_key("routines") && m.contains_key("device"),
+        Ok(serde_yaml::Value::Mapping(m)) => {
+            (m.contains_key("routines") && m.contains_key("device")) || m.contains_key("latency_us")
+        }
         _ => false,
     };
     match is_table {
         true => Ok(()),
         false => Err(bad_input(format!(
-            "-o {}: refusing to overwrite a file that is not a timing table",
+            "-o {}: refusing to overwrite a file that is not a timing or links table",
             path.display()
         ))),
     }
@@ -142,6 +152,40 @@ fn run_cuda(args: &CalibrateArgs, library: &Library) -> Result<(), Failure> {
     }
     eprintln!("`fuse run`, `explore`, `bench` and `tune` use it on this GPU from now on");
     Ok(())
+}
+
+/// `fuse calibrate --distributed`: measures the links between the ranks; rank 0 writes them.
+#[cfg(feature = "mpi")]
+fn run_links(args: &CalibrateArgs) -> Result<(), Failure> {
+    use fuse::distributed::{measure_links, Communicator, Mpi};
+    let comm = Mpi::init().map_err(failure)?;
+    let links = measure_links(&comm).map_err(failure)?;
+    if comm.rank() != 0 {
+        return Ok(());
+    }
+    eprintln!(
+        "{}: {:.2} µs a step, {:.2} GB/s a rank",
+        links.measured_on, links.latency_us, links.bandwidth_gbs
+    );
+    match &args.out {
+        None => print!("{}", links.to_yaml()),
+        Some(path) => {
+            std::fs::write(path, links.to_yaml()).map_err(|e| bad_input(format!("-o {}: {e}", path.display())))?;
+            eprintln!(
+                "wrote {0}; use it with `fuse explain --ranks R --links {0}`",
+                path.display()
+            );
+        }
+    }
+    Ok(())
+}
+
+#[cfg(not(feature = "mpi"))]
+fn run_links(_: &CalibrateArgs) -> Result<(), Failure> {
+    Err(bad_input(
+        "--distributed: this fuse was built without MPI. Build it with `cargo build --release --features mpi` and \
+         run `mpirun -n R fuse calibrate --distributed`",
+    ))
 }
 
 /// `fuse calibrate --backend cpu`: measures, then writes the table.

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use clap::Args;
 use serde_json::{json, Value};
 
-use fuse::stages::fuse_core::distribute::{distribute, Step};
+use fuse::stages::fuse_core::distribute::{distribute, Links, Step};
 use fuse::stages::fuse_core::explore::{explore, Exploration, GpuLayout, Kernel, Limits, Plan, TimingTable, Verdict};
 use fuse::stages::fuse_core::{Library, Program};
 use fuse::stages::fuse_cpu::fused::FusedPlan;
@@ -61,6 +61,10 @@ pub struct ExplainArgs {
     /// plan on rank 0's rows.
     #[arg(long, value_name = "R", value_parser = clap::value_parser!(u32).range(1..))]
     ranks: Option<u32>,
+    /// With --ranks: the links table collectives are timed by (written by `mpirun -n R fuse
+    /// calibrate --distributed -o FILE`); without it, an estimate for ranks on one machine.
+    #[arg(long, value_name = "FILE", requires = "ranks")]
+    links: Option<PathBuf>,
 }
 
 /// What an exploration needs: the program at the sizes in force, the backend and its table.
@@ -211,7 +215,11 @@ fn kernel_json(program: &Program, k: &Kernel) -> Value {
 pub fn run_explain(args: &ExplainArgs, library: &Library) -> Result<(), Failure> {
     let prepared = Prepared::new(&args.inputs, library)?;
     if let Some(ranks) = args.ranks {
-        return explain_distributed(&prepared, ranks as usize, library);
+        let links = match &args.links {
+            Some(path) => Links::load(path).map_err(bad_input)?,
+            None => Links::estimate(),
+        };
+        return explain_distributed(&prepared, ranks as usize, &links, library);
     }
     let program = &prepared.program;
     let ex = prepared.explored(library)?;
@@ -247,9 +255,9 @@ pub fn run_explain(args: &ExplainArgs, library: &Library) -> Result<(), Failure>
     out.flush().map_err(stdout)
 }
 
-/// `fuse explain --ranks R`: the distributed plan, what each collective moves, and the best
-/// local plan of each part on rank 0.
-fn explain_distributed(prepared: &Prepared, ranks: usize, library: &Library) -> Result<(), Failure> {
+/// `fuse explain --ranks R`: the distributed plan, what each collective moves and costs and
+/// why it is there, and the best local plan of each part on rank 0.
+fn explain_distributed(prepared: &Prepared, ranks: usize, links: &Links, library: &Library) -> Result<(), Failure> {
     let program = &prepared.program;
     let d = distribute(program, library).map_err(bad_input)?;
     let blocks = d.blocks(&program.sizes, ranks).map_err(bad_input)?;
@@ -257,15 +265,29 @@ fn explain_distributed(prepared: &Prepared, ranks: usize, library: &Library) -> 
         "{program}\nbackend: {} on each of {ranks} ranks\n\n{d}",
         prepared.backend
     );
-    let element = program.precision.bytes();
-    println!("moved between ranks at {}:", program.sizes);
+    println!(
+        "collectives at {} (links: {:.1} µs a step, {:.1} GB/s a rank; {}):",
+        program.sizes, links.latency_us, links.bandwidth_gbs, links.measured_on
+    );
+    let mut total_us = 0.0;
     for step in &d.steps {
-        if let Step::Convert(c) = step {
-            let bytes = d.elements_moved(c, &program.sizes, ranks) * element;
-            if bytes > 0 {
-                println!("  `{}`: {}", d.name(c.to), fuse::stages::fuse_core::data::bytes(bytes));
-            }
+        let Step::Convert(c) = step else { continue };
+        let bytes = d.elements_received(c, &program.sizes, ranks) * program.precision.bytes();
+        let us = links.time_us(c.transfer, bytes, ranks);
+        if us == 0.0 {
+            continue;
         }
+        total_us += us;
+        let why: Vec<String> = (d.readers(c.to).iter())
+            .map(|&k| format!("read by `{}`", program.calls[k].text))
+            .chain(d.results.contains(&c.to).then(|| "an output".to_string()))
+            .collect();
+        println!(
+            "  `{}`: {} a rank, {us:.1} µs ({})",
+            d.name(c.to),
+            fuse::stages::fuse_core::data::bytes(bytes),
+            why.join("; ")
+        );
     }
     for (k, segment) in d.segments.iter().enumerate() {
         let mut local = Prepared {
@@ -276,6 +298,7 @@ fn explain_distributed(prepared: &Prepared, ranks: usize, library: &Library) -> 
         local.program.sizes = d.local_sizes(&program.sizes, &blocks, 0);
         let ex = local.explored(library)?;
         let best = ex.best();
+        total_us += best.predicted_us;
         println!(
             "\npart {} on rank 0 ({}): {}, {:.2} µs",
             k + 1,
@@ -285,5 +308,6 @@ fn explain_distributed(prepared: &Prepared, ranks: usize, library: &Library) -> 
         );
         print!("{}", local.describe(&best)?);
     }
+    println!("\npredicted per run: {total_us:.1} µs (the parts on rank 0 and every collective)");
     Ok(())
 }

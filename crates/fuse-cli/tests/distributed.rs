@@ -147,3 +147,31 @@ fn more_ranks_than_rows_is_refused_by_every_rank() {
         stderr(&out)
     );
 }
+
+#[test]
+fn calibrated_links_time_the_collectives_of_explain() {
+    let dir = tempfile::tempdir().unwrap();
+    let table = dir.path().join("links.yaml");
+    let out = mpirun(2, &["calibrate", "--distributed", "-o", table.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = fuse(&[
+        "explain",
+        &script("bicgk.yaml"),
+        "--ranks",
+        "2",
+        "--links",
+        table.to_str().unwrap(),
+        "--backend",
+        "cpu",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("2 ranks on "), "{text}");
+    let alone = mpirun(1, &["calibrate", "--distributed"]);
+    assert_eq!(alone.status.code(), Some(2), "{}", stderr(&alone));
+    assert!(
+        stderr(&alone).contains("one rank has no links to measure"),
+        "{}",
+        stderr(&alone)
+    );
+}

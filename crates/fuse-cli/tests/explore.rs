@@ -375,3 +375,49 @@ fn a_reader_that_stops_early_ends_explain_quietly() {
     assert_eq!(out.status.code(), Some(141), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(out.stderr.is_empty(), "{}", String::from_utf8_lossy(&out.stderr));
 }
+
+/// `fuse explain --ranks R`: BiCGK over 4 ranks is one local part reading its rows of A once,
+/// a gather of q and a reduction of s, each collective costed and explained; GEMVER's partial
+/// `x` is all-reduced because the second part reads it whole.
+#[test]
+fn explain_over_ranks_shows_distributions_collectives_and_parts() {
+    let script = |name: &str| repo().join("scripts").join(name).display().to_string();
+    let run = |name: &str, ranks: &str| {
+        let s = script(name);
+        let out = fuse(&[
+            "explain",
+            &s,
+            "--ranks",
+            ranks,
+            "--size",
+            "m=1000",
+            "--size",
+            "n=300",
+            "--backend",
+            "cpu",
+        ]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        stdout(&out)
+    };
+    let bicgk = run("bicgk.yaml", "4");
+    for expected in [
+        "A        [m, n]     row blocks",
+        "s        [n]        partial sums",
+        "A: [m_local, n]",
+        "gather to rank 0 `q` → `q_root`",
+        "reduce (sum) to rank 0 `s` → `s_root`",
+        "`q_root`: ",
+        "(an output)",
+        "part 1 on rank 0 (m=1000 m_local=250 n=300)",
+        "predicted per run:",
+    ] {
+        assert!(bicgk.contains(expected), "missing {expected:?} in\n{bicgk}");
+    }
+    assert!(!bicgk.contains("part 2"), "{bicgk}");
+    let gemver = run("gemver.yaml", "3");
+    assert!(gemver.contains("all-reduce (sum) `x` → `x_all`"), "{gemver}");
+    assert!(gemver.contains("(read by `w = sgemv(alpha, B, x)`)"), "{gemver}");
+    let too_many = fuse(&["explain", &script("bicgk.yaml"), "--ranks", "5", "--size", "m=4"]);
+    assert_eq!(too_many.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&too_many.stderr).contains("cannot split 4 rows (`m`) over 5 ranks"));
+}

@@ -18,6 +18,7 @@
 
 mod blocks;
 mod calls;
+mod links;
 mod steps;
 #[cfg(test)]
 mod tests;
@@ -28,10 +29,11 @@ use std::fmt;
 use crate::error::Result;
 use crate::formula::ReduceOp;
 use crate::library::Library;
-use crate::program::{Program, ValueId};
+use crate::program::{Arg, CallId, Program, ValueId};
 use crate::shape::{Shape, Sizes};
 
 pub use blocks::RowBlocks;
+pub use links::Links;
 
 /// How a value's elements lie on the ranks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -208,6 +210,8 @@ pub struct Distributed {
     /// (`RootOnly`, or `Whole` on every rank) after [`distribute`]; row blocks or whole on
     /// every rank after [`distribute_held`].
     pub results: Vec<LocalValue>,
+    /// The local form each call reads each argument in (`None` for a literal).
+    pub needs: Vec<Vec<Option<Local>>>,
     names: BTreeMap<LocalValue, String>,
 }
 
@@ -261,24 +265,37 @@ impl Distributed {
         }
     }
 
-    /// The number of elements a conversion moves between ranks in all, at `sizes` over `ranks`.
-    pub fn elements_moved(&self, conversion: &Conversion, sizes: &Sizes, ranks: usize) -> u64 {
+    /// The elements a conversion brings to one rank (the busiest), at `sizes` over `ranks`:
+    /// what its time is made of, since the ranks receive at once.
+    pub fn elements_received(&self, conversion: &Conversion, sizes: &Sizes, ranks: usize) -> u64 {
         let shape = &self.program.values[conversion.to.value].shape;
         let len: u64 = shape
             .extents(sizes)
             .map(|e| e.iter().product::<usize>() as u64)
             .unwrap_or(0);
-        let r = ranks as u64;
+        let r = ranks.max(1) as u64;
+        let others_share = len * (r - 1) / r;
         match conversion.transfer {
             Transfer::Slice | Transfer::KeepOnRoot | Transfer::Given => 0,
-            // Every rank receives what the others hold (rows) or sends and receives a share
-            // of each element (a ring's reduce-scatter + all-gather).
             Transfer::Read if conversion.to.local != Local::Whole => 0,
-            Transfer::AllGather | Transfer::Read => len * r.saturating_sub(1),
-            Transfer::Gather | Transfer::Reduce | Transfer::ReduceScatter => len * r.saturating_sub(1) / r.max(1),
-            Transfer::AllReduce => 2 * len * r.saturating_sub(1) / r.max(1),
-            Transfer::AllNorm => len * r * r.saturating_sub(1),
+            // A broadcast brings all of it to every rank.
+            Transfer::Read => len * u64::from(r > 1),
+            Transfer::AllGather | Transfer::Gather | Transfer::Reduce | Transfer::ReduceScatter => others_share,
+            // A ring: reduce-scatter, then all-gather.
+            Transfer::AllReduce => 2 * others_share,
+            Transfer::AllNorm => len * (r - 1),
         }
+    }
+
+    /// The calls that read `form`, in program order.
+    pub fn readers(&self, form: LocalValue) -> Vec<CallId> {
+        (0..self.program.calls.len())
+            .filter(|&c| {
+                let call = &self.program.calls[c];
+                (call.args.iter().zip(&self.needs[c]))
+                    .any(|(a, n)| matches!(a, Arg::Value(v) if *v == form.value) && *n == Some(form.local))
+            })
+            .collect()
     }
 }
 

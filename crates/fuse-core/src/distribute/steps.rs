@@ -106,6 +106,7 @@ pub(super) fn build(program: &Program, library: &Library, held: Option<&[Distrib
         distributions: dists,
         segments: Vec::new(),
         steps: Vec::new(),
+        needs: uses.clone(),
         results,
         names: BTreeMap::new(),
     };

@@ -32,6 +32,7 @@
 //! ```
 
 mod convert;
+mod measure;
 #[cfg(feature = "mpi")]
 mod mpi;
 mod ranks;
@@ -49,6 +50,7 @@ use crate::error::{Error, Result};
 
 #[cfg(feature = "mpi")]
 pub use self::mpi::Mpi;
+pub use measure::measure_links;
 pub use ranks::{LocalRank, LocalRanks};
 
 /// The collectives a distributed run needs. Every rank calls each method in the same order;

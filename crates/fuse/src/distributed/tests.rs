@@ -128,3 +128,14 @@ fn more_ranks_than_rows_is_an_error_on_every_rank() {
         assert!(err.contains("cannot split 2 rows (`m`) over 3 ranks"), "{err}");
     }
 }
+
+#[test]
+fn links_are_measured_between_ranks_and_one_rank_is_refused() {
+    for links in LocalRanks::new(2).run(|comm| measure_links(&comm)) {
+        let links = links.unwrap();
+        assert!(links.latency_us > 0.0 && links.bandwidth_gbs > 0.0, "{links:?}");
+        assert!(links.measured_on.starts_with("2 ranks on "), "{links:?}");
+    }
+    let one = LocalRanks::new(1).run(|comm| measure_links(&comm));
+    assert!(one[0].as_ref().unwrap_err().to_string().contains("mpirun -n R"));
+}
