@@ -175,3 +175,25 @@ fn calibrated_links_time_the_collectives_of_explain() {
         stderr(&alone)
     );
 }
+
+/// Without a GPU, asking every rank for one stops them all with exit status 3, as `fuse run` does.
+#[test]
+fn the_cuda_backend_without_a_gpu_stops_every_rank_with_status_3() {
+    if std::env::var_os("FUSE_TEST_CUDA").is_some_and(|v| v == "1") {
+        return; // a GPU is here
+    }
+    let out = mpirun(
+        2,
+        &[
+            "run",
+            &script("bicgk.yaml"),
+            "--distributed",
+            "--backend",
+            "cuda",
+            "--size",
+            "m=8",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert!(stderr(&out).contains("rank 0 of 2: no NVIDIA GPU"), "{}", stderr(&out));
+}

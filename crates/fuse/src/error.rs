@@ -184,6 +184,8 @@ pub enum Error {
         message: String,
         /// Whether its error was in what the user gave.
         bad_input: bool,
+        /// Whether it asked for a GPU where none is usable.
+        unavailable: bool,
     },
     /// A plan rank that is not there.
     #[error("plan {rank}: {program} has {count} plan(s), ranked from 1 (the best predicted)")]
@@ -226,6 +228,7 @@ impl Error {
         match self {
             Error::Cuda(e) => e.is_unavailable(),
             Error::Failed(e) => e.is_unavailable(),
+            Error::Rank { unavailable, .. } => *unavailable,
             _ => false,
         }
     }

@@ -81,6 +81,7 @@ pub trait Communicator {
 pub fn agree<T>(comm: &dyn Communicator, result: Result<T>) -> Result<T> {
     let code = match &result {
         Ok(_) => 0,
+        Err(e) if e.is_unavailable() => 3,
         Err(e) if e.is_bad_input() => 1,
         Err(_) => 2,
     };
@@ -98,6 +99,7 @@ pub fn agree<T>(comm: &dyn Communicator, result: Result<T>) -> Result<T> {
         ranks: comm.ranks(),
         message: String::from_utf8_lossy(&message).into_owned(),
         bad_input: codes[first] == 1,
+        unavailable: codes[first] == 3,
     })
 }
 
