@@ -27,6 +27,39 @@ fn outputs_of(dir: &Path, names: &[&str]) -> Vec<Vec<f32>> {
     names.iter().map(|n| read_f32(&dir.join(format!("{n}.npy")))).collect()
 }
 
+/// `script` (outputs `names`) over 1–3 ranks gives the single-process reference run's outputs.
+fn matches_the_reference_over_ranks(script: &str, names: &[&str], sizes: &[&str], dir: &Path) {
+    let want_dir = dir.join("want");
+    let mut args = vec![
+        "run",
+        script,
+        "--backend",
+        "reference",
+        "--seed",
+        "5",
+        "--force",
+        "--outputs",
+    ];
+    args.push(want_dir.to_str().unwrap());
+    args.extend(sizes);
+    let out = fuse(&args);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let want = outputs_of(&want_dir, names);
+    for ranks in [1, 2, 3] {
+        let got_dir = dir.join(format!("got{ranks}"));
+        let mut args = vec!["run", script, "--distributed", "--seed", "5", "--force", "--outputs"];
+        args.push(got_dir.to_str().unwrap());
+        args.extend(sizes);
+        let out = mpirun(ranks, &args);
+        assert!(out.status.success(), "{script} over {ranks}: {}", stderr(&out));
+        for ((name, got), want) in names.iter().zip(outputs_of(&got_dir, names)).zip(&want) {
+            let want: Vec<f64> = want.iter().map(|&x| x as f64).collect();
+            let error = relative_error(&got, &want);
+            assert!(error < 2e-5, "{script} over {ranks} ranks: `{name}` off by {error:e}");
+        }
+    }
+}
+
 #[test]
 fn every_bundled_script_over_ranks_matches_the_reference_run() {
     let dir = tempfile::tempdir().unwrap();
@@ -43,43 +76,51 @@ fn every_bundled_script_over_ranks_matches_the_reference_run() {
             .split(',')
             .map(str::trim)
             .collect();
-        let sizes = ["--size", "m=37", "--size", "n=23"];
-        let has_m = text.contains("m:");
-        let sized: Vec<&str> = match has_m {
-            true => sizes.to_vec(),
-            false => vec!["--size", "n=1001"],
+        let sizes: &[&str] = match text.contains("m:") {
+            true => &["--size", "m=37", "--size", "n=23"],
+            false => &["--size", "n=1001"],
         };
-        let script = path.to_str().unwrap();
-        let want_dir = dir.path().join("want");
-        let mut args = vec![
-            "run",
-            script,
-            "--backend",
-            "reference",
-            "--seed",
-            "5",
-            "--force",
-            "--outputs",
-        ];
-        args.push(want_dir.to_str().unwrap());
-        args.extend(&sized);
-        let out = fuse(&args);
-        assert!(out.status.success(), "{}", stderr(&out));
-        let want = outputs_of(&want_dir, &names);
-        for ranks in [1, 2, 3] {
-            let got_dir = dir.path().join(format!("got{ranks}"));
-            let mut args = vec!["run", script, "--distributed", "--seed", "5", "--force", "--outputs"];
-            args.push(got_dir.to_str().unwrap());
-            args.extend(&sized);
-            let out = mpirun(ranks, &args);
-            assert!(out.status.success(), "{script} over {ranks}: {}", stderr(&out));
-            for ((name, got), want) in names.iter().zip(outputs_of(&got_dir, &names)).zip(&want) {
-                let want: Vec<f64> = want.iter().map(|&x| x as f64).collect();
-                let error = relative_error(&got, &want);
-                assert!(error < 2e-5, "{script} over {ranks} ranks: `{name}` off by {error:e}");
-            }
-        }
+        matches_the_reference_over_ranks(path.to_str().unwrap(), &names, sizes, dir.path());
     }
+}
+
+/// A solver step whose values change distribution every way: a partial sum reduce-scattered
+/// into row blocks and all-reduced, row blocks all-gathered, norms combined, a term added once.
+const EVERY_COLLECTIVE: &str = "
+name: step
+precision: f32
+sizes: {n: 41}
+inputs: {A: [n, n], p: [n], r: [n], alpha: scalar}
+outputs: [t, w, nr, x, y]
+calls:
+  - q = sgemv(A, p)
+  - s = sgemtv(A, r)
+  - t = sadd(s, q)
+  - w = sgemv(A, t)
+  - nr = snrm2(w)
+  - x = sgemtv(alpha, A, q, nr, p)
+  - u = sgemtv(A, t)
+  - y = sgemv(A, u)
+";
+
+#[test]
+fn every_collective_over_mpi_matches_the_reference_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("step.yaml");
+    std::fs::write(&script, EVERY_COLLECTIVE).unwrap();
+    let script = script.to_str().unwrap();
+    let explained = fuse(&["explain", script, "--ranks", "3", "--backend", "cpu"]);
+    let plan = String::from_utf8_lossy(&explained.stdout);
+    for collective in [
+        "reduce-scatter",
+        "all-gather",
+        "all-reduce",
+        "all-gather of norms",
+        "gather to rank 0",
+    ] {
+        assert!(plan.contains(collective), "no {collective} in\n{plan}");
+    }
+    matches_the_reference_over_ranks(script, &["t", "w", "nr", "x", "y"], &[], dir.path());
 }
 
 /// BiCGK over `ranks` ranks from the files in `inputs`, outputs to `outputs`.

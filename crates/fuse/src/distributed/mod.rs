@@ -72,6 +72,9 @@ pub trait Communicator {
     fn all_reduce_sum(&self, data: &mut HostData) -> Result<()>;
     /// The element-wise sum into `data` on rank 0 (other ranks' `data` is left unspecified).
     fn reduce_sum(&self, data: &mut HostData) -> Result<()>;
+    /// This rank's block of the element-wise sum of every rank's `data`, blocks of `counts`
+    /// elements in rank order.
+    fn reduce_scatter_sum(&self, data: &HostData, counts: &[usize]) -> Result<HostData>;
     /// One byte from each rank, on every rank.
     fn all_gather_byte(&self, byte: u8) -> Result<Vec<u8>>;
 }

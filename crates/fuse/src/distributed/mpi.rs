@@ -165,9 +165,40 @@ impl Communicator for Mpi {
         Ok(())
     }
 
+    fn reduce_scatter_sum(&self, data: &HostData, counts: &[usize]) -> Result<HostData> {
+        partition(&[counts.iter().copied().max().unwrap_or(0) * counts.len()])?;
+        let mine = counts[self.rank()];
+        Ok(match data {
+            HostData::F32(v) => HostData::F32(reduce_scatter(&self.world, v, counts, mine)),
+            HostData::F64(v) => HostData::F64(reduce_scatter(&self.world, v, counts, mine)),
+        })
+    }
+
     fn all_gather_byte(&self, byte: u8) -> Result<Vec<u8>> {
         let mut all = vec![0u8; self.ranks()];
         self.world.all_gather_into(&byte, &mut all[..]);
         Ok(all)
     }
+}
+
+/// This rank's `mine` elements of the sum of `v` over the ranks, blocks of `counts` in rank
+/// order: MPI_Reduce_scatter_block over blocks padded to the largest (balanced blocks differ by
+/// at most a row), cut to this rank's count.
+fn reduce_scatter<T: Equivalence + Copy + Default>(
+    world: &SimpleCommunicator,
+    v: &[T],
+    counts: &[usize],
+    mine: usize,
+) -> Vec<T> {
+    let block = counts.iter().copied().max().unwrap_or(0);
+    let mut padded = vec![T::default(); block * counts.len()];
+    let mut at = 0;
+    for (r, &c) in counts.iter().enumerate() {
+        padded[r * block..r * block + c].copy_from_slice(&v[at..at + c]);
+        at += c;
+    }
+    let mut out = vec![T::default(); block];
+    world.reduce_scatter_block_into(&padded[..], &mut out[..], SystemOperation::sum());
+    out.truncate(mine);
+    out
 }

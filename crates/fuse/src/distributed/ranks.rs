@@ -152,6 +152,16 @@ impl Communicator for LocalRank {
         self.all_reduce_sum(data)
     }
 
+    fn reduce_scatter_sum(&self, data: &HostData, counts: &[usize]) -> Result<HostData> {
+        let total = sum(&self.data(data)?);
+        let start: usize = counts[..self.rank].iter().sum();
+        let mine = start..start + counts[self.rank];
+        Ok(match total {
+            HostData::F32(v) => HostData::F32(v[mine].to_vec()),
+            HostData::F64(v) => HostData::F64(v[mine].to_vec()),
+        })
+    }
+
     fn all_gather_byte(&self, byte: u8) -> Result<Vec<u8>> {
         Ok(self.bytes(vec![byte])?.concat())
     }
