@@ -6,7 +6,7 @@
 //! form from the next one); conversions of a value run right after the segment that produced
 //! it; every conversion starts from the value's natural form or from a form made just before it.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt::Write as _;
 
 use crate::error::{Diagnostic, Location, Result};
@@ -23,110 +23,148 @@ use super::{Conversion, Distributed, Distribution, Local, LocalValue, Segment, S
 /// hold it (a session's values), else inputs are read from a source and outputs gathered on
 /// rank 0.
 pub(super) fn build(program: &Program, library: &Library, held: Option<&[Distribution]>) -> Result<Distributed> {
-    let held_rows = |k: usize| held.is_some_and(|h| h[k] == Distribution::Rows);
-    let rows_inputs: Vec<&Shape> = (program.inputs.iter().enumerate())
-        .filter(|(k, _)| held_rows(*k))
-        .map(|(_, &v)| &program.values[v].shape)
-        .collect();
-    let split = split_symbol(program, &rows_inputs)?;
-    let mut dists: Vec<Distribution> = program
-        .values
-        .iter()
-        .map(|v| match v.shape.dims().first() {
-            Some(d) if *d == split => Distribution::Rows,
-            _ => Distribution::Replicated,
-        })
-        .collect();
-    if let Some(held) = held {
-        for (&v, &d) in program.inputs.iter().zip(held) {
-            dists[v] = d;
-        }
-    }
-    let mut segment_of = vec![0usize; program.calls.len()];
-    let mut uses: Vec<Vec<Option<Local>>> = Vec::with_capacity(program.calls.len());
-    for (c, call) in program.calls.iter().enumerate() {
-        let decided = split_call(program, call, &split, &dists)?;
-        let available = |v: ValueId, local: Local| match program.values[v].producer {
-            None => 0,
-            Some(p) => segment_of[p] + usize::from(local != Local::natural(dists[v])),
-        };
-        segment_of[c] = reads(&call.args, &decided.needs)
-            .map(|(v, l)| available(v, l))
-            .max()
-            .unwrap_or(0);
-        dists[call.result] = decided.result;
-        uses.push(decided.needs);
-    }
-
-    let results: Vec<LocalValue> = program
-        .outputs
-        .iter()
-        .map(|&value| LocalValue {
-            value,
-            local: match (dists[value], held) {
-                (Distribution::Rows, Some(_)) => Local::Rows,
-                (Distribution::Replicated, _) | (_, Some(_)) => Local::Whole,
-                _ => Local::RootOnly,
-            },
-        })
-        .collect();
+    let split = split_symbol(program, held)?;
+    let mut dists = first_distributions(program, &split, held);
+    let (segment_of, needs) = split_calls(program, &split, &mut dists)?;
+    let results = results(program, &dists, held.is_some());
     let mut wanted: BTreeMap<ValueId, BTreeSet<Local>> = BTreeMap::new();
-    for (call, needs) in program.calls.iter().zip(&uses) {
-        for (value, local) in reads(&call.args, needs) {
-            wanted.entry(value).or_default().insert(local);
-        }
+    let uses = program.calls.iter().zip(&needs).flat_map(|(c, n)| reads(&c.args, n));
+    for (value, local) in uses.chain(results.iter().map(|r| (r.value, r.local))) {
+        wanted.entry(value).or_default().insert(local);
     }
-    for r in &results {
-        wanted.entry(r.value).or_default().insert(r.local);
-    }
-
-    let conversions: BTreeMap<ValueId, Vec<Conversion>> = wanted
-        .iter()
-        .map(|(&value, locals)| {
-            let read = program.values[value].producer.is_none() && held.is_none();
-            let mut made = conversions(value, dists[value], read, locals);
-            if program.values[value].producer.is_none() && held.is_some() {
-                let natural = Local::natural(dists[value]);
-                let given = Conversion {
-                    to: LocalValue { value, local: natural },
-                    from: None,
-                    transfer: Transfer::Given,
-                };
-                made.retain(|c| c.to.local != natural);
-                made.insert(0, given);
-            }
-            (value, made)
-        })
+    let conversions: BTreeMap<ValueId, Vec<Conversion>> = (wanted.iter())
+        .map(|(&value, locals)| (value, made(program, value, dists[value], locals, held.is_some())))
         .collect();
-
-    let mut distributed = Distributed {
+    let mut d = Distributed {
         program: program.clone(),
         local_symbol: local_symbol(program, &split),
         split,
         distributions: dists,
         segments: Vec::new(),
         steps: Vec::new(),
-        needs: uses.clone(),
         results,
+        needs,
         names: BTreeMap::new(),
     };
-    distributed.names = names(&distributed, &wanted, &conversions);
-    let segment_count = segment_of.iter().max().map_or(0, |s| s + 1);
+    d.names = names(&d, &wanted, &conversions);
     for input in &program.inputs {
-        let reads = conversions.get(input).into_iter().flatten();
-        distributed.steps.extend(reads.map(|c| Step::Convert(*c)));
+        d.steps
+            .extend(conversions.get(input).into_iter().flatten().map(|c| Step::Convert(*c)));
     }
+    let segment_count = segment_of.iter().max().map_or(0, |s| s + 1);
+    let readers = readers(&d, &segment_of);
     for k in 0..segment_count {
         let calls: Vec<usize> = (0..program.calls.len()).filter(|&c| segment_of[c] == k).collect();
-        let segment = segment(&distributed, library, k, &calls, &uses, &segment_of, &wanted)?;
-        distributed.segments.push(segment);
-        distributed.steps.push(Step::Run(k));
+        let segment = segment(&d, library, k, &calls, &readers, &wanted)?;
+        d.segments.push(segment);
+        d.steps.push(Step::Run(k));
         for &c in &calls {
             let made = conversions.get(&program.calls[c].result).into_iter().flatten();
-            distributed.steps.extend(made.map(|conv| Step::Convert(*conv)));
+            d.steps.extend(made.map(|conv| Step::Convert(*conv)));
         }
     }
-    Ok(distributed)
+    Ok(d)
+}
+
+/// Each value's distribution before the calls are decided: inputs as held, else by their
+/// outermost dimension (the split rows or not).
+fn first_distributions(program: &Program, split: &str, held: Option<&[Distribution]>) -> Vec<Distribution> {
+    let mut dists: Vec<Distribution> = (program.values.iter())
+        .map(|v| match v.shape.dims().first() {
+            Some(d) if *d == split => Distribution::Rows,
+            _ => Distribution::Replicated,
+        })
+        .collect();
+    for (&v, &d) in program.inputs.iter().zip(held.unwrap_or_default()) {
+        dists[v] = d;
+    }
+    dists
+}
+
+/// The local form of each argument of a call (`None` for a literal).
+type Needs = Vec<Option<Local>>;
+
+/// Decides every call in order (setting its result's distribution in `dists`): the segment
+/// each runs in and the local form of each argument.
+fn split_calls(
+    program: &Program,
+    split: &str,
+    dists: &mut [Distribution],
+) -> Result<(Vec<usize>, Vec<Needs>)> {
+    let mut segment_of = vec![0usize; program.calls.len()];
+    let mut needs = Vec::with_capacity(program.calls.len());
+    for (c, call) in program.calls.iter().enumerate() {
+        let decided = split_call(program, call, split, dists)?;
+        let available = |v: ValueId, local: Local| match program.values[v].producer {
+            None => 0,
+            Some(p) => segment_of[p] + usize::from(local != Local::natural(dists[v])),
+        };
+        segment_of[c] = (reads(&call.args, &decided.needs).map(|(v, l)| available(v, l)))
+            .max()
+            .unwrap_or(0);
+        dists[call.result] = decided.result;
+        needs.push(decided.needs);
+    }
+    Ok((segment_of, needs))
+}
+
+/// The form each output is left in: whole on rank 0 for a run, as it lies for a session.
+fn results(program: &Program, dists: &[Distribution], held: bool) -> Vec<LocalValue> {
+    (program.outputs.iter())
+        .map(|&value| LocalValue {
+            value,
+            local: match (dists[value], held) {
+                (Distribution::Rows, true) => Local::Rows,
+                (Distribution::Replicated, _) | (_, true) => Local::Whole,
+                _ => Local::RootOnly,
+            },
+        })
+        .collect()
+}
+
+/// The conversions that make the `wanted` forms of `value`: reads of an input from its
+/// source, or (a held input, a result) collectives and slices from its natural form.
+fn made(
+    program: &Program,
+    value: ValueId,
+    dist: Distribution,
+    wanted: &BTreeSet<Local>,
+    held: bool,
+) -> Vec<Conversion> {
+    let input = program.values[value].producer.is_none();
+    if input && !held {
+        let read = |&local| Conversion {
+            to: LocalValue { value, local },
+            from: None,
+            transfer: Transfer::Read,
+        };
+        return wanted.iter().map(read).collect();
+    }
+    let mut made = conversions(value, dist, wanted);
+    if input {
+        let natural = Local::natural(dist);
+        let given = Conversion {
+            to: LocalValue { value, local: natural },
+            from: None,
+            transfer: Transfer::Given,
+        };
+        made.insert(0, given);
+    }
+    made
+}
+
+/// The segments other than its own that read each form of a result.
+fn readers(d: &Distributed, segment_of: &[usize]) -> HashMap<LocalValue, BTreeSet<usize>> {
+    let mut readers: HashMap<LocalValue, BTreeSet<usize>> = HashMap::new();
+    for (c, call) in d.program.calls.iter().enumerate() {
+        for (value, local) in reads(&call.args, &d.needs[c]) {
+            readers
+                .entry(LocalValue { value, local })
+                .or_default()
+                .insert(segment_of[c]);
+        }
+    }
+    readers
 }
 
 /// The values a call reads with the local form of each, literals skipped.
@@ -139,14 +177,16 @@ fn reads<'a>(args: &'a [Arg], needs: &'a [Option<Local>]) -> impl Iterator<Item 
 
 /// The size symbol split into row blocks: the row symbol of every matrix and of every input held
 /// by rows, or (without those) the length of the first vector.
-fn split_symbol(program: &Program, rows_inputs: &[&Shape]) -> Result<String> {
+fn split_symbol(program: &Program, held: Option<&[Distribution]>) -> Result<String> {
     let refuse = |why: String| Diagnostic::new(Location::file(&program.file), format!("cannot distribute: {why}"));
     let matrices = program.values.iter().filter_map(|v| match &v.shape {
         Shape::Matrix(m, _) => Some(m.as_str()),
         _ => None,
     });
-    let held = rows_inputs.iter().filter_map(|s| s.dims().first().copied());
-    let rows: BTreeSet<&str> = matrices.chain(held).collect();
+    let held_rows = (program.inputs.iter().zip(held.unwrap_or_default()))
+        .filter(|(_, d)| **d == Distribution::Rows)
+        .filter_map(|(&v, _)| program.values[v].shape.dims().first().copied());
+    let rows: BTreeSet<&str> = matrices.chain(held_rows).collect();
     match rows.len() {
         1 => Ok(rows.into_iter().next().unwrap_or_default().to_string()),
         0 => program
@@ -168,17 +208,14 @@ fn split_symbol(program: &Program, rows_inputs: &[&Shape]) -> Result<String> {
     }
 }
 
-/// How the local forms `wanted` of a value are made from its natural form (or read, for an
-/// input), in the order they must run.
-fn conversions(value: ValueId, dist: Distribution, input: bool, wanted: &BTreeSet<Local>) -> Vec<Conversion> {
+/// How the local forms `wanted` of a value are made from its natural form, in the order they
+/// must run.
+fn conversions(value: ValueId, dist: Distribution, wanted: &BTreeSet<Local>) -> Vec<Conversion> {
     let make = |local, from, transfer| Conversion {
         to: LocalValue { value, local },
         from,
         transfer,
     };
-    if input {
-        return wanted.iter().map(|&l| make(l, None, Transfer::Read)).collect();
-    }
     let natural = Local::natural(dist);
     let rest: BTreeSet<Local> = wanted.iter().copied().filter(|&l| l != natural).collect();
     let has = |l: Local| rest.contains(&l);
@@ -267,8 +304,7 @@ fn segment(
     library: &Library,
     k: usize,
     calls: &[usize],
-    uses: &[Vec<Option<Local>>],
-    segment_of: &[usize],
+    readers: &HashMap<LocalValue, BTreeSet<usize>>,
     wanted: &BTreeMap<ValueId, BTreeSet<Local>>,
 ) -> Result<Segment> {
     let program = &d.program;
@@ -279,18 +315,14 @@ fn segment(
     let made_here: BTreeSet<LocalValue> = calls.iter().map(|&c| natural(program.calls[c].result)).collect();
     let mut inputs: Vec<LocalValue> = Vec::new();
     for &c in calls {
-        for (value, local) in reads(&program.calls[c].args, &uses[c]) {
+        for (value, local) in reads(&program.calls[c].args, &d.needs[c]) {
             let form = LocalValue { value, local };
             if !made_here.contains(&form) && !inputs.contains(&form) {
                 inputs.push(form);
             }
         }
     }
-    let read_elsewhere = |form: LocalValue| {
-        (0..program.calls.len())
-            .filter(|&c| segment_of[c] != k)
-            .any(|c| reads(&program.calls[c].args, &uses[c]).any(|(v, l)| LocalValue { value: v, local: l } == form))
-    };
+    let read_elsewhere = |form: LocalValue| readers.get(&form).is_some_and(|s| s.iter().any(|&r| r != k));
     let outputs: Vec<LocalValue> = calls
         .iter()
         .map(|&c| natural(program.calls[c].result))
@@ -302,7 +334,7 @@ fn segment(
         })
         .collect();
 
-    let script = local_script(d, k, calls, uses, &inputs, &outputs);
+    let script = local_script(d, k, calls, &inputs, &outputs);
     let file = format!("{} (part {} over ranks)", program.file, k + 1);
     let parsed = script::parse(&file, &script, library)?;
     Ok(Segment {
@@ -313,14 +345,7 @@ fn segment(
     })
 }
 
-fn local_script(
-    d: &Distributed,
-    k: usize,
-    calls: &[usize],
-    uses: &[Vec<Option<Local>>],
-    inputs: &[LocalValue],
-    outputs: &[LocalValue],
-) -> String {
+fn local_script(d: &Distributed, k: usize, calls: &[usize], inputs: &[LocalValue], outputs: &[LocalValue]) -> String {
     let program = &d.program;
     let shapes: Vec<Shape> = inputs
         .iter()
@@ -355,7 +380,7 @@ fn local_script(
         let args: Vec<String> = call
             .args
             .iter()
-            .zip(&uses[c])
+            .zip(&d.needs[c])
             .map(|(arg, need)| match arg {
                 Arg::Value(value) => {
                     let local = need.unwrap_or(Local::Whole);
