@@ -26,99 +26,111 @@ pub(super) struct CallSplit {
 
 /// Decides how `call` runs on row blocks, given the distributions of the values it reads.
 pub(super) fn split_call(program: &Program, call: &Call, split: &str, dists: &[Distribution]) -> Result<CallSplit> {
-    let refuse = |why: String| {
+    let refuse = |why: String| -> crate::error::Error {
         Diagnostic::new(
             call.location.clone(),
             format!("cannot distribute `{}`: {why}", call.text),
         )
+        .into()
     };
-    let formula = &call.form.formula;
-    let elements = elements(&formula.body);
-    let symbol = |index: usize| index_symbol(program, call, index);
-    let is_matrix = |param: usize| call.form.signature.params[param].shape.rank() == 2;
-
-    let mut split_indices = BTreeSet::new();
-    let blas2 = elements.iter().any(|(p, _)| is_matrix(*p)) || call.form.signature.result.rank() == 2;
-    if blas2 {
-        for (param, index) in elements.iter().filter(|(p, _)| is_matrix(*p)) {
-            if index[1..].iter().any(|i| index[0] == *i) {
-                return Err(refuse(format!(
-                    "`{}` is indexed by the same variable twice",
-                    param_name(call, *param)
-                ))
-                .into());
-            }
-            split_indices.insert(index[0]);
-        }
-        if call.form.signature.result.rank() == 2 {
-            split_indices.insert(formula.result_indices[0]);
-        }
-        let column_split = elements
-            .iter()
-            .filter(|(p, _)| is_matrix(*p))
-            .map(|(_, index)| index[1])
-            .chain(
-                formula
-                    .result_indices
-                    .get(1)
-                    .copied()
-                    .filter(|_| call.form.signature.result.rank() == 2),
-            )
-            .any(|i| split_indices.contains(&i));
-        if column_split {
-            return Err(refuse("its matrices are not all indexed rows first by the same variable".into()).into());
-        }
-    } else {
-        // BLAS-1: run on row blocks where an operand already lies in them (or is a partial sum,
-        // which a reduce-scatter brings there); on replicated operands, compute it everywhere.
-        for (param, index) in &elements {
-            let Arg::Value(v) = call.args[*param] else { continue };
-            if symbol(index[0]).as_deref() == Some(split) && dists[v] != Distribution::Replicated {
-                split_indices.insert(index[0]);
-            }
-        }
-    }
-
-    let mut needs: Vec<Option<Local>> = call
-        .args
-        .iter()
+    let elements = elements(&call.form.formula.body);
+    let blas2 = call.form.signature.result.rank() == 2 || elements.iter().any(|(p, _)| is_matrix(call, *p));
+    let split_indices = match blas2 {
+        true => matrix_rows(call, &elements).map_err(refuse)?,
+        false => vector_rows(program, call, &elements, split, dists),
+    };
+    let mut needs: Vec<Option<Local>> = (call.args.iter())
         .map(|a| matches!(a, Arg::Value(_)).then_some(Local::Whole))
         .collect();
     for (param, index) in &elements {
         let by_rows = split_indices.contains(&index[0]);
-        let split_elsewhere = elements
+        if elements
             .iter()
-            .any(|(p, i)| p == param && split_indices.contains(&i[0]) != by_rows);
-        if split_elsewhere {
-            return Err(refuse(format!("`{}` is read both by rows and whole", param_name(call, *param))).into());
+            .any(|(p, i)| p == param && split_indices.contains(&i[0]) != by_rows)
+        {
+            return Err(refuse(format!(
+                "`{}` is read both by rows and whole",
+                param_name(call, *param)
+            )));
         }
         needs[*param] = Some(if by_rows { Local::Rows } else { Local::Whole });
     }
+    let result = result_distribution(call, &split_indices, &mut needs).map_err(refuse)?;
+    Ok(CallSplit { needs, result })
+}
 
-    let result_split = formula
-        .result_indices
-        .first()
-        .is_some_and(|i| split_indices.contains(i));
-    let reduced = split_reduction(&formula.body, &split_indices);
-    let result = match (result_split, reduced) {
-        (true, None) => Distribution::Rows,
-        (false, None) => Distribution::Replicated,
-        (true, Some(_)) => return Err(refuse("its result is both split by rows and summed over them".into()).into()),
+fn is_matrix(call: &Call, param: usize) -> bool {
+    call.form.signature.params[param].shape.rank() == 2
+}
+
+/// The split index variables of a BLAS-2 call: each matrix's (and a matrix result's) row
+/// variable, which must never index a column.
+fn matrix_rows(call: &Call, elements: &[(usize, Vec<usize>)]) -> Result<BTreeSet<usize>, String> {
+    let formula = &call.form.formula;
+    let matrix_result = call.form.signature.result.rank() == 2;
+    let matrices = || elements.iter().filter(|(p, _)| is_matrix(call, *p));
+    if let Some((param, _)) = matrices().find(|(_, index)| index[1..].contains(&index[0])) {
+        return Err(format!(
+            "`{}` is indexed by the same variable twice",
+            param_name(call, *param)
+        ));
+    }
+    let mut rows: BTreeSet<usize> = matrices().map(|(_, index)| index[0]).collect();
+    let mut columns: Vec<usize> = matrices().map(|(_, index)| index[1]).collect();
+    if matrix_result {
+        rows.insert(formula.result_indices[0]);
+        columns.push(formula.result_indices[1]);
+    }
+    match columns.iter().any(|i| rows.contains(i)) {
+        true => Err("its matrices are not all indexed rows first by the same variable".into()),
+        false => Ok(rows),
+    }
+}
+
+/// The split index variables of a BLAS-1 call: it runs on row blocks where an operand already
+/// lies in them (or is a partial sum, which a reduce-scatter brings there); on replicated
+/// operands it is computed everywhere.
+fn vector_rows(
+    program: &Program,
+    call: &Call,
+    elements: &[(usize, Vec<usize>)],
+    split: &str,
+    dists: &[Distribution],
+) -> BTreeSet<usize> {
+    (elements.iter())
+        .filter(|(param, index)| {
+            let Arg::Value(v) = call.args[*param] else { return false };
+            index_symbol(program, call, index[0]).as_deref() == Some(split) && dists[v] != Distribution::Replicated
+        })
+        .map(|(_, index)| index[0])
+        .collect()
+}
+
+/// How the result lies: by rows where a split variable indexes it, a partial share where the
+/// formula sums over split rows (the terms outside the sum then held `RootOnly` in `needs`),
+/// else replicated.
+fn result_distribution(
+    call: &Call,
+    split: &BTreeSet<usize>,
+    needs: &mut [Option<Local>],
+) -> Result<Distribution, String> {
+    let formula = &call.form.formula;
+    let result_split = formula.result_indices.first().is_some_and(|i| split.contains(i));
+    match (result_split, split_reduction(&formula.body, split)) {
+        (true, None) => Ok(Distribution::Rows),
+        (false, None) => Ok(Distribution::Replicated),
+        (true, Some(_)) => Err("its result is both split by rows and summed over them".into()),
         (false, Some(op)) => {
             let zeroable = |param: usize| matches!(call.args[param], Arg::Value(_));
-            let root_only = partial_form(&formula.body, &split_indices, op, &zeroable).ok_or_else(|| {
-                refuse(
-                    "its formula is not a sum over the split rows plus terms that vanish with one of its arguments, so the ranks' shares cannot be added up"
-                        .into(),
-                )
-            })?;
+            let root_only = partial_form(&formula.body, split, op, &zeroable).ok_or(
+                "its formula is not a sum over the split rows plus terms that vanish with one of its arguments, so the ranks' shares cannot be added up",
+            )?;
             for param in root_only {
                 needs[param] = Some(Local::RootOnly);
             }
-            Distribution::Partial(op)
+            Ok(Distribution::Partial(op))
         }
-    };
-    Ok(CallSplit { needs, result })
+    }
 }
 
 /// The program's size symbol that index variable `index` of `call`'s formula ranges over.

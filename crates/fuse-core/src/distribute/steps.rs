@@ -86,11 +86,7 @@ type Needs = Vec<Option<Local>>;
 
 /// Decides every call in order (setting its result's distribution in `dists`): the segment
 /// each runs in and the local form of each argument.
-fn split_calls(
-    program: &Program,
-    split: &str,
-    dists: &mut [Distribution],
-) -> Result<(Vec<usize>, Vec<Needs>)> {
+fn split_calls(program: &Program, split: &str, dists: &mut [Distribution]) -> Result<(Vec<usize>, Vec<Needs>)> {
     let mut segment_of = vec![0usize; program.calls.len()];
     let mut needs = Vec::with_capacity(program.calls.len());
     for (c, call) in program.calls.iter().enumerate() {

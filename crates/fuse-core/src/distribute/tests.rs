@@ -281,3 +281,32 @@ fn held_inputs_in_either_form_give_the_whole_programs_results_left_distributed()
         check_plan(&d, &sizes, &[1, 2, 3, 5]);
     }
 }
+
+/// A call whose ranks' shares cannot be added up is refused at its line, saying why.
+#[test]
+fn a_formula_that_is_not_linear_in_its_sum_over_rows_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let function = |name: &str, formula: &str| {
+        let text = format!(
+            "name: {name}\ndescription: test\nkind: nested_reduce\nforms:\n  - signature: (A[m,n], x[m]) -> [n]\n    formula: {formula}\n"
+        );
+        std::fs::write(dir.path().join(format!("{name}.yaml")), text).unwrap();
+    };
+    function("absgemtv", "out[j] = abs(sum(i, A[i,j] * x[i]))");
+    function("shiftgemtv", "out[j] = sum(i, A[i,j] * x[i]) + 1.0");
+    let library = Library::load(dir.path()).unwrap();
+    for (callee, why) in [
+        ("sabsgemtv", "is not a sum over the split rows"),
+        ("sshiftgemtv", "is not a sum over the split rows"),
+    ] {
+        let text = format!(
+            "sizes: {{m: 4, n: 3}}\ninputs: {{A: [m, n], r: [m]}}\noutputs: [s]\ncalls:\n  - s = {callee}(A, r)"
+        );
+        let program = script::parse("odd.yaml", &text, &library).unwrap();
+        let err = distribute(&program, &library).unwrap_err().to_string();
+        assert!(
+            err.starts_with("odd.yaml:") && err.contains("cannot distribute `s = ") && err.contains(why),
+            "{err}"
+        );
+    }
+}
