@@ -57,8 +57,8 @@ mod with_mpi {
 
     pub fn run_script(program: &Program, options: &RunOptions) -> Result<(), Failure> {
         let comm = Mpi::init().map_err(failure)?;
-        if comm.rank() == 0 && (options.timing || !options.plan_sizes.is_empty()) {
-            eprintln!("note: --timing and --plan-size apply to runs in one process: ignored with --distributed");
+        if comm.rank() == 0 && !options.plan_sizes.is_empty() {
+            eprintln!("note: --plan-size applies to runs in one process: ignored with --distributed");
         }
         let comm = &comm;
         let (shapes, read) = agree(comm, input_shapes(program, options))?;
@@ -94,7 +94,18 @@ mod with_mpi {
         };
         let backend = options.backend.map_or(fuse::Backend::Cpu, fuse::Backend::from);
         let compile = CompileOptions::new().library(std::sync::Arc::clone(options.library));
-        let results = fuse::distributed::run(comm, &plan, &sizes, &backend, &compile, &source).map_err(failure)?;
+        let program_here = fuse::distributed::compile(comm, plan, &sizes, &backend, &compile).map_err(failure)?;
+        let (results, times) = program_here.run_timed(comm, &source).map_err(failure)?;
+        if options.timing && comm.rank() == 0 {
+            let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+            eprintln!(
+                "timing on rank 0 of {}: read {:.3} ms, compute {:.3} ms, collectives {:.3} ms",
+                comm.ranks(),
+                ms(times.read),
+                ms(times.compute),
+                ms(times.exchange)
+            );
+        }
         // Rank 0 holds the outputs.
         let reported = match comm.rank() {
             0 => report(program, &results, options, &read).map_err(|f| f.message),

@@ -238,3 +238,29 @@ fn the_cuda_backend_without_a_gpu_stops_every_rank_with_status_3() {
     assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
     assert!(stderr(&out).contains("rank 0 of 2: no NVIDIA GPU"), "{}", stderr(&out));
 }
+
+#[test]
+fn timing_says_where_rank_0_spent_its_run() {
+    let out = mpirun(
+        2,
+        &[
+            "run",
+            &script("bicgk.yaml"),
+            "--distributed",
+            "--timing",
+            "--size",
+            "m=300",
+            "--size",
+            "n=200",
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let err = stderr(&out);
+    let line = err
+        .lines()
+        .find(|l| l.starts_with("timing on rank 0 of 2: "))
+        .unwrap_or_else(|| panic!("{err}"));
+    for part in ["read ", "compute ", "collectives "] {
+        assert!(line.contains(part) && line.contains(" ms"), "{line}");
+    }
+}

@@ -41,6 +41,7 @@ mod tests;
 
 use std::collections::HashMap;
 use std::ops::Range;
+use std::time::{Duration, Instant};
 
 use fuse_core::distribute::{Distributed, Local, LocalValue, RowBlocks, Step, Transfer};
 use fuse_core::{ArrayView, Bindings, HostArray, HostData, Sizes, Views};
@@ -215,6 +216,13 @@ impl RankProgram {
     /// Runs it on this rank of `comm` (every rank must): the results this rank holds, by the
     /// program's output names, in the form [`Distributed::results`] gives.
     pub fn run(&self, comm: &dyn Communicator, source: &dyn InputSource) -> Result<Bindings> {
+        self.run_timed(comm, source).map(|(results, _)| results)
+    }
+
+    /// [`RankProgram::run`], and where this rank's time went.
+    pub fn run_timed(&self, comm: &dyn Communicator, source: &dyn InputSource) -> Result<(Bindings, RankTimes)> {
+        let mut times = RankTimes::default();
+        let started = Instant::now();
         let mut rank = Rank {
             comm,
             plan: &self.plan,
@@ -223,10 +231,13 @@ impl RankProgram {
             store: HashMap::new(),
         };
         rank.read_inputs(source)?;
+        times.read = started.elapsed();
         for step in &self.plan.steps {
+            let step_started = Instant::now();
             match step {
                 Step::Run(k) => {
                     let outputs = rank.run_segment(*k, &self.compiled[*k]);
+                    times.compute += step_started.elapsed();
                     let outputs = agree(comm, outputs)?;
                     for (&form, array) in self.plan.segments[*k].outputs.iter().zip(outputs) {
                         rank.store.insert(form, Stored::Owned(array));
@@ -235,7 +246,8 @@ impl RankProgram {
                 // Reads (no `from`) were done above.
                 Step::Convert(c) => {
                     if let Some(from) = c.from {
-                        rank.convert(c, from)?
+                        rank.convert(c, from)?;
+                        times.exchange += step_started.elapsed();
                     }
                 }
             }
@@ -246,8 +258,20 @@ impl RankProgram {
                 results.insert(self.plan.program.values[r.value].variable.clone(), stored.into_owned());
             }
         }
-        Ok(results)
+        Ok((results, times))
     }
+}
+
+/// Where one rank's run went: reading (and broadcasting) inputs, computing its parts, and the
+/// conversions between them (collectives, waiting for the other ranks included).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct RankTimes {
+    /// Reading its inputs and the broadcasts of replicated ones.
+    pub read: Duration,
+    /// Running its parts.
+    pub compute: Duration,
+    /// Collectives and local slices.
+    pub exchange: Duration,
 }
 
 /// One rank's state: the local forms it holds.
