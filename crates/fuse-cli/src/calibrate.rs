@@ -59,7 +59,7 @@ pub fn progress_bar(len: usize) -> ProgressBar {
 /// `fuse calibrate`: the backend asked for, or the GPU when one is there, else the CPU.
 pub fn run(args: &CalibrateArgs, library: &Library) -> Result<(), Failure> {
     if let Some(path) = &args.out {
-        check_out(path)?;
+        check_out(path, args.distributed)?;
     }
     if args.distributed {
         return run_links(args);
@@ -80,9 +80,9 @@ pub fn run(args: &CalibrateArgs, library: &Library) -> Result<(), Failure> {
     }
 }
 
-/// Refuses `-o` over anything but a timing table, before minutes of measuring: the file may be
-/// the user's.
-fn check_out(path: &Path) -> Result<(), Failure> {
+/// Refuses `-o` over anything but a table of the kind written (a timing table, or with
+/// `links` a links table), before minutes of measuring: the file may be the user's.
+fn check_out(path: &Path, links: bool) -> Result<(), Failure> {
     let text = match file::read_text(path, file::ENTRY_LIMIT) {
         Ok(text) => text,
         // Nothing there, or unreadable: writing will say so.
@@ -94,16 +94,16 @@ fn check_out(path: &Path) -> Result<(), Failure> {
         Err(_) => String::new(),
     };
     let is_table = match serde_yaml::from_str::<serde_yaml::Value>(&text) {
-        Ok(serde_yaml::Value::Mapping(m)) => {
-            (m.contains_key("routines") && m.contains_key("device")) || m.contains_key("latency_us")
-        }
+        Ok(serde_yaml::Value::Mapping(m)) if links => m.contains_key("latency_us"),
+        Ok(serde_yaml::Value::Mapping(m)) => m.contains_key("routines") && m.contains_key("device"),
         _ => false,
     };
     match is_table {
         true => Ok(()),
         false => Err(bad_input(format!(
-            "-o {}: refusing to overwrite a file that is not a timing or links table",
-            path.display()
+            "-o {}: refusing to overwrite a file that is not a {} table",
+            path.display(),
+            if links { "links" } else { "timing" }
         ))),
     }
 }

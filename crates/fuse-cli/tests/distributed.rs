@@ -208,6 +208,12 @@ fn calibrated_links_time_the_collectives_of_explain() {
     assert!(out.status.success(), "{}", stderr(&out));
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("2 ranks on "), "{text}");
+    let notes = dir.path().join("notes.yaml");
+    std::fs::write(&notes, "my: notes\n").unwrap();
+    let refused = mpirun(2, &["calibrate", "--distributed", "-o", notes.to_str().unwrap()]);
+    assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
+    assert!(stderr(&refused).contains("not a links table"), "{}", stderr(&refused));
+    assert_eq!(std::fs::read_to_string(&notes).unwrap(), "my: notes\n");
     let alone = mpirun(1, &["calibrate", "--distributed"]);
     assert_eq!(alone.status.code(), Some(2), "{}", stderr(&alone));
     assert!(

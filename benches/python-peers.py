@@ -1,0 +1,120 @@
+#!/usr/bin/env python3
+"""fuseblas against the same sequences written in numpy (and PyTorch on the CPU, where it is
+installed), from Python, on this machine's CPU: interleaved rounds, each a median of RUNS
+back-to-back calls; prints each round, then the medians and the ratios (> 1: fuseblas faster).
+
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python3 benches/python-peers.py [--sizes 2048,8192] [--rounds 3] [--runs 10]
+
+Needs fuseblas installed (release: `pip install ./crates/fuse-python`). The numbers are what a
+Python user calling each library sees, call overhead included; inputs are the same arrays for all.
+"""
+import argparse
+import pathlib
+import statistics
+import time
+
+import numpy as np
+
+import fuseblas
+
+try:
+    import torch
+except ImportError:
+    torch = None
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def numpy_bicgk(d):
+    return d["A"] @ d["p"], d["A"].T @ d["r"]
+
+
+def numpy_atax(d):
+    return d["A"].T @ (d["A"] @ d["x"])
+
+
+def numpy_gemver(d):
+    b = d["A"] + np.outer(d["u1"], d["v1"]) + np.outer(d["u2"], d["v2"])
+    x = d["beta"] * (b.T @ d["y"]) + d["z"]
+    return b, x, d["alpha"] * (b @ x)
+
+
+def torch_bicgk(d):
+    return d["A"] @ d["p"], d["A"].T @ d["r"]
+
+
+def torch_atax(d):
+    return d["A"].T @ (d["A"] @ d["x"])
+
+
+def torch_gemver(d):
+    b = torch.addr(torch.addr(d["A"], d["u1"], d["v1"]), d["u2"], d["v2"])
+    x = torch.addmv(d["z"], b.T, d["y"], alpha=float(d["beta"]))
+    return b, x, torch.mv(b, x) * float(d["alpha"])
+
+
+SEQUENCES = {
+    "bicgk": (numpy_bicgk, torch_bicgk, ["A", "p", "r"]),
+    "atax": (numpy_atax, torch_atax, ["A", "x"]),
+    "gemver": (numpy_gemver, torch_gemver, ["A", "u1", "v1", "u2", "v2", "y", "z", "alpha", "beta"]),
+}
+
+
+def arrays(names, n, rng):
+    out = {}
+    for name in names:
+        if name == "A":
+            out[name] = rng.uniform(-1, 1, (n, n)).astype(np.float32)
+        elif name in ("alpha", "beta"):
+            out[name] = np.float32(1.5 if name == "alpha" else 0.5)
+        else:
+            out[name] = rng.uniform(-1, 1, n).astype(np.float32)
+    return out
+
+
+def median_us(call, runs):
+    call()
+    times = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        call()
+        times.append((time.perf_counter() - started) * 1e6)
+    return statistics.median(times)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", default="2048,8192")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--runs", type=int, default=10)
+    args = parser.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    rng = np.random.default_rng(0)
+    peers = "numpy" + (f", torch {torch.__version__} ({torch.get_num_threads()} threads)" if torch else "")
+    print(f"fuseblas {fuseblas.__version__} (cpu backend), numpy {np.__version__}; peers: {peers}; f32")
+    points = {}
+    for n in sizes:
+        for name, (np_fn, torch_fn, names) in SEQUENCES.items():
+            data = arrays(names, n, rng)
+            program = fuseblas.compile(ROOT / "scripts" / f"{name}.yaml", backend="cpu", sizes={"m": n, "n": n})
+            tensors = {k: (torch.from_numpy(np.atleast_1d(v)) if np.ndim(v) else v) for k, v in data.items()} if torch else None
+            calls = {"fuseblas": lambda: program(**data), "numpy": lambda: np_fn(data)}
+            if torch:
+                calls["torch"] = lambda: torch_fn(tensors)
+            points[(name, n)] = (calls, {k: [] for k in calls})
+    for round_ in range(args.rounds):
+        for (name, n), (calls, times) in points.items():
+            for who, call in calls.items():
+                times[who].append(median_us(call, args.runs))
+            line = ", ".join(f"{who} {t[-1]:.0f} µs" for who, t in times.items())
+            print(f"round {round_ + 1}: {name} {n}²: {line}")
+    print("\n| sequence | size | " + " | ".join(f"{who} µs" for who in next(iter(points.values()))[1]) + " | numpy / fuseblas |" + (" torch / fuseblas |" if torch else ""))
+    print("|---" * (3 + len(next(iter(points.values()))[1]) + (1 if torch else 0)) + "|")
+    for (name, n), (_, times) in points.items():
+        med = {who: statistics.median(t) for who, t in times.items()}
+        ratios = f" {med['numpy'] / med['fuseblas']:.2f}× |" + (f" {med['torch'] / med['fuseblas']:.2f}× |" if torch else "")
+        print(f"| {name} | {n}² | " + " | ".join(f"{v:.0f}" for v in med.values()) + " |" + ratios)
+
+
+if __name__ == "__main__":
+    main()
