@@ -87,7 +87,7 @@ modules are cached on disk ($FUSE_CACHE_DIR, else ~/.cache/fuse), so a second ru
 Examples:\n  fuse run scripts/bicgk.yaml\n  fuse run scripts/gemver.yaml --size m=1000 --size n=300 --seed 7\n  \
 fuse run scripts/atax.yaml --inputs in/ --outputs out/\n  \
 fuse run scripts/bicgk.yaml --inputs in/ --random r\n  fuse run scripts/bicgk.yaml --backend cuda --size m=8192 --size n=8192\n  \
-mpirun -n 4 fuse run scripts/bicgk.yaml --distributed --inputs in/ --outputs out/   # each rank its rows"
+mpirun -n 4 fuse run scripts/atax.yaml --distributed --inputs in/ --outputs o/"
     )]
     Run {
         /// Script file.

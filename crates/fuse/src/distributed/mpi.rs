@@ -8,6 +8,7 @@ use mpi::traits::Communicator as _;
 use mpi::traits::*;
 use mpi::Count;
 
+use fuse_core::data::try_zeroed_vec;
 use fuse_core::HostData;
 
 use super::Communicator;
@@ -103,21 +104,17 @@ impl Communicator for Mpi {
 
     fn all_gather(&self, local: &HostData, counts: &[usize]) -> Result<HostData> {
         let (c, d) = partition(counts)?;
-        let total = counts.iter().sum();
-        Ok(match local {
-            HostData::F32(v) => {
-                let mut all = vec![0f32; total];
-                self.world
-                    .all_gather_varcount_into(&v[..], &mut PartitionMut::new(&mut all[..], c, d));
-                HostData::F32(all)
-            }
-            HostData::F64(v) => {
-                let mut all = vec![0f64; total];
-                self.world
-                    .all_gather_varcount_into(&v[..], &mut PartitionMut::new(&mut all[..], c, d));
-                HostData::F64(all)
-            }
-        })
+        let mut all = zeros_like(local, counts.iter().sum())?;
+        match (local, &mut all) {
+            (HostData::F32(v), HostData::F32(a)) => self
+                .world
+                .all_gather_varcount_into(&v[..], &mut PartitionMut::new(&mut a[..], c, d)),
+            (HostData::F64(v), HostData::F64(a)) => self
+                .world
+                .all_gather_varcount_into(&v[..], &mut PartitionMut::new(&mut a[..], c, d)),
+            _ => return Err(mixed()),
+        }
+        Ok(all)
     }
 
     fn gather(&self, local: &HostData, counts: &[usize]) -> Result<Option<HostData>> {
@@ -126,21 +123,17 @@ impl Communicator for Mpi {
             on_data!(local, v => self.root().gather_varcount_into(&v[..]));
             return Ok(None);
         }
-        let total = counts.iter().sum();
-        Ok(Some(match local {
-            HostData::F32(v) => {
-                let mut all = vec![0f32; total];
-                self.root()
-                    .gather_varcount_into_root(&v[..], &mut PartitionMut::new(&mut all[..], c, d));
-                HostData::F32(all)
-            }
-            HostData::F64(v) => {
-                let mut all = vec![0f64; total];
-                self.root()
-                    .gather_varcount_into_root(&v[..], &mut PartitionMut::new(&mut all[..], c, d));
-                HostData::F64(all)
-            }
-        }))
+        let mut all = zeros_like(local, counts.iter().sum())?;
+        match (local, &mut all) {
+            (HostData::F32(v), HostData::F32(a)) => self
+                .root()
+                .gather_varcount_into_root(&v[..], &mut PartitionMut::new(&mut a[..], c, d)),
+            (HostData::F64(v), HostData::F64(a)) => self
+                .root()
+                .gather_varcount_into_root(&v[..], &mut PartitionMut::new(&mut a[..], c, d)),
+            _ => return Err(mixed()),
+        }
+        Ok(Some(all))
     }
 
     fn all_reduce_sum(&self, data: &mut HostData) -> Result<()> {
@@ -201,4 +194,17 @@ fn reduce_scatter<T: Equivalence + Copy + Default>(
     world.reduce_scatter_block_into(&padded[..], &mut out[..], SystemOperation::sum());
     out.truncate(mine);
     out
+}
+
+/// `len` zeros of `data`'s precision, or the error naming their bytes.
+fn zeros_like(data: &HostData, len: usize) -> Result<HostData> {
+    let what = || format!("{len} elements gathered from every rank");
+    Ok(match data {
+        HostData::F32(_) => HostData::F32(try_zeroed_vec(len, what)?),
+        HostData::F64(_) => HostData::F64(try_zeroed_vec(len, what)?),
+    })
+}
+
+fn mixed() -> Error {
+    Error::Internal("a collective's buffers differ in precision".into())
 }
