@@ -24,6 +24,9 @@ except ImportError:
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
+# Seconds of quiet before each library is timed (OpenBLAS's threads wait up to ~0.1 s).
+QUIET_S = 0.3
+
 
 def numpy_bicgk(d):
     return d["A"] @ d["p"], d["A"].T @ d["r"]
@@ -98,13 +101,17 @@ def main():
             data = arrays(names, n, rng)
             program = fuseblas.compile(ROOT / "scripts" / f"{name}.yaml", backend="cpu", sizes={"m": n, "n": n})
             tensors = {k: (torch.from_numpy(np.atleast_1d(v)) if np.ndim(v) else v) for k, v in data.items()} if torch else None
-            calls = {"fuseblas": lambda: program(**data), "numpy": lambda: np_fn(data)}
+            # Bound now: a closure over the loop's variables would see the last point's.
+            calls = {"fuseblas": lambda p=program, d=data: p(**d), "numpy": lambda f=np_fn, d=data: f(d)}
             if torch:
-                calls["torch"] = lambda: torch_fn(tensors)
+                calls["torch"] = lambda f=torch_fn, t=tensors: f(t)
             points[(name, n)] = (calls, {k: [] for k in calls})
     for round_ in range(args.rounds):
         for (name, n), (calls, times) in points.items():
             for who, call in calls.items():
+                # OpenBLAS's threads spin for a while after numpy's last call, taking the cores
+                # the next library's threads need: let them go to sleep first.
+                time.sleep(QUIET_S)
                 times[who].append(median_us(call, args.runs))
             line = ", ".join(f"{who} {t[-1]:.0f} µs" for who, t in times.items())
             print(f"round {round_ + 1}: {name} {n}²: {line}")
