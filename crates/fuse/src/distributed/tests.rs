@@ -139,3 +139,19 @@ fn links_are_measured_between_ranks_and_one_rank_is_refused() {
     let one = LocalRanks::new(1).run(|comm| measure_links(&comm));
     assert!(one[0].as_ref().unwrap_err().to_string().contains("mpirun -n R"));
 }
+
+/// Each rank's part runs on any local backend: the generated CUDA on host threads here.
+#[test]
+fn ranks_run_their_parts_on_the_emulated_gpu_too() {
+    let program = scripts().into_iter().find(|p| p.name == "gemver").unwrap();
+    let sizes = awkward(&program);
+    let mut inputs = Bindings::new();
+    fill_random_inputs(&program, &sizes, 3, &mut inputs);
+    let want = evaluate(&program, &sizes, &inputs).unwrap();
+    let mut results = run_over(2, &program, &sizes, &Backend::Emulate, &inputs);
+    let got = results.swap_remove(0).unwrap();
+    for (name, w) in &want {
+        let error = relative_error(&got[name].to_f64(), &w.to_f64());
+        assert!(error < 2e-5, "`{name}` off by {error:e}");
+    }
+}
