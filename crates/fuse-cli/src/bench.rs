@@ -216,15 +216,16 @@ pub fn run(args: &BenchArgs, library: &Library) -> Result<(), Failure> {
             bar: &bar,
         };
         let measured = bench.run()?;
-        if bar.is_hidden() {
-            // No progress bar (standard error is not a terminal): a line per script instead.
-            eprintln!("measured {} ({} of {})", program.name, done + 1, programs.len());
-        }
+        // Kept before it is announced: a Ctrl-C right after the line still reports it.
         report
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .results
             .push(measured);
+        if bar.is_hidden() {
+            // No progress bar (standard error is not a terminal): a line per script instead.
+            eprintln!("measured {} ({} of {})", program.name, done + 1, programs.len());
+        }
     }
     bar.set_message("copy bandwidth");
     let mut report = report.lock().unwrap_or_else(PoisonError::into_inner);
