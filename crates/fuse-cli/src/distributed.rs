@@ -23,11 +23,11 @@ mod with_mpi {
     use std::path::PathBuf;
 
     use fuse::distributed::{agree as agree_on, Communicator, InputSource, Mpi, Stored};
-    use fuse::stages::fuse_core::data::try_fill_random_inputs;
+    use fuse::stages::fuse_core::data::try_random_input;
     use fuse::stages::fuse_core::distribute::distribute;
+    use fuse::stages::fuse_core::file;
     use fuse::stages::fuse_core::wording::list_or_none;
-    use fuse::stages::fuse_core::{file, HostArray, HostData};
-    use fuse::{Bindings, CompileOptions, Error, Precision, Program, Sizes};
+    use fuse::{CompileOptions, Error, Program, Sizes};
 
     use crate::failure::{failure, Failure};
     use crate::run::{check_random_names, output_options, report, RunOptions};
@@ -36,21 +36,25 @@ mod with_mpi {
     /// Input shapes by name.
     type Shapes = BTreeMap<String, Vec<usize>>;
 
-    /// Inputs of one rank: rows of `.npy` files, or arrays drawn at random (whole, the same on
-    /// every rank and as `fuse run` draws them without `--distributed`).
-    struct Files {
+    /// Inputs of one rank: rows of `.npy` files, or of inputs drawn at random (each rank draws
+    /// only the rows it holds, the numbers `fuse run` draws without `--distributed`).
+    struct Files<'a> {
         dir: Option<PathBuf>,
-        precision: Precision,
-        drawn: Bindings,
+        program: &'a Program,
+        sizes: &'a Sizes,
+        seed: u64,
+        /// Inputs without a file, by their position among the program's inputs.
+        drawn: BTreeMap<String, usize>,
     }
 
-    impl InputSource for Files {
+    impl InputSource for Files<'_> {
         fn read(&self, name: &str, rows: Option<Range<usize>>) -> fuse::Result<Stored<'_>> {
-            if self.drawn.contains_key(name) {
-                return self.drawn.read(name, rows);
+            if let Some(&k) = self.drawn.get(name) {
+                let array = try_random_input(self.program, self.sizes, self.seed, k, rows)?;
+                return Ok(Stored::Owned(array));
             }
             let dir = (self.dir.as_ref()).ok_or_else(|| Error::Internal(format!("no source for input `{name}`")))?;
-            let array = npy::read_rows(&dir.join(format!("{name}.npy")), self.precision, rows);
+            let array = npy::read_rows(&dir.join(format!("{name}.npy")), self.program.precision, rows);
             array.map(Stored::Owned).map_err(Error::Distribution)
         }
     }
@@ -78,7 +82,10 @@ mod with_mpi {
             agree(comm, Ok(()))?;
         }
         let plan = distribute(program, options.library).map_err(crate::failure::bad_input)?;
-        let drawn = agree(comm, draw(program, &sizes, options, &shapes))?;
+        let drawn: BTreeMap<String, usize> = (program.inputs.iter().enumerate())
+            .map(|(k, &v)| (program.values[v].variable.clone(), k))
+            .filter(|(name, _)| !shapes.contains_key(name))
+            .collect();
         if comm.rank() == 0 && !drawn.is_empty() {
             let names: Vec<&str> = drawn.keys().map(String::as_str).collect();
             eprintln!(
@@ -89,7 +96,9 @@ mod with_mpi {
         }
         let source = Files {
             dir: options.inputs.clone(),
-            precision: program.precision,
+            program,
+            sizes: &sizes,
+            seed: options.seed,
             drawn,
         };
         let backend = options.backend.map_or(fuse::Backend::Cpu, fuse::Backend::from);
@@ -144,23 +153,5 @@ mod with_mpi {
             true => Ok((shapes, read)),
             false => Err(npy::missing_inputs(dir, &missing)),
         }
-    }
-
-    /// The inputs without a file, drawn at random.
-    fn draw(
-        program: &Program,
-        sizes: &Sizes,
-        options: &RunOptions,
-        shapes: &BTreeMap<String, Vec<usize>>,
-    ) -> Result<Bindings, String> {
-        // Placeholders stand for the inputs read from files, so that only the others are drawn.
-        let placeholder = || HostArray {
-            dims: Vec::new(),
-            data: HostData::F64(Vec::new()),
-        };
-        let mut drawn: Bindings = shapes.keys().map(|name| (name.clone(), placeholder())).collect();
-        try_fill_random_inputs(program, sizes, options.seed, &mut drawn).map_err(|e| e.to_string())?;
-        drawn.retain(|name, _| !shapes.contains_key(name));
-        Ok(drawn)
     }
 }

@@ -394,31 +394,53 @@ pub fn try_fill_random_inputs(
     given: &mut Bindings,
 ) -> Result<(), HostMemoryError> {
     for (k, &id) in program.inputs.iter().enumerate() {
-        let value = &program.values[id];
-        if given.contains_key(&value.variable) {
-            continue;
+        let name = &program.values[id].variable;
+        if !given.contains_key(name) {
+            let array = try_random_input(program, sizes, seed, k, None)?;
+            given.insert(name.clone(), array);
         }
-        let dims = value.shape.extents(sizes).unwrap_or_default();
-        let mut rng = ChaCha8Rng::seed_from_u64(seed);
-        rng.set_stream(k as u64);
-        let count: usize = dims.iter().product();
-        let what = || format!("input `{}` of {} at {sizes}", value.variable, program.name);
-        let mut draw = || rng.random_range(-1.0..1.0);
-        let data = match program.precision {
-            Precision::F32 => {
-                let mut v = try_vec(count, what)?;
-                v.extend((0..count).map(|_| draw() as f32));
-                HostData::F32(v)
-            }
-            Precision::F64 => {
-                let mut v = try_vec(count, what)?;
-                v.extend((0..count).map(|_| draw()));
-                HostData::F64(v)
-            }
-        };
-        given.insert(value.variable.clone(), HostArray { dims, data });
     }
     Ok(())
+}
+
+/// Input `k` (in declaration order) as [`try_fill_random_inputs`] draws it, or only rows
+/// `rows` of it (its outermost dimension): the same numbers, its stream started at the first of
+/// those rows, so that a rank of a distributed run draws its own rows alone.
+pub fn try_random_input(
+    program: &Program,
+    sizes: &Sizes,
+    seed: u64,
+    k: usize,
+    rows: Option<std::ops::Range<usize>>,
+) -> Result<HostArray, HostMemoryError> {
+    let value = &program.values[program.inputs[k]];
+    let name = &value.variable;
+    let mut dims = value.shape.extents(sizes).unwrap_or_default();
+    let row: usize = dims.iter().skip(1).product();
+    let first = rows.as_ref().map_or(0, |r| r.start * row);
+    if let (Some(r), Some(outer)) = (&rows, dims.first_mut()) {
+        *outer = r.len();
+    }
+    let count: usize = dims.iter().product();
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    rng.set_stream(k as u64);
+    // Each element is one 64-bit draw: two 32-bit words of the stream.
+    rng.set_word_pos(2 * first as u128);
+    let what = || format!("input `{name}` of {} at {sizes}", program.name);
+    let mut draw = || rng.random_range(-1.0..1.0);
+    let data = match program.precision {
+        Precision::F32 => {
+            let mut v = try_vec(count, what)?;
+            v.extend((0..count).map(|_| draw() as f32));
+            HostData::F32(v)
+        }
+        Precision::F64 => {
+            let mut v = try_vec(count, what)?;
+            v.extend((0..count).map(|_| draw()));
+            HostData::F64(v)
+        }
+    };
+    Ok(HostArray { dims, data })
 }
 
 /// [`try_fill_random_inputs`] for tests and benchmarks, whose inputs fit: panics where the
@@ -508,6 +530,30 @@ mod tests {
         assert_eq!(relative_error(&[3.0, 4.0], &[3.0, 4.0]), 0.0);
         assert!((relative_error(&[3.0, 4.5], &[3.0, 4.0]) - 0.1).abs() < 1e-12);
         assert_eq!(relative_error(&[0.5], &[0.0]), 0.5);
+    }
+
+    /// A block of rows drawn alone is those rows of the whole draw, in both precisions.
+    #[test]
+    fn rows_drawn_alone_are_the_rows_of_the_whole_draw() {
+        let library = crate::Library::builtin().unwrap();
+        for p in ["f32", "f64"] {
+            let prefix = if p == "f32" { "s" } else { "d" };
+            let text = format!(
+                "precision: {p}\nsizes: {{m: 37, n: 11}}\ninputs: {{A: [m, n], x: [n], r: [m]}}\noutputs: [y]\ncalls:\n  - y = {prefix}gemv(A, x)\n"
+            );
+            let program = crate::script::parse("t.yaml", &text, &library).unwrap();
+            let sizes = program.sizes.clone();
+            let mut whole = Bindings::new();
+            try_fill_random_inputs(&program, &sizes, 5, &mut whole).unwrap();
+            for (k, name, row) in [(0, "A", 11), (2, "r", 1)] {
+                for rows in [0..37, 0..1, 13..25, 36..37] {
+                    let part = try_random_input(&program, &sizes, 5, k, Some(rows.clone())).unwrap();
+                    let want = &whole[name].to_f64()[rows.start * row..rows.end * row];
+                    assert_eq!(part.to_f64(), want, "{p} {name} rows {rows:?}");
+                    assert_eq!(part.dims[0], rows.len());
+                }
+            }
+        }
     }
 
     /// Drawn straight in f32, an input is the f64 draw rounded: the same values as before
