@@ -3,7 +3,7 @@
 //!
 //! Every matrix is split into balanced blocks of rows, one per rank (the *split* size symbol is
 //! the matrices' row symbol). Each value then gets a [`Distribution`], inferred call by call from
-//! the library formulas ([`calls`]): a result indexed by split rows is [`Distribution::Rows`]; a
+//! the library formulas (`calls.rs`): a result indexed by split rows is [`Distribution::Rows`]; a
 //! sum over split rows (`Aᵀ·r`, a dot of row blocks, an nrm2) is a rank's
 //! [`Distribution::Partial`] share; anything else is [`Distribution::Replicated`]. Each use of a
 //! value asks for one [`Local`] form of it, and where that differs from how the value lies, a
