@@ -1,8 +1,9 @@
 //! Ranks as threads of one process: a [`Communicator`] without MPI, for running and testing a
 //! distributed plan on one machine. Every collective is an exchange: each rank leaves its part
-//! in a slot, all meet at a barrier, each takes what it needs, all meet again.
+//! in a slot, all meet, each takes what it needs, all meet again. A rank that panics breaks the
+//! meeting, so the others get an error instead of waiting for it forever.
 
-use std::sync::{Arc, Barrier, Mutex};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use fuse_core::HostData;
 
@@ -23,8 +24,70 @@ pub struct LocalRank {
 
 struct Shared {
     ranks: usize,
-    barrier: Barrier,
+    meeting: Meeting,
     slots: Mutex<Vec<Option<Part>>>,
+}
+
+/// A barrier that a panicking rank breaks for good.
+#[derive(Default)]
+struct Meeting {
+    state: Mutex<Attendance>,
+    all_here: Condvar,
+}
+
+#[derive(Default)]
+struct Attendance {
+    /// Ranks arrived at the current meeting.
+    here: usize,
+    /// The current meeting's number.
+    meeting: u64,
+    /// Whether a rank has panicked.
+    broken: bool,
+}
+
+impl Meeting {
+    fn state(&self) -> MutexGuard<'_, Attendance> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Waits until all `ranks` ranks are here; an error once a rank has panicked.
+    fn wait(&self, ranks: usize) -> Result<()> {
+        let broken = || Error::Internal("another rank panicked".into());
+        let mut state = self.state();
+        if state.broken {
+            return Err(broken());
+        }
+        state.here += 1;
+        if state.here == ranks {
+            state.here = 0;
+            state.meeting += 1;
+            self.all_here.notify_all();
+            return Ok(());
+        }
+        let meeting = state.meeting;
+        let state =
+            (self.all_here.wait_while(state, |s| s.meeting == meeting && !s.broken)).unwrap_or_else(|p| p.into_inner());
+        match state.broken {
+            true => Err(broken()),
+            false => Ok(()),
+        }
+    }
+
+    fn break_up(&self) {
+        self.state().broken = true;
+        self.all_here.notify_all();
+    }
+}
+
+/// Breaks the meeting if its rank's thread unwinds.
+struct BreakOnPanic<'a>(&'a Meeting);
+
+impl Drop for BreakOnPanic<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.break_up();
+        }
+    }
 }
 
 #[derive(Clone)]
@@ -43,14 +106,18 @@ impl LocalRanks {
     pub fn run<T: Send>(&self, body: impl Fn(LocalRank) -> T + Sync) -> Vec<T> {
         let shared = Arc::new(Shared {
             ranks: self.ranks,
-            barrier: Barrier::new(self.ranks),
+            meeting: Meeting::default(),
             slots: Mutex::new(vec![None; self.ranks]),
         });
         std::thread::scope(|scope| {
             let handles: Vec<_> = (0..self.ranks)
                 .map(|rank| {
                     let (shared, body) = (Arc::clone(&shared), &body);
-                    scope.spawn(move || body(LocalRank { rank, shared }))
+                    scope.spawn(move || {
+                        let meeting = Arc::clone(&shared);
+                        let _guard = BreakOnPanic(&meeting.meeting);
+                        body(LocalRank { rank, shared })
+                    })
                 })
                 .collect();
             handles
@@ -66,9 +133,9 @@ impl LocalRank {
     fn exchange(&self, mine: Part) -> Result<Vec<Part>> {
         let lock = || (self.shared.slots.lock()).map_err(|_| Error::Internal("a rank thread panicked".into()));
         lock()?[self.rank] = Some(mine);
-        self.shared.barrier.wait();
+        self.shared.meeting.wait(self.shared.ranks)?;
         let parts: Option<Vec<Part>> = lock()?.iter().cloned().collect();
-        self.shared.barrier.wait();
+        self.shared.meeting.wait(self.shared.ranks)?;
         parts.ok_or_else(|| Error::Internal("a rank left no part in an exchange".into()))
     }
 

@@ -4,7 +4,7 @@ use std::path::Path;
 use fuse_core::data::{fill_random_inputs, relative_error};
 use fuse_core::distribute::distribute;
 use fuse_core::reference::evaluate;
-use fuse_core::{script, Bindings, Library, Precision, Program, Sizes};
+use fuse_core::{script, Bindings, HostData, Library, Precision, Program, Sizes};
 
 use super::*;
 
@@ -154,4 +154,21 @@ fn ranks_run_their_parts_on_the_emulated_gpu_too() {
         let error = relative_error(&got[name].to_f64(), &w.to_f64());
         assert!(error < 2e-5, "`{name}` off by {error:e}");
     }
+}
+
+/// A rank that panics does not leave the others waiting: they get an error, and the panic
+/// reaches the caller.
+#[test]
+fn a_panicking_rank_breaks_the_others_out_of_their_collective() {
+    let caught = std::panic::catch_unwind(|| {
+        LocalRanks::new(3).run(|comm| {
+            if comm.rank() == 1 {
+                panic!("rank 1 fails");
+            }
+            let mut one = HostData::F64(vec![1.0]);
+            comm.all_reduce_sum(&mut one)
+        })
+    });
+    let panic = caught.unwrap_err();
+    assert_eq!(panic.downcast_ref::<&str>(), Some(&"rank 1 fails"));
 }
