@@ -25,12 +25,11 @@ mod with_mpi {
     use fuse::distributed::{agree as agree_on, Communicator, InputSource, Mpi, Stored};
     use fuse::stages::fuse_core::data::try_random_input;
     use fuse::stages::fuse_core::distribute::distribute;
-    use fuse::stages::fuse_core::file;
     use fuse::stages::fuse_core::wording::list_or_none;
     use fuse::{CompileOptions, Error, Program, Sizes};
 
     use crate::failure::{failure, Failure};
-    use crate::run::{check_random_names, output_options, report, RunOptions};
+    use crate::run::{check_input_files, check_random_names, output_options, report, RunOptions};
     use crate::{npy, sizes};
 
     /// Input shapes by name.
@@ -65,7 +64,10 @@ mod with_mpi {
             eprintln!("note: --plan-size applies to runs in one process: ignored with --distributed");
         }
         let comm = &comm;
-        let (shapes, read) = agree(comm, input_shapes(program, options))?;
+        let (shapes, read, warnings) = agree(comm, input_shapes(program, options))?;
+        if comm.rank() == 0 {
+            warnings.iter().for_each(|w| eprintln!("warning: {w}"));
+        }
         let sizes = agree(
             comm,
             sizes::bind_run_sizes(program, &options.sizes, &shapes, options.inputs.as_deref()).map_err(|f| f.message),
@@ -129,29 +131,20 @@ mod with_mpi {
     }
 
     /// The shapes of the inputs that have files in `--inputs` (not drawn by `--random`), from
-    /// their headers, and the files.
-    fn input_shapes(program: &Program, options: &RunOptions) -> Result<(Shapes, Vec<PathBuf>), String> {
+    /// their headers, and the files; the warnings about files that are no input.
+    fn input_shapes(program: &Program, options: &RunOptions) -> Result<(Shapes, Vec<PathBuf>, Vec<String>), String> {
         check_random_names(program, options).map_err(|f| f.message)?;
         let Some(dir) = &options.inputs else {
             return Ok(Default::default());
         };
         let (mut shapes, mut read) = (BTreeMap::new(), Vec::new());
-        for &id in &program.inputs {
-            let name = &program.values[id].variable;
-            let path = dir.join(format!("{name}.npy"));
-            if options.random.contains(name) || !file::is_there(&path) {
-                continue;
+        for (name, path) in npy::input_files(program, dir)? {
+            if !options.random.contains(&name) {
+                shapes.insert(name, npy::read_shape(&path)?);
+                read.push(path);
             }
-            shapes.insert(name.clone(), npy::read_shape(&path)?);
-            read.push(path);
         }
-        let missing: Vec<&str> = (program.inputs.iter())
-            .map(|&v| program.values[v].variable.as_str())
-            .filter(|n| !shapes.contains_key(*n) && !options.random_rest && !options.random.iter().any(|r| r == n))
-            .collect();
-        match missing.is_empty() {
-            true => Ok((shapes, read)),
-            false => Err(npy::missing_inputs(dir, &missing)),
-        }
+        let warnings = check_input_files(program, options, |n| shapes.contains_key(n)).map_err(|f| f.message)?;
+        Ok((shapes, read, warnings))
     }
 }

@@ -15,6 +15,18 @@ use fuse::stages::fuse_core::{Bindings, HostArray, HostData, Precision, Program}
 /// Reads `DIR/<input>.npy` for every input of `program` that has such a file; returns the
 /// arrays and the paths read.
 pub fn read_inputs(program: &Program, dir: &Path) -> Result<(Bindings, Vec<PathBuf>), String> {
+    let mut arrays = Bindings::new();
+    let mut read = Vec::new();
+    for (name, path) in input_files(program, dir)? {
+        arrays.insert(name, read_array(&path, program.precision)?);
+        read.push(path);
+    }
+    Ok((arrays, read))
+}
+
+/// Each input of `program` that has a file `DIR/<input>.npy`, with that file, in declaration
+/// order; an error where `dir` is no folder that can be listed.
+pub fn input_files(program: &Program, dir: &Path) -> Result<Vec<(String, PathBuf)>, String> {
     // Listed first, so that a folder that cannot be read says so rather than "has none".
     std::fs::read_dir(dir).map_err(|e| {
         let why = match e.kind() {
@@ -24,18 +36,13 @@ pub fn read_inputs(program: &Program, dir: &Path) -> Result<(Bindings, Vec<PathB
         };
         format!("--inputs {}: {why}", dir.display())
     })?;
-    let mut arrays = Bindings::new();
-    let mut read = Vec::new();
-    for &id in &program.inputs {
-        let name = &program.values[id].variable;
-        let path = dir.join(format!("{name}.npy"));
-        if !file::is_there(&path) {
-            continue;
-        }
-        arrays.insert(name.clone(), read_array(&path, program.precision)?);
-        read.push(path);
-    }
-    Ok((arrays, read))
+    Ok((program.inputs.iter())
+        .map(|&id| {
+            let name = &program.values[id].variable;
+            (name.clone(), dir.join(format!("{name}.npy")))
+        })
+        .filter(|(_, path)| file::is_there(path))
+        .collect())
 }
 
 /// A warning for each `.npy` file in `dir` that is no input of `program` (a misspelt name, or
@@ -181,31 +188,15 @@ pub fn read_rows(path: &Path, precision: Precision, rows: Option<Range<usize>>) 
         }
     };
     let mut dims = header.shape;
-    let array = HostArray {
-        dims: dims.clone(),
-        data,
-    };
+    if let (Some(r), Some(outer)) = (&part, dims.first_mut()) {
+        *outer = r.len();
+    }
+    let array = HostArray { dims, data };
+    // A Fortran-ordered matrix was read whole: its rows are cut here.
     Ok(match (rows, part) {
-        (Some(r), None) => cut_rows(array, r),
-        (Some(r), Some(_)) => {
-            dims[0] = r.len();
-            HostArray { dims, ..array }
-        }
-        (None, _) => array,
+        (Some(r), None) => array.view().rows(r),
+        _ => array,
     })
-}
-
-/// Rows `rows` of a row-major array read whole.
-fn cut_rows(array: HostArray, rows: Range<usize>) -> HostArray {
-    let row: usize = array.dims.iter().skip(1).product();
-    let span = rows.start * row..rows.end * row;
-    let mut dims = array.dims;
-    dims[0] = rows.len();
-    let data = match array.data {
-        HostData::F32(v) => HostData::F32(v[span].to_vec()),
-        HostData::F64(v) => HostData::F64(v[span].to_vec()),
-    };
-    HostArray { dims, data }
 }
 
 /// The longest header read (numpy's own reader stops at 10,000 bytes unless told otherwise).

@@ -71,18 +71,31 @@ fn gather_inputs<'p>(
     let drawn: Vec<&str> = (input_names(program).into_iter())
         .filter(|n| !inputs.contains_key(*n))
         .collect();
-    if let Some(dir) = &options.inputs {
-        let asked = |n: &&str| options.random_rest || options.random.iter().any(|r| r == n);
-        let missing: Vec<&str> = drawn.iter().copied().filter(|n| !asked(n)).collect();
-        if !missing.is_empty() {
-            return Err(bad_input(npy::missing_inputs(dir, &missing)));
-        }
-        for warning in npy::unused_files(program, dir) {
-            eprintln!("warning: {warning}");
-        }
+    for warning in check_input_files(program, options, |n| inputs.contains_key(n))? {
+        eprintln!("warning: {warning}");
     }
     check_inputs_given(program, sizes, &inputs).map_err(bad_input)?;
     Ok((inputs, drawn))
+}
+
+/// With `--inputs`: an error unless every input lacking a file (`has_file` false) is asked to
+/// be drawn (`--random NAME`, `--random-rest`); else the warnings about files that are no input.
+pub fn check_input_files(
+    program: &Program,
+    options: &RunOptions,
+    has_file: impl Fn(&str) -> bool,
+) -> Result<Vec<String>, Failure> {
+    let Some(dir) = &options.inputs else {
+        return Ok(Vec::new());
+    };
+    let asked = |n: &str| options.random_rest || options.random.iter().any(|r| r == n);
+    let missing: Vec<&str> = (input_names(program).into_iter())
+        .filter(|n| !has_file(n) && !asked(n))
+        .collect();
+    match missing.is_empty() {
+        true => Ok(npy::unused_files(program, dir)),
+        false => Err(bad_input(npy::missing_inputs(dir, &missing))),
+    }
 }
 
 pub fn run_script(program: &Program, options: &RunOptions) -> Result<(), Failure> {

@@ -108,6 +108,21 @@ impl ArrayView<'_> {
             data: self.data.to_owned(),
         }
     }
+
+    /// Rows `rows` of its outermost dimension, copied (a rank's block of a matrix or vector).
+    pub fn rows(&self, rows: std::ops::Range<usize>) -> HostArray {
+        let row: usize = self.dims.iter().skip(1).product();
+        let span = rows.start * row..rows.end * row;
+        let mut dims = self.dims.clone();
+        if let Some(outer) = dims.first_mut() {
+            *outer = rows.len();
+        }
+        let data = match self.data {
+            DataView::F32(v) => HostData::F32(v[span].to_vec()),
+            DataView::F64(v) => HostData::F64(v[span].to_vec()),
+        };
+        HostArray { dims, data }
+    }
 }
 
 /// An array bound to an input, owned ([`HostArray`]) or borrowed ([`ArrayView`]): the checks
@@ -153,6 +168,14 @@ pub struct HostArray {
 }
 
 impl HostArray {
+    /// The array, borrowed.
+    pub fn view(&self) -> ArrayView<'_> {
+        ArrayView {
+            dims: self.dims.clone(),
+            data: self.data.view(),
+        }
+    }
+
     /// An f64 array.
     pub fn f64(dims: Vec<usize>, data: Vec<f64>) -> Self {
         debug_assert_eq!(dims.iter().product::<usize>(), data.len());
@@ -216,16 +239,7 @@ pub type Views<'a> = BTreeMap<String, ArrayView<'a>>;
 
 /// Views of every array of `bindings` (no element is copied).
 pub fn views(bindings: &Bindings) -> Views<'_> {
-    bindings
-        .iter()
-        .map(|(name, a)| {
-            let view = ArrayView {
-                dims: a.dims.clone(),
-                data: a.data.view(),
-            };
-            (name.clone(), view)
-        })
-        .collect()
+    bindings.iter().map(|(name, a)| (name.clone(), a.view())).collect()
 }
 
 /// Why arrays do not fit a program.

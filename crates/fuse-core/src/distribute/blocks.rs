@@ -32,6 +32,11 @@ impl RowBlocks {
     pub fn rows(&self, rank: usize) -> usize {
         self.range(rank).len()
     }
+
+    /// The elements each rank holds of an array whose rows have `columns` elements each.
+    pub fn counts(&self, columns: usize) -> Vec<usize> {
+        (0..self.ranks).map(|r| self.rows(r) * columns).collect()
+    }
 }
 
 #[cfg(test)]

@@ -1,12 +1,10 @@
 //! The conversions of a distributed run on one rank: each [`Transfer`] as collectives of the
 //! [`Communicator`] and local slices.
 
-use std::ops::Range;
-
 use fuse_core::data::try_zeroed_vec;
 use fuse_core::distribute::{Conversion, Local, LocalValue, Transfer};
 use fuse_core::reference::norm2;
-use fuse_core::{ArrayView, DataView, HostArray, HostData, Precision};
+use fuse_core::{HostArray, HostData, Precision};
 
 use super::{missing, Rank, Stored};
 use crate::error::{Error, Result};
@@ -28,7 +26,7 @@ impl Rank<'_> {
         let whole = (self.plan.program.values[c.to.value].shape.extents(self.sizes))
             .ok_or_else(|| Error::Internal(format!("no sizes for `{}`", self.plan.name(c.to))))?;
         let columns: usize = whole.iter().skip(1).product();
-        let counts: Vec<usize> = (0..ranks).map(|r| self.blocks.rows(r) * columns).collect();
+        let counts = self.blocks.counts(columns);
         let with = |data: HostData, dims: &[usize]| HostArray {
             dims: dims.to_vec(),
             data,
@@ -46,25 +44,16 @@ impl Rank<'_> {
                 comm.reduce_sum(&mut data)?;
                 (me == 0).then(|| with(data, &src.dims))
             }
-            // A reduce-scatter of unequal blocks, as an all-reduce and a slice: the partial
-            // vectors are short next to the matrix rows each rank reads.
             Transfer::ReduceScatter => {
-                let mut data = src.data.to_owned();
-                comm.all_reduce_sum(&mut data)?;
-                let sum = with(data, &src.dims);
-                Some(rows_of(
-                    &ArrayView {
-                        dims: sum.dims.clone(),
-                        data: sum.data.view(),
-                    },
-                    self.blocks.range(me),
-                ))
+                let mut dims = src.dims.clone();
+                dims[0] = self.blocks.rows(me);
+                Some(with(comm.reduce_scatter_sum(&src.data.to_owned(), &counts)?, &dims))
             }
             Transfer::AllNorm => {
                 let all = comm.all_gather(&src.data.to_owned(), &vec![src.data.len(); ranks])?;
                 Some(with(combine_norms(&all, src.data.len()), &src.dims))
             }
-            Transfer::Slice => Some(rows_of(src, self.blocks.range(me))),
+            Transfer::Slice => Some(src.rows(self.blocks.range(me))),
             Transfer::KeepOnRoot => (me == 0).then(|| src.to_owned()),
             Transfer::Read | Transfer::Given => return Err(Error::Internal("a read is not a conversion".into())),
         };
@@ -73,21 +62,6 @@ impl Rank<'_> {
         }
         Ok(())
     }
-}
-
-/// Rows `rows` of `array` (its outermost dimension), copied.
-pub(super) fn rows_of(array: &ArrayView, rows: Range<usize>) -> HostArray {
-    let columns: usize = array.dims.iter().skip(1).product();
-    let span = rows.start * columns..rows.end * columns;
-    let mut dims = array.dims.clone();
-    if let Some(first) = dims.first_mut() {
-        *first = rows.len();
-    }
-    let data = match array.data {
-        DataView::F32(v) => HostData::F32(v[span].to_vec()),
-        DataView::F64(v) => HostData::F64(v[span].to_vec()),
-    };
-    HostArray { dims, data }
 }
 
 /// Zeros of `dims`, or the error naming their bytes.

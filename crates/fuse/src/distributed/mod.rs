@@ -121,10 +121,7 @@ impl Stored<'_> {
     /// Its elements, borrowed.
     pub fn view(&self) -> ArrayView<'_> {
         match self {
-            Stored::Owned(a) => ArrayView {
-                dims: a.dims.clone(),
-                data: a.data.view(),
-            },
+            Stored::Owned(a) => a.view(),
             Stored::Borrowed(v) => v.clone(),
         }
     }
@@ -148,13 +145,9 @@ impl InputSource for Bindings {
         let array = self
             .get(name)
             .ok_or_else(|| Error::Internal(format!("input `{name}` was not given")))?;
-        let whole = ArrayView {
-            dims: array.dims.clone(),
-            data: array.data.view(),
-        };
         Ok(match rows {
-            None => Stored::Borrowed(whole),
-            Some(rows) => Stored::Owned(convert::rows_of(&whole, rows)),
+            None => Stored::Borrowed(array.view()),
+            Some(rows) => Stored::Owned(array.view().rows(rows)),
         })
     }
 }
@@ -366,10 +359,7 @@ impl<'a> Rank<'a> {
         for form in &segment.inputs {
             let view = match (self.store.get(form), zeros.get(form)) {
                 (Some(stored), _) => stored.view(),
-                (None, Some(z)) => ArrayView {
-                    dims: z.dims.clone(),
-                    data: z.data.view(),
-                },
+                (None, Some(z)) => z.view(),
                 (None, None) => return Err(missing(self.plan, *form)),
             };
             views.insert(self.plan.name(*form).to_string(), view);

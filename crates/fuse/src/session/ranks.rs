@@ -106,9 +106,7 @@ impl<T: Element> Session<T> {
             return Ok(local);
         };
         let dims = handle.dims();
-        let columns: usize = dims[1..].iter().product();
-        let blocks = blocks(dims[0], comm.ranks())?;
-        let counts: Vec<usize> = (0..comm.ranks()).map(|r| blocks.rows(r) * columns).collect();
+        let counts = blocks(dims[0], comm.ranks())?.counts(dims[1..].iter().product());
         let all = comm.all_gather(&T::into_data(local), &counts)?;
         let array = HostArray {
             dims: dims.to_vec(),

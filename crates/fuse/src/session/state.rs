@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use fuse_core::{ArrayView, Bindings, HostArray, Library, Precision, ValueId, Views};
+use fuse_core::{Bindings, HostArray, Library, Precision, ValueId, Views};
 
 use super::canonical::{self, Canonical, PendingArg, PendingCall};
 use super::handle::Token;
@@ -416,13 +416,7 @@ impl State {
                 Some(Data::Ready(Copies { host: Some(host), .. })) => host,
                 _ => return Err(not_computed(*id)),
             };
-            views.insert(
-                name.clone(),
-                ArrayView {
-                    dims: host.dims.clone(),
-                    data: host.data.view(),
-                },
-            );
+            views.insert(name.clone(), host.view());
         }
         Ok(views)
     }
