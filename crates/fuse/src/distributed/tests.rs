@@ -27,6 +27,15 @@ fn awkward(program: &Program) -> Sizes {
     program.bind_sizes(&overrides).unwrap()
 }
 
+/// Bundled script `name` at awkward sizes, with random inputs.
+fn bundled(name: &str) -> (Program, Sizes, Bindings) {
+    let program = scripts().into_iter().find(|p| p.name == name).unwrap();
+    let sizes = awkward(&program);
+    let mut inputs = Bindings::new();
+    fill_random_inputs(&program, &sizes, 3, &mut inputs);
+    (program, sizes, inputs)
+}
+
 fn run_over(
     ranks: usize,
     program: &Program,
@@ -93,10 +102,7 @@ impl InputSource for FailingOn {
 
 #[test]
 fn a_rank_that_fails_to_read_makes_every_rank_return_its_error() {
-    let program = scripts().into_iter().find(|p| p.name == "bicgk").unwrap();
-    let sizes = awkward(&program);
-    let mut inputs = Bindings::new();
-    fill_random_inputs(&program, &sizes, 3, &mut inputs);
+    let (program, sizes, inputs) = bundled("bicgk");
     let library = Library::builtin().unwrap();
     let plan = distribute(&program, &library).unwrap();
     let blocks = plan.blocks(&sizes, 3).unwrap();
@@ -143,10 +149,7 @@ fn links_are_measured_between_ranks_and_one_rank_is_refused() {
 /// Each rank's part runs on any local backend: the generated CUDA on host threads here.
 #[test]
 fn ranks_run_their_parts_on_the_emulated_gpu_too() {
-    let program = scripts().into_iter().find(|p| p.name == "gemver").unwrap();
-    let sizes = awkward(&program);
-    let mut inputs = Bindings::new();
-    fill_random_inputs(&program, &sizes, 3, &mut inputs);
+    let (program, sizes, inputs) = bundled("gemver");
     let want = evaluate(&program, &sizes, &inputs).unwrap();
     let mut results = run_over(2, &program, &sizes, &Backend::Emulate, &inputs);
     let got = results.swap_remove(0).unwrap();
