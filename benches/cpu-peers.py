@@ -40,6 +40,8 @@ SEQUENCES = {
     "sgemvt": (lambda d: (d["beta"] * (d["A"].T @ d["y"]) + d["z"], d["alpha"] * (d["A"] @ d["x"]))),
     "gemver": (lambda d: gemver(d)),
 }
+# Seconds of quiet before fuse is timed, so that numpy's BLAS threads have gone to sleep.
+QUIET_S = 0.3
 VECTORS = {"x": "n", "y": "m", "p": "n", "r": "m", "z": "n", "u1": "m", "v1": "n", "u2": "m", "v2": "n"}
 
 
@@ -135,6 +137,9 @@ def main():
                     for size in sizes:
                         numpy_loop_us, numpy_us = time_numpy(name, size, precision, args.runs)
                         path = script(name, precision, folder)
+                        # OpenBLAS's threads spin on both cores for up to ~0.1 s after numpy's
+                        # last call: timed inside that, fuse's runs at 1024² took twice as long.
+                        time.sleep(QUIET_S)
                         fused_us, unfused_us = time_fuse(args.fuse, path, size, args.runs)
                         line = {"round": round_, "sequence": name, "precision": precision, "size": size,
                                 "numpy_us": numpy_us, "numpy_loop_us": numpy_loop_us, "fuse_us": fused_us,

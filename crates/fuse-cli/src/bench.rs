@@ -66,7 +66,7 @@ pub struct BenchArgs {
 /// The backends `fuse bench` measures.
 #[derive(Clone, Copy, ValueEnum)]
 enum BenchBackend {
-    /// The fused CPU backend (rayon).
+    /// The fused CPU backend.
     Cpu,
     /// A GPU: the plan `fuse run --backend cuda` runs, against cuBLAS.
     Cuda,

@@ -366,8 +366,8 @@ pub(crate) fn stream<T: Real>(dest: &mut [T], src: &[T]) {
     dest.copy_from_slice(src);
 }
 
-/// Orders the streaming stores of this thread before its later stores (a rayon join then
-/// publishes them like any other write).
+/// Orders the streaming stores of this thread before its later stores (the end of a parallel
+/// section then publishes them like any other write).
 pub(crate) fn stream_fence() {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: SSE2 is part of x86-64.

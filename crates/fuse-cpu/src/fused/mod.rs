@@ -1,5 +1,5 @@
 //! The fused CPU backend: runs a [`Plan`] — the same plans the explorer makes for a GPU — on
-//! the CPU's cores with rayon, so that what a GPU kernel keeps on chip stays in cache.
+//! the CPU's cores, so that what a GPU kernel keeps on chip stays in cache.
 //!
 //! Each kernel of the plan processes its data tile by tile: a few rows of the matrix at a time
 //! (as many columns as fit a cache-sized run) or a chunk of the vectors, running every call of
@@ -46,6 +46,7 @@
 //! ```
 
 pub mod calibrate;
+mod crew;
 mod error;
 mod eval;
 mod exec;

@@ -1,5 +1,5 @@
-//! The threads the fused CPU backend runs on: the calling thread and a rayon pool of fuse's
-//! own (a program embedding fuse keeps its global rayon pool to itself, and a plan may be given
+//! The threads the fused CPU backend runs on: the calling thread and a [`Crew`] of fuse's own
+//! (a program embedding fuse keeps its global rayon pool to itself, and a plan may be given
 //! threads of another count).
 //!
 //! The shared threads are `FUSE_NUM_THREADS`, else one per core this process may run on —
@@ -12,8 +12,7 @@ use std::env::VarError;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use rayon::{ThreadPool, ThreadPoolBuilder};
-
+use super::crew::{lock, Crew};
 use super::CpuError;
 
 /// The environment variable that sets the shared pool's thread count.
@@ -22,42 +21,37 @@ pub const THREADS_VAR: &str = "FUSE_NUM_THREADS";
 /// Most threads a pool may be asked for: more is a typo, not a machine.
 const MAX_THREADS: usize = 4096;
 
-/// The threads to run plans on: the calling thread and a pool of the others; clones share the
-/// pool.
+/// The threads to run plans on: the calling thread and a crew of helpers; clones share the
+/// crew.
 #[derive(Debug, Clone)]
 pub struct Threads {
     count: usize,
-    /// `count - 1` threads (none for one).
-    pool: Option<Arc<ThreadPool>>,
+    /// `count - 1` helpers (none for one).
+    crew: Option<Arc<Crew>>,
 }
 
 impl Threads {
-    /// The process's shared threads, their pool built on first use from [`THREADS_VAR`] (a bad
-    /// setting is an error every time it is asked for).
+    /// The process's shared threads, their crew started on first use from [`THREADS_VAR`] (a
+    /// bad setting is an error every time it is asked for).
     pub fn shared() -> Result<Threads, CpuError> {
         static SHARED: OnceLock<Result<Threads, CpuError>> = OnceLock::new();
         SHARED.get_or_init(|| Threads::new(from_env()?)).clone()
     }
 
-    /// `count` threads (1 to 4096): the caller and a pool of its own of `count - 1`.
+    /// `count` threads (1 to 4096): the caller and a crew of its own of `count - 1`.
     pub fn new(count: usize) -> Result<Threads, CpuError> {
         if !(1..=MAX_THREADS).contains(&count) {
             return Err(CpuError::Threads(format!(
                 "{count} threads asked for: from 1 to {MAX_THREADS} may be"
             )));
         }
-        let pool = (count > 1)
-            .then(|| {
-                ThreadPoolBuilder::new()
-                    .num_threads(count - 1)
-                    .thread_name(|k| format!("fuse-cpu-{}", k + 1))
-                    .build()
-                    .map_err(|e| CpuError::Threads(format!("cannot start {count} threads: {e}")))
-            })
-            .transpose()?;
+        let crew = (count > 1)
+            .then(|| Crew::new(count - 1))
+            .transpose()
+            .map_err(|e| CpuError::Threads(format!("cannot start {count} threads: {e}")))?;
         Ok(Threads {
             count,
-            pool: pool.map(Arc::new),
+            crew: crew.map(Arc::new),
         })
     }
 
@@ -67,41 +61,28 @@ impl Threads {
     }
 
     /// `work` on every item, the results in the items' order: the calling thread and the
-    /// pool's take items in turn from a shared counter. The caller works from the start instead
-    /// of sleeping while a pool thread wakes up, then waking in its turn — 10–20 µs each way
-    /// under a hypervisor, as long as a run from the caches — and the pool has no thread more
-    /// than the cores, which would spin beside the working ones.
+    /// crew's take items in turn from a shared counter, so the caller works from the start
+    /// and a helper that comes late (or not at all: the crew busy with another caller's run)
+    /// only takes fewer.
     pub(crate) fn share<I: Send, R: Send>(&self, items: Vec<I>, work: impl Fn(I) -> R + Sync) -> Vec<R> {
         let count = items.len();
-        let helpers = self.count.min(count).saturating_sub(1);
-        let Some(pool) = self.pool.as_ref().filter(|_| helpers > 0) else {
+        let Some(crew) = self.crew.as_ref().filter(|_| count > 1) else {
             return items.into_iter().map(work).collect();
         };
         let items: Vec<Mutex<Option<I>>> = items.into_iter().map(|i| Mutex::new(Some(i))).collect();
         let results: Vec<Mutex<Option<R>>> = (0..count).map(|_| Mutex::new(None)).collect();
         let next = AtomicUsize::new(0);
-        let take = || loop {
+        crew.run(&|| loop {
             let k = next.fetch_add(1, Ordering::Relaxed);
             let Some(slot) = items.get(k) else { break };
             let item = lock(slot).take().expect("each item is taken once");
             *lock(&results[k]) = Some(work(item));
-        };
-        pool.in_place_scope(|scope| {
-            for _ in 0..helpers {
-                scope.spawn(|_| take());
-            }
-            take();
         });
         results
             .into_iter()
             .map(|r| r.into_inner().ok().flatten().expect("every item was worked on"))
             .collect()
     }
-}
-
-/// The value behind `slot` (a panic in a worker propagates through the scope instead).
-fn lock<T>(slot: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    slot.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// The thread count [`THREADS_VAR`] asks for, else the cores available to this process.
