@@ -38,8 +38,9 @@ const SPINS_PER_CHECK: u32 = 256;
 /// The gate's bit that says the current job takes no more helpers.
 const CLOSED: usize = 1 << (usize::BITS - 1);
 
-/// The work of one job, called by each thread that enters it.
-type Job<'a> = &'a (dyn Fn() + Sync);
+/// The work of one job, called by each thread that enters it with the thread's number: 0 for
+/// the caller, `k` for the helper `fuse-cpu-k`.
+type Job<'a> = &'a (dyn Fn(usize) + Sync);
 
 /// Helper threads that join the parallel sections of whichever thread calls [`Crew::run`].
 #[derive(Debug)]
@@ -102,7 +103,7 @@ impl Crew {
             let shared = Arc::clone(&crew.shared);
             let helper = std::thread::Builder::new()
                 .name(format!("fuse-cpu-{k}"))
-                .spawn(move || shared.serve())?;
+                .spawn(move || shared.serve(k))?;
             crew.helpers.push(helper);
         }
         Ok(crew)
@@ -112,11 +113,11 @@ impl Crew {
     /// returns once no helper is inside it. A helper may call it more than once, so it should
     /// take its work from something shared. A panic in `job`, on any thread, reaches the
     /// caller.
-    pub(crate) fn run(&self, job: &(dyn Fn() + Sync)) {
+    pub(crate) fn run(&self, job: Job<'_>) {
         let _busy = match self.busy.try_lock() {
             Ok(guard) => guard,
             Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
-            Err(TryLockError::WouldBlock) => return job(),
+            Err(TryLockError::WouldBlock) => return job(0),
         };
         let shared = &*self.shared;
         // SAFETY: no helper reads the job until the gate opens below, and every path out of
@@ -133,7 +134,7 @@ impl Crew {
             let _lock = lock(&shared.lock);
             shared.wake.notify_all();
         }
-        let mine = panic::catch_unwind(AssertUnwindSafe(job));
+        let mine = panic::catch_unwind(AssertUnwindSafe(|| job(0)));
         shared.gate.fetch_or(CLOSED, AcqRel);
         while shared.gate.load(Acquire) != CLOSED {
             std::hint::spin_loop();
@@ -146,15 +147,16 @@ impl Crew {
 }
 
 impl Shared {
-    /// A helper's life: wait for a job, enter it, run it, leave; until the crew is dropped.
-    fn serve(&self) {
+    /// The life of helper `me`: wait for a job, enter it, run it, leave; until the crew is
+    /// dropped.
+    fn serve(&self, me: usize) {
         let mut seen = 0;
         while let Some(epoch) = self.next_epoch(seen) {
             seen = epoch;
             if self.gate.fetch_add(1, Acquire) & CLOSED == 0 {
                 // SAFETY: inside an open gate the job is set and outlives this call.
                 let job = unsafe { (*self.job.get()).expect("an open gate has a job") };
-                if let Err(payload) = panic::catch_unwind(AssertUnwindSafe(job)) {
+                if let Err(payload) = panic::catch_unwind(AssertUnwindSafe(|| job(me))) {
                     lock(&self.panic).get_or_insert(payload);
                 }
             }
@@ -224,7 +226,7 @@ mod tests {
     fn spread(crew: &Crew, items: usize, each: Duration) -> Vec<std::thread::ThreadId> {
         let next = AtomicUsize::new(0);
         let by = Mutex::new(vec![None; items]);
-        crew.run(&|| loop {
+        crew.run(&|_| loop {
             let k = next.fetch_add(1, Relaxed);
             if k >= items {
                 break;
@@ -246,7 +248,7 @@ mod tests {
         for _ in 0..2000 {
             let next = AtomicUsize::new(0);
             let done: Vec<AtomicUsize> = (0..40).map(|_| AtomicUsize::new(0)).collect();
-            crew.run(&|| {
+            crew.run(&|_| {
                 while let Some(d) = done.get(next.fetch_add(1, Relaxed)) {
                     d.fetch_add(1, Relaxed);
                 }
@@ -278,7 +280,7 @@ mod tests {
     fn a_busy_crew_leaves_a_second_caller_to_run_alone() {
         let crew = Crew::new(2).unwrap();
         let inner = Mutex::new(Vec::new());
-        crew.run(&|| {
+        crew.run(&|_| {
             // A job inside a job (or another thread's while this one runs) cannot wait for
             // the crew: it runs on its own thread.
             let me = std::thread::current().id();
@@ -292,15 +294,14 @@ mod tests {
     #[test]
     fn a_panic_on_a_helper_reaches_the_caller_and_the_crew_goes_on() {
         let crew = Crew::new(2).unwrap();
-        let caller = std::thread::current().id();
         let gate = std::sync::Barrier::new(2);
         let entered = AtomicUsize::new(0);
         let result = panic::catch_unwind(AssertUnwindSafe(|| {
-            crew.run(&|| {
+            crew.run(&|me| {
                 // The first two threads in meet; the helper among them panics.
                 if entered.fetch_add(1, SeqCst) < 2 {
                     gate.wait();
-                    if std::thread::current().id() != caller {
+                    if me != 0 {
                         panic!("a helper's bug");
                     }
                 }
