@@ -35,8 +35,12 @@ const TILE_BYTES: usize = 128 << 10;
 const MAX_TILE_ROWS: usize = 64;
 /// Bytes of one BLAS-1 chunk per operand.
 const CHUNK_BYTES: usize = 16 << 10;
-/// Parts per thread: a little slack for threads slowed by something else.
+/// Parts per thread at most: a little slack for threads slowed by something else.
 const PARTS_PER_THREAD: usize = 4;
+/// Tiles (or chunks) of a part at least, beyond one part per thread: each part costs its
+/// set-up and its partials, which in a run from the caches are not small (a 1024² ATAX on two
+/// threads: 73 µs in two parts, 82 in eight).
+const MIN_PART_TILES: usize = 32;
 /// Elements per task when partial vectors are added up.
 const COMBINE_CHUNK: usize = 8192;
 
@@ -249,10 +253,13 @@ pub(crate) fn layout<T>(kernel: &KernelPlan, threads: usize) -> String {
     )
 }
 
-/// Splits `0..extent`, in whole tiles of `per_tile`, into contiguous parts for `threads`.
+/// Splits `0..extent`, in whole tiles of `per_tile`, into contiguous parts for `threads`: one
+/// each, more where there are tiles enough.
 fn part_bounds(extent: usize, per_tile: usize, threads: usize) -> Vec<(usize, usize)> {
     let tiles = extent.div_ceil(per_tile);
-    let parts = (threads * PARTS_PER_THREAD).clamp(1, tiles.max(1));
+    let parts = (tiles / MIN_PART_TILES)
+        .clamp(threads, threads * PARTS_PER_THREAD)
+        .clamp(1, tiles.max(1));
     (0..parts)
         .map(|p| {
             let start = (p * tiles / parts * per_tile).min(extent);
