@@ -204,7 +204,7 @@ fn lower_kernel(ctx: &Context, k: usize, calls: &[CallId]) -> Result<KernelPlan,
     let mut space = None;
     for &c in calls {
         let (mut call, here) = lower_call(program, &ctx.sizes, c)?;
-        call.pass = pass_of(ctx, c, &lowered);
+        call.pass = pass_of(ctx, c, &call.op, &lowered);
         match space {
             Some(s) if s != here => {
                 return Err(invalid(format!(
@@ -277,9 +277,11 @@ fn shared_rows(calls: &[CallPlan]) -> Vec<SharedRows> {
     pairs
 }
 
-/// The pass call `c` runs in, given the calls of its kernel lowered before it (a row sum among
-/// them is read only in the passes after its own).
-fn pass_of(ctx: &Context, c: CallId, lowered: &[CallPlan]) -> usize {
+/// The pass call `c` (doing `op`) runs in, given the calls of its kernel lowered before it: a
+/// row sum among them is read in the passes after its own — or in its own by the formula
+/// around another row sum (GESUMMV's `y = β·B·x + t`), since a pass finishes its row sums
+/// tile by tile in call order.
+fn pass_of(ctx: &Context, c: CallId, op: &Op, lowered: &[CallPlan]) -> usize {
     let program = ctx.program;
     program.calls[c]
         .reads()
@@ -287,7 +289,8 @@ fn pass_of(ctx: &Context, c: CallId, lowered: &[CallPlan]) -> usize {
         .filter_map(|v| {
             let earlier = lowered.iter().find(|l| l.result == v)?;
             let row_sum = program.values[v].producer.is_some_and(|p| ctx.is_reduce(p));
-            Some(earlier.pass + usize::from(row_sum))
+            let when_finishing = matches!(op, Op::RowSums { body, .. } if !body.reads(v));
+            Some(earlier.pass + usize::from(row_sum && !when_finishing))
         })
         .max()
         .unwrap_or(0)
