@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use fuse::{Backend, CompileOptions, Compiled, Precision, Script, SizeSource, Sizes, Threads, Views};
+use fuse::{Backend, Bindings, CompileOptions, Compiled, Precision, Script, SizeSource, Sizes, Threads, Views};
 use numpy::{PyReadonlyArrayDyn, PyUntypedArrayMethods};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -209,7 +209,16 @@ impl Program {
         for (name, array) in &borrowed {
             views.insert(name.clone(), view(array)?);
         }
-        let outputs = py.detach(|| compiled.run_views(&views)).py_err()?;
+        let outputs = match self.backend {
+            // Seconds at large sizes: run on a worker from copies of the inputs (both backends
+            // copy them anyway), so that Ctrl-C returns at once and abandons nothing borrowed.
+            Backend::Reference | Backend::Emulate => {
+                let owned: Bindings = views.iter().map(|(name, a)| (name.clone(), a.to_owned())).collect();
+                interruptible(py, move || compiled.run(&owned.into()))?
+            }
+            _ => py.detach(|| compiled.run_views(&views)),
+        }
+        .py_err()?;
         let mut by_name = outputs.into_bindings();
         let result = PyDict::new(py);
         for name in self.outputs() {

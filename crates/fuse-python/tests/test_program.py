@@ -256,6 +256,34 @@ def test_ctrl_c_interrupts_a_long_compile():
     assert time.perf_counter() - started < 2.0
 
 
+def test_ctrl_c_interrupts_a_long_run_of_the_reference_backend():
+    # The child times one whole run, then starts another and is interrupted 0.2 s into it.
+    code = f"""
+import time, numpy as np, fuseblas
+program = fuseblas.compile({str(SCRIPTS / 'gemver.yaml')!r}, backend='reference')
+rng = np.random.default_rng(0)
+n = 6000
+inputs = dict(A=rng.random((n, n), dtype=np.float32), alpha=1.5, beta=0.5,
+              **{{k: rng.random(n, dtype=np.float32) for k in ('u1', 'v1', 'u2', 'v2', 'y', 'z')}})
+started = time.perf_counter()
+program(**inputs)
+print(time.perf_counter() - started, flush=True)
+program(**inputs)
+print('finished', flush=True)
+"""
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    whole = float(child.stdout.readline())
+    time.sleep(0.2)
+    child.send_signal(signal.SIGINT)
+    interrupted = time.perf_counter()
+    out, stderr = child.communicate(timeout=120)
+    latency = time.perf_counter() - interrupted
+    if whole < 1.0:
+        pytest.skip(f"a run takes {whole:.2f} s here: too short to tell an interrupted run from a whole one")
+    assert "KeyboardInterrupt" in stderr and "finished" not in out, stderr
+    assert latency < min(0.5, whole / 2), (latency, whole)
+
+
 def test_a_thousand_calls_leak_neither_references_nor_memory():
     program = fuseblas.compile(SCRIPTS / "bicgk.yaml", backend="cpu")
     A = np.random.default_rng(5).standard_normal((256, 256)).astype(np.float32)
