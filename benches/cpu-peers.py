@@ -39,6 +39,18 @@ SEQUENCES = {
     "gesummv": (lambda d: d["alpha"] * (d["A"] @ d["x"]) + d["beta"] * (d["B"] @ d["x"])),
     "sgemvt": (lambda d: (d["beta"] * (d["A"].T @ d["y"]) + d["z"], d["alpha"] * (d["A"] @ d["x"]))),
     "gemver": (lambda d: gemver(d)),
+    "sgemtv": (lambda d: d["beta"] * (d["A"].T @ d["y"]) + d["z"]),
+}
+# Sequences timed here that scripts/ does not ship: a single `Aᵀ·y` (SGEMV's twin).
+EXTRA_SCRIPTS = {
+    "sgemtv": """name: sgemtv
+precision: f32
+sizes: {m: 4096, n: 4096}
+inputs: {A: [m, n], y: [m], z: [n], beta: scalar}
+outputs: [x]
+calls:
+  - x = sgemtv(beta, A, y, 1.0, z)
+""",
 }
 # Seconds of quiet before fuse is timed, so that numpy's BLAS threads have gone to sleep.
 QUIET_S = 0.3
@@ -86,8 +98,12 @@ def time_numpy(name, size, precision, runs):
 
 
 def script(name, precision, folder):
-    """scripts/NAME.yaml, or its f64 twin written to `folder`."""
+    """scripts/NAME.yaml (or EXTRA_SCRIPTS' text), or its f64 twin, written to `folder`."""
     path = f"scripts/{name}.yaml"
+    if name in EXTRA_SCRIPTS:
+        path = os.path.join(folder, f"{name}-f32.yaml")
+        with open(path, "w") as f:
+            f.write(EXTRA_SCRIPTS[name])
     if precision == "f32":
         return path
     with open(path) as f:
