@@ -66,9 +66,9 @@ struct Shared {
     panic: Mutex<Option<Box<dyn Any + Send>>>,
 }
 
-// SAFETY: `job` is written only by the caller holding `busy` while the gate is closed and
-// empty, and read only by helpers inside an open gate (the module's protocol); the closure it
-// points to is `Sync`.
+// SAFETY: `job` is written only by the caller holding `busy` while the gate is closed, and
+// read only by helpers that entered through the open gate (the module's protocol); the closure
+// it points to is `Sync`.
 unsafe impl Sync for Shared {}
 // SAFETY: as above; the pointer is only dereferenced under the protocol.
 unsafe impl Send for Shared {}
@@ -126,9 +126,7 @@ impl Crew {
             *shared.job.get() = Some(std::mem::transmute::<Job<'_>, Job<'static>>(job));
         }
         // A helper late for the last job may still be on its way out: wait until it is out.
-        while shared.gate.compare_exchange_weak(CLOSED, 0, Release, Relaxed).is_err() {
-            std::hint::spin_loop();
-        }
+        spin_until(|| shared.gate.compare_exchange_weak(CLOSED, 0, Release, Relaxed).is_ok());
         shared.epoch.fetch_add(1, SeqCst);
         if shared.sleeping.load(SeqCst) > 0 {
             let _lock = lock(&shared.lock);
@@ -136,9 +134,7 @@ impl Crew {
         }
         let mine = panic::catch_unwind(AssertUnwindSafe(|| job(0)));
         shared.gate.fetch_or(CLOSED, AcqRel);
-        while shared.gate.load(Acquire) != CLOSED {
-            std::hint::spin_loop();
-        }
+        spin_until(|| shared.gate.load(Acquire) == CLOSED);
         let theirs = lock(&shared.panic).take();
         if let Some(payload) = mine.err().or(theirs) {
             panic::resume_unwind(payload);
@@ -208,6 +204,19 @@ impl Drop for Crew {
         }
         for helper in self.helpers.drain(..) {
             let _ = helper.join();
+        }
+    }
+}
+
+/// Spins until `done`, offering the core to other threads every [`SPINS_PER_CHECK`] tries: the
+/// helper waited for may be waiting for this very core (more threads than cores).
+fn spin_until(mut done: impl FnMut() -> bool) {
+    let mut spins = 0u32;
+    while !done() {
+        spins = spins.wrapping_add(1);
+        match spins % SPINS_PER_CHECK {
+            0 => std::thread::yield_now(),
+            _ => std::hint::spin_loop(),
         }
     }
 }
