@@ -1,6 +1,6 @@
 //! Running a prepared plan: kernel after kernel — a kernel's end is the global barrier — each
-//! kernel's space split into contiguous parts, shared out between the calling thread and the
-//! pool's.
+//! kernel's space split into contiguous parts, shared out between the calling thread and its
+//! helpers.
 //!
 //! A part walks its rows in tiles (a few rows, and as many columns as fit a cache-sized run)
 //! or its vector in chunks, and runs every call of the kernel on a tile before moving on, so a

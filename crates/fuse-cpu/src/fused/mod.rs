@@ -184,8 +184,8 @@ impl FusedPlan {
             && buffers.iter().zip(lens).all(|(b, &n)| b.len() == n)
     }
 
-    /// Runs the kernels into `buffers`, on the calling thread, with the pool's where the plan is
-    /// not small.
+    /// Runs the kernels into `buffers`, on the calling thread, with its helpers where the plan
+    /// is not small.
     fn exec<T: Real, A: Bound>(&self, inputs: &BTreeMap<String, A>, buffers: &mut [Vec<T>]) {
         let (p, s, prepared) = (&self.program, &self.sizes, &self.prepared);
         let threads = (!self.inline).then_some(&self.threads);

@@ -15,10 +15,10 @@ use std::sync::{Arc, Mutex, OnceLock};
 use super::crew::{lock, Crew};
 use super::CpuError;
 
-/// The environment variable that sets the shared pool's thread count.
+/// The environment variable that sets the shared threads' count.
 pub const THREADS_VAR: &str = "FUSE_NUM_THREADS";
 
-/// Most threads a pool may be asked for: more is a typo, not a machine.
+/// Most threads that may be asked for: more is a typo, not a machine.
 const MAX_THREADS: usize = 4096;
 
 /// The threads to run plans on: the calling thread and a crew of helpers; clones share the
