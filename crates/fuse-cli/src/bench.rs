@@ -405,11 +405,11 @@ struct Timed {
 
 /// `runs` rounds, each timing a copy of as many bytes as the problem moves
 /// ([`copy_probe_bytes`]), the fused plan and the baseline, so that all three see the same
-/// machine and ratios are taken round by round. Each is timed right after an
-/// untimed run of itself, so each finds the caches as its own last run left them — the steady
-/// state of a loop — and none the other's data: timed straight after one another, the first
-/// would always start from caches the copy had emptied and the second find the inputs they
-/// share already in cache (which made the fused BiCGK look 0.6× at 512²).
+/// machine and ratios are taken round by round. Each plan is timed after a copy and an untimed
+/// run of itself, so it finds the caches as its own last run left them — the steady state of a
+/// loop — and both plans alike: timed straight after one another, the second found the inputs
+/// they share already in cache (the fused BiCGK looked 0.6× at 512²), or just warmer caches
+/// (one SGEMV plan timed against itself: 0.82–0.89× at 2048²).
 fn time_both(
     fused: &FusedPlan,
     baseline: &FusedPlan,
@@ -429,9 +429,6 @@ fn time_both(
     }
     let mut times: Vec<[f64; 3]> = Vec::with_capacity(runs);
     for _ in 0..runs {
-        // Each plan runs right after a copy (and its own untimed run), so both find the caches
-        // alike: timed one after the other, the second found them warmer than the first (SGEMV
-        // at 2048², the same plan timed twice so: 0.82–0.89× itself).
         let c = second_run_us(|| {
             probe.copy();
             Ok(())

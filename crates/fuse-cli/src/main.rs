@@ -200,9 +200,9 @@ copy/scal/axpy/dot, and the copies in-place BLAS forces), timed with CUDA events
 flushed before each run. On the CPU (--backend cpu): the best plan for the CPU against the unfused \
 plan (the same calls, one kernel each). Both versions are checked against the f64 reference at \
 small sizes first, then timed at the sizes given (median of --runs runs after warm-up, the two \
-alternating; on the CPU each timed right after an untimed run of itself, so that each finds the \
-caches as its own last run left them, beside a parallel copy of the problem's bytes timed the same \
-way). Reported: both times, the speedup, \
+alternating; on the CPU each timed after a parallel copy of the problem's bytes and an untimed run \
+of itself, so that both find the caches alike, as their own last run left them; the copy is timed \
+too). Reported: both times, the speedup, \
 the effective GB/s (compulsory bytes — every input read once, every output written once — over \
 the fused time) and its percentage of the copy bandwidth. On the CPU, whose memory is shared \
 with other work, the speedup and the percentage are medians of each run's own ratios (to the \
