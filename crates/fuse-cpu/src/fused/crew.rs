@@ -163,24 +163,19 @@ impl Shared {
     /// The epoch after `seen`: spun for during [`SPIN`], then slept for; `None` to stop.
     fn next_epoch(&self, seen: u64) -> Option<u64> {
         let start = Instant::now();
-        let mut spins = 0u32;
         loop {
+            let mut tries = 0u32;
+            spin_until(|| {
+                tries = tries.wrapping_add(1);
+                let news = self.stop.load(Acquire) || self.epoch.load(Acquire) != seen;
+                news || (tries % SPINS_PER_CHECK == 0 && start.elapsed() >= SPIN)
+            });
             if self.stop.load(Acquire) {
                 return None;
             }
             let epoch = self.epoch.load(Acquire);
             if epoch != seen {
                 return Some(epoch);
-            }
-            spins += 1;
-            if spins < SPINS_PER_CHECK {
-                std::hint::spin_loop();
-                continue;
-            }
-            spins = 0;
-            if start.elapsed() < SPIN {
-                std::thread::yield_now();
-                continue;
             }
             let guard = lock(&self.lock);
             self.sleeping.fetch_add(1, SeqCst);
@@ -208,8 +203,8 @@ impl Drop for Crew {
     }
 }
 
-/// Spins until `done`, offering the core to other threads every [`SPINS_PER_CHECK`] tries: the
-/// helper waited for may be waiting for this very core (more threads than cores).
+/// Spins until `done`, offering the core to other threads every [`SPINS_PER_CHECK`] tries: with
+/// more threads than cores, the thread waited for may be waiting for this very core.
 fn spin_until(mut done: impl FnMut() -> bool) {
     let mut spins = 0u32;
     while !done() {
