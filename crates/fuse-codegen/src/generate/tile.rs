@@ -235,18 +235,35 @@ impl<'a> Strips<'a> {
     /// Matrix loads of one row of one strip (every vector access issued before any is used),
     /// and the registers of the map results computed from them.
     fn row_loads(&self, indent: &str) -> String {
-        let (k, ty) = (self.k, self.k.ty());
         let mut s = String::new();
         let _ = writeln!(s, "{indent}const long long at = row * {};", self.n);
         for &v in &self.uses.matrices {
             let _ = writeln!(s, "{indent}{} v{v}[kGroups];", self.vec());
+        }
+        s.push_str(&self.matrix_loads("v", "at", indent));
+        s.push_str(&self.map_registers(indent));
+        s
+    }
+
+    /// `{into}{v}[g]` loaded for every matrix v, from the row starting at element `at`.
+    fn matrix_loads(&self, into: &str, at: &str, indent: &str) -> String {
+        let ty = self.k.ty();
+        let mut s = String::new();
+        for &v in &self.uses.matrices {
             let _ = writeln!(
                 s,
-                "{indent}#pragma unroll\n{indent}for (int g = 0; g < kGroups; ++g) v{v}[g] = fuse_load_vec<{ty}, kVector, kChecked>({} + at, col0 + (g * kRowThreads + rt) * kVector, {});",
-                pointer(k.program, v),
+                "{indent}#pragma unroll\n{indent}for (int g = 0; g < kGroups; ++g) {into}{v}[g] = fuse_load_vec<{ty}, kVector, kChecked>({} + {at}, col0 + (g * kRowThreads + rt) * kVector, {});",
+                pointer(self.k.program, v),
                 self.n
             );
         }
+        s
+    }
+
+    /// The registers of the map results of one row.
+    fn map_registers(&self, indent: &str) -> String {
+        let k = self.k;
+        let mut s = String::new();
         for &c in &k.calls {
             let call = &k.program.calls[c];
             if !call.kind.is_reduce() {
@@ -311,7 +328,7 @@ impl<'a> Strips<'a> {
     /// applied into `r{r}` and, where the sum is global, stored.
     fn whole_row_body(&self, indent: &str) -> Result<String, GenerateError> {
         let k = self.k;
-        let mut s = self.row_loads(indent);
+        let mut s = self.map_registers(indent);
         let mut phase: Vec<fuse_core::CallId> = Vec::new();
         for &c in &k.calls {
             let call = &k.program.calls[c];
@@ -576,22 +593,57 @@ impl<'a> Strips<'a> {
         }
         if k.whole_rows {
             row.push_str(&self.whole_row_body("            ")?);
+            s.push_str(&both_bodies(&self.prefetching_row_loop(&row), "    "));
         } else {
             row.push_str(&self.row_body("            ")?);
             row.push_str(&self.row_sum_stores(false, None, "            ")?);
+            s.push_str(&both_bodies(&row_loop(self.rows_per_trip(), &row), "    "));
         }
-        s.push_str(&both_bodies(&row_loop(self.rows_per_trip(), &row), "    "));
         s.push_str(&self.column_sum_stores(k.grid_serial().is_none(), "    ")?);
         Ok(s)
+    }
+
+    /// The walk down a block's whole rows with `row` (the work of row `row` on its matrix values
+    /// `v{v}`) as its body: the next row's loads, into `next{v}`, are issued before this row's
+    /// block sums, so a row stays in flight across their barrier (the probes' register
+    /// prefetch). A trip is two rows, the buffers' roles swapped by references in the second,
+    /// so no registers are copied.
+    fn prefetching_row_loop(&self, row: &str) -> String {
+        let (vec, n) = (self.vec(), &self.n);
+        let mut step = String::from("            const long long at = row * ");
+        let _ = writeln!(step, "{n};\n            if (row + kRowsAtOnce < row_end) {{");
+        step.push_str(&self.matrix_loads("next", &format!("at + kRowsAtOnce * {n}"), "                "));
+        step.push_str("            }\n");
+        step.push_str(row);
+        step.push_str("            row += kRowsAtOnce;\n");
+        let half = |this: &str, other: &str| {
+            let aliases: Vec<String> = (self.uses.matrices.iter())
+                .map(|v| format!("{vec} (&v{v})[kGroups] = {this}{v}, (&next{v})[kGroups] = {other}{v};"))
+                .collect();
+            format!("        {{\n            {}\n{step}        }}\n", aliases.join(" "))
+        };
+        let mut s = String::from("        long long row = row0 + row_slot;\n");
+        for &v in &self.uses.matrices {
+            let _ = writeln!(s, "        {vec} a{v}[kGroups], b{v}[kGroups];");
+        }
+        let _ = writeln!(s, "        if (row < row_end) {{");
+        s.push_str(&self.matrix_loads("a", &format!("row * {n}"), "            "));
+        s.push_str("        }\n        #pragma unroll 1\n        while (row < row_end) {\n");
+        s.push_str(&half("a", "b"));
+        s.push_str("        if (row >= row_end) break;\n");
+        s.push_str(&half("b", "a"));
+        s.push_str("        }\n");
+        s
     }
 
     /// Rows one trip of the hot loop works on. Down the rows, a lane's part of a row is kGroups
     /// 16-byte loads: narrow strips take several rows a trip, so that about 8 are in flight as
     /// in the probes; wider ones one row at a time, as two would not fit the registers (spills
-    /// on sm_80). Along the columns, a trip is one strip of all the block's rows.
+    /// on sm_80); whole rows two, one loading while the other is summed. Along the columns, a
+    /// trip is one strip of all the block's rows.
     fn rows_per_trip(&self) -> u32 {
         match (self.k.walk, self.k.whole_rows) {
-            (Walk::Rows, true) => 1,
+            (Walk::Rows, true) => 2,
             (Walk::Rows, false) => (8 / self.layout.groups.max(1)).max(1),
             (Walk::Columns, _) => ROWS_PER_STRIP_BLOCK.div_ceil(self.layout.warps),
         }

@@ -402,6 +402,10 @@ impl<'c> KernelRoutines<'c> {
                 _ => {}
             }
         }
+        // Whole rows hold the next row's matrix values too, loaded across the row's barrier.
+        if block.whole_rows {
+            matrices *= 2;
+        }
         matrices += self.stores.iter().filter(|(_, role)| *role == Role::Tile).count() as u64;
         let row_arrays = match walk {
             Some(Axis::Columns) => {
