@@ -35,6 +35,8 @@ pub struct DeviceInfo {
     pub max_shared_per_block: u64,
     /// Shared memory per SM, bytes.
     pub shared_per_sm: u64,
+    /// 32-bit registers per SM.
+    pub registers_per_sm: u64,
     /// Second-level cache, bytes.
     pub l2_bytes: u64,
     /// The CUDA release the driver supports, (major, minor).
@@ -77,6 +79,7 @@ impl DeviceInfo {
             max_blocks_per_sm: attr(Attr::CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR)? as u32,
             max_shared_per_block: attr(Attr::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?,
             shared_per_sm: attr(Attr::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR)?,
+            registers_per_sm: attr(Attr::CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR)?,
             l2_bytes: attr(Attr::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)?,
             driver_cuda: pinned.version.unwrap_or(probe::CUDA_RELEASE),
             driver_library: pinned.origin.clone(),
@@ -134,6 +137,7 @@ impl DeviceInfo {
             max_blocks_per_sm: self.max_blocks_per_sm,
             max_shared_per_block: self.max_shared_per_block,
             shared_per_sm: self.shared_per_sm,
+            registers_per_sm: self.registers_per_sm,
             row_barrier: false,
         }
     }
@@ -313,6 +317,7 @@ pub(crate) mod tests {
             max_blocks_per_sm: 32,
             max_shared_per_block: 232448,
             shared_per_sm: 233472,
+            registers_per_sm: 65536,
             l2_bytes: 50 << 20,
             driver_cuda: (13, 0),
             driver_library: "libcuda.so.1".into(),

@@ -136,10 +136,11 @@ fn strip_layouts_match_the_reference_at_odd_column_counts() {
     }
 }
 
-/// Whole-row blocks (each row spread over the block, rows one at a time): ATAX and BiCGK as one
-/// kernel — ATAX's `Aᵀ·t` reads each row sum while its row is still in registers — and GEMVER
-/// call by call, one block down or several, at odd column counts; and a clear error, not a
-/// wrong answer, where a row is wider than the block holds.
+/// Whole-row blocks (each row spread over the block, the next row loading while this one is
+/// summed): ATAX and BiCGK as one kernel — ATAX's `Aᵀ·t` reads each row sum while its row is
+/// still in registers — and GEMVER call by call, one block down, several, or blocks of a few
+/// rows, at odd column counts; and a clear error, not a wrong answer, where a row is wider
+/// than the block holds.
 #[test]
 fn whole_row_blocks_match_the_reference() {
     // A row of exactly the block's 8192 columns takes the interior body; the rest the edge one.
@@ -158,7 +159,9 @@ fn whole_row_blocks_match_the_reference() {
         // 8 vector accesses of 16 bytes per thread: 8192 columns.
         let width = threads * 8 * (16 / precision.bytes() as u32) / 32;
         let mut plans = Vec::new();
-        for serial in [Serial::Iterations(1), Serial::Whole] {
+        // A tile of rows per block, a block per 4 or 5 rows (the last block's rows, and the two-row
+        // trips of the row loop, odd), and one block for all.
+        for serial in [Serial::Iterations(1), Serial::Rows(4), Serial::Rows(5), Serial::Whole] {
             let group = |calls: Vec<usize>| KernelGroup {
                 calls,
                 block: threads,

@@ -31,6 +31,9 @@ pub enum Serial {
     /// the walk are then complete in their block and stored directly, with no atomics, zero
     /// fill or finishing kernel — at any size.
     Whole,
+    /// Whole-row blocks owning this many rows each, fewer than a tile's 32: more blocks for
+    /// matrices of few rows.
+    Rows(u32),
 }
 
 impl KernelGroup {
@@ -55,9 +58,10 @@ impl KernelGroup {
             block: block.threads,
             width: block.instances,
             whole_rows: block.whole_rows,
-            serial_iterations: match complete {
-                true => Serial::Whole,
-                false => Serial::Iterations(launch.serial_iterations),
+            serial_iterations: match (complete, launch.block_rows) {
+                (true, _) => Serial::Whole,
+                (false, Some(rows)) => Serial::Rows(rows),
+                (false, None) => Serial::Iterations(launch.serial_iterations),
             },
             walk: match launch.walk {
                 Some(fuse_core::explore::mapping::Axis::Columns) => Walk::Columns,

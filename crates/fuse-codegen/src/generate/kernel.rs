@@ -59,6 +59,13 @@ impl<'a> KernelContext<'a> {
                 group.block, group.serial_iterations
             )));
         }
+        if let Serial::Rows(rows) = group.serial_iterations {
+            if level != 2 || !group.whole_rows || group.walk != Walk::Rows || !(1..32).contains(&rows) {
+                return Err(GenerateError::InvalidPlan(format!(
+                    "kernel {k}: blocks of {rows} rows need whole rows walking down, and fewer rows than a tile's 32"
+                )));
+            }
+        }
         if level == 2 && (group.block % 32 != 0 || !(1..=1024).contains(&group.width)) {
             return Err(GenerateError::InvalidPlan(format!(
                 "kernel {k}: a BLAS-2 block needs whole warps and 1..=1024 tiles across, not {} threads and {} tiles",
@@ -84,6 +91,7 @@ impl<'a> KernelContext<'a> {
     pub fn iterations(&self, extent: &str, step: &str) -> String {
         match self.serial {
             Serial::Iterations(n) => n.to_string(),
+            Serial::Rows(_) => "1".to_string(),
             Serial::Whole => format!("(({extent} + {step} - 1) / ({step}))"),
         }
     }
@@ -92,6 +100,16 @@ impl<'a> KernelContext<'a> {
     pub fn grid_serial(&self) -> Option<u32> {
         match self.serial {
             Serial::Iterations(n) => Some(n),
+            Serial::Rows(_) => Some(1),
+            Serial::Whole => None,
+        }
+    }
+
+    /// Rows each block of a walk down the rows owns (`None`: all).
+    pub fn block_rows(&self) -> Option<u64> {
+        match self.serial {
+            Serial::Iterations(n) => Some(32 * n as u64),
+            Serial::Rows(rows) => Some(rows as u64),
             Serial::Whole => None,
         }
     }

@@ -18,8 +18,8 @@ pub enum Grid {
         per_block: Option<u32>,
     },
     /// Blocks over strips of `columns` columns: walking down rows, `ceil(cols / columns)` ×
-    /// `ceil(rows / (32 · serial))` blocks; walking along columns, `ceil(cols / (columns ·
-    /// serial))` × `ceil(rows / 32)`. Whole-row blocks need `cols ≤ columns` ([`Grid::check`]).
+    /// `ceil(rows / per_block)` blocks; walking along columns, `ceil(cols / per_block)` ×
+    /// `ceil(rows / 32)`. Whole-row blocks need `cols ≤ columns` ([`Grid::check`]).
     Strips {
         /// Size symbol of the rows.
         rows: String,
@@ -27,9 +27,9 @@ pub enum Grid {
         cols: String,
         /// Columns per strip.
         columns: u32,
-        /// Tiles (walking down) or strips (walking along) each block walks (`None`: all, one
+        /// Rows (walking down) or columns (walking along) each block walks (`None`: all, one
         /// block along the walk).
-        serial: Option<u32>,
+        per_block: Option<u64>,
         /// The direction of the walk.
         walk: Walk,
         /// Whole rows per block: the kernel is only correct where one strip covers every column.
@@ -69,24 +69,17 @@ impl Grid {
                 rows,
                 cols,
                 columns,
-                serial,
+                per_block,
                 walk,
                 ..
-            } => {
-                let columns = *columns as u64;
-                match walk {
-                    Walk::Rows => (
-                        blocks(get(cols), Some(columns)),
-                        blocks(get(rows), serial.map(|s| 32 * s as u64)),
-                        1,
-                    ),
-                    Walk::Columns => (
-                        blocks(get(cols), serial.map(|s| columns * s as u64)),
-                        blocks(get(rows), Some(32)),
-                        1,
-                    ),
-                }
-            }
+            } => match walk {
+                Walk::Rows => (
+                    blocks(get(cols), Some(*columns as u64)),
+                    blocks(get(rows), *per_block),
+                    1,
+                ),
+                Walk::Columns => (blocks(get(cols), *per_block), blocks(get(rows), Some(32)), 1),
+            },
         }
     }
 }

@@ -23,7 +23,7 @@
 
 use std::fmt::Write;
 
-use fuse_core::explore::mapping::{StripLayout, ROWS_PER_STRIP_BLOCK, STATIC_SHARED_LIMIT};
+use fuse_core::explore::mapping::{Axis, StripLayout, ROWS_PER_STRIP_BLOCK, STATIC_SHARED_LIMIT};
 use fuse_core::{Arg, Call, Shape, ValueId};
 
 use super::error::GenerateError;
@@ -232,27 +232,16 @@ impl<'a> Strips<'a> {
             .collect()
     }
 
-    /// Matrix loads of one row of one strip (every vector access issued before any is used),
-    /// and the registers of the map results computed from them.
-    fn row_loads(&self, indent: &str) -> String {
-        let mut s = String::new();
-        let _ = writeln!(s, "{indent}const long long at = row * {};", self.n);
-        for &v in &self.uses.matrices {
-            let _ = writeln!(s, "{indent}{} v{v}[kGroups];", self.vec());
-        }
-        s.push_str(&self.matrix_loads("v", "at", indent));
-        s.push_str(&self.map_registers(indent));
-        s
-    }
-
-    /// `{into}{v}[g]` loaded for every matrix v, from the row starting at element `at`.
+    /// `{into}[g]` loaded for every matrix v (`{v}` in `into` standing for its number), from
+    /// the row starting at element `at`.
     fn matrix_loads(&self, into: &str, at: &str, indent: &str) -> String {
         let ty = self.k.ty();
         let mut s = String::new();
         for &v in &self.uses.matrices {
             let _ = writeln!(
                 s,
-                "{indent}#pragma unroll\n{indent}for (int g = 0; g < kGroups; ++g) {into}{v}[g] = fuse_load_vec<{ty}, kVector, kChecked>({} + {at}, col0 + (g * kRowThreads + rt) * kVector, {});",
+                "{indent}#pragma unroll\n{indent}for (int g = 0; g < kGroups; ++g) {}[g] = fuse_load_vec<{ty}, kVector, kChecked>({} + {at}, col0 + (g * kRowThreads + rt) * kVector, {});",
+                into.replace("{v}", &v.to_string()),
                 pointer(self.k.program, v),
                 self.n
             );
@@ -311,14 +300,6 @@ impl<'a> Strips<'a> {
             );
         }
         s
-    }
-
-    /// The work of one row of one strip: loads, every call's compute routine, stores.
-    fn row_body(&self, indent: &str) -> Result<String, GenerateError> {
-        let mut s = self.row_loads(indent);
-        s.push_str(&self.row_compute(&self.k.calls, indent)?);
-        s.push_str(&self.row_stores(indent));
-        Ok(s)
     }
 
     /// The work of one whole row: the calls run in phases, a phase ending before a call that
@@ -567,8 +548,8 @@ impl<'a> Strips<'a> {
         let _ = writeln!(
             s,
             "    const long long height = {};",
-            match k.grid_serial() {
-                Some(serial) => format!("{}LL", 32 * serial as u64),
+            match k.block_rows() {
+                Some(rows) => format!("{rows}LL"),
                 None => m.clone(),
             }
         );
@@ -595,12 +576,70 @@ impl<'a> Strips<'a> {
             row.push_str(&self.whole_row_body("            ")?);
             s.push_str(&both_bodies(&self.prefetching_row_loop(&row), "    "));
         } else {
-            row.push_str(&self.row_body("            ")?);
+            row.push_str(&self.map_registers("            "));
+            row.push_str(&self.row_compute(&k.calls, "            ")?);
+            row.push_str(&self.row_stores("            "));
             row.push_str(&self.row_sum_stores(false, None, "            ")?);
-            s.push_str(&both_bodies(&row_loop(self.rows_per_trip(), &row), "    "));
+            s.push_str(&both_bodies(&self.strip_row_loop(&row), "    "));
         }
         s.push_str(&self.column_sum_stores(k.grid_serial().is_none(), "    ")?);
         Ok(s)
+    }
+
+    /// The walk down a strip's rows with `row` (the work of row `row` on its matrix values
+    /// `v{v}` at element `at`) as its body: a row a trip, or `rows_per_trip` rows a trip, every
+    /// row's loads issued before any is used (ptxas keeps a row's loads behind the previous
+    /// row's atomic), and the last rows one at a time.
+    fn strip_row_loop(&self, row: &str) -> String {
+        let (vec, n, per_trip) = (self.vec(), &self.n, self.rows_per_trip());
+        let mut one_at_a_time =
+            String::from("        #pragma unroll 1\n        for (; row < row_end; row += kRowsAtOnce) {\n");
+        let _ = writeln!(one_at_a_time, "            const long long at = row * {n};");
+        for &v in &self.uses.matrices {
+            let _ = writeln!(one_at_a_time, "            {vec} v{v}[kGroups];");
+        }
+        one_at_a_time.push_str(&self.matrix_loads("v{v}", "at", "            "));
+        one_at_a_time.push_str(row);
+        one_at_a_time.push_str("        }\n");
+        let mut s = String::from("        long long row = row0 + row_slot;\n");
+        if per_trip > 1 {
+            let _ = writeln!(
+                s,
+                "        #pragma unroll 1\n        for (; row + {} * kRowsAtOnce < row_end; row += {per_trip} * kRowsAtOnce) {{",
+                per_trip - 1
+            );
+            for &v in &self.uses.matrices {
+                let _ = writeln!(s, "            {vec} rows{v}[{per_trip}][kGroups];");
+            }
+            let _ = writeln!(
+                s,
+                "            #pragma unroll\n            for (int u = 0; u < {per_trip}; ++u) {{"
+            );
+            s.push_str(&self.matrix_loads(
+                "rows{v}[u]",
+                &format!("(row + u * kRowsAtOnce) * {n}"),
+                "                ",
+            ));
+            let _ = writeln!(s, "            }}\n            const long long first = row;");
+            let _ = writeln!(
+                s,
+                "            #pragma unroll\n            for (int u = 0; u < {per_trip}; ++u) {{"
+            );
+            let _ = writeln!(
+                s,
+                "            const long long row = first + u * kRowsAtOnce, at = row * {n};"
+            );
+            s.push_str("            ");
+            let aliases: Vec<String> = (self.uses.matrices.iter())
+                .map(|v| format!("{vec} (&v{v})[kGroups] = rows{v}[u];"))
+                .collect();
+            s.push_str(&aliases.join(" "));
+            s.push('\n');
+            s.push_str(row);
+            s.push_str("            }\n        }\n");
+        }
+        s.push_str(&one_at_a_time);
+        s
     }
 
     /// The walk down a block's whole rows with `row` (the work of row `row` on its matrix values
@@ -612,7 +651,7 @@ impl<'a> Strips<'a> {
         let (vec, n) = (self.vec(), &self.n);
         let mut step = String::from("            const long long at = row * ");
         let _ = writeln!(step, "{n};\n            if (row + kRowsAtOnce < row_end) {{");
-        step.push_str(&self.matrix_loads("next", &format!("at + kRowsAtOnce * {n}"), "                "));
+        step.push_str(&self.matrix_loads("next{v}", &format!("at + kRowsAtOnce * {n}"), "                "));
         step.push_str("            }\n");
         step.push_str(row);
         step.push_str("            row += kRowsAtOnce;\n");
@@ -627,7 +666,7 @@ impl<'a> Strips<'a> {
             let _ = writeln!(s, "        {vec} a{v}[kGroups], b{v}[kGroups];");
         }
         let _ = writeln!(s, "        if (row < row_end) {{");
-        s.push_str(&self.matrix_loads("a", &format!("row * {n}"), "            "));
+        s.push_str(&self.matrix_loads("a{v}", &format!("row * {n}"), "            "));
         s.push_str("        }\n        #pragma unroll 1\n        while (row < row_end) {\n");
         s.push_str(&half("a", "b"));
         s.push_str("        if (row >= row_end) break;\n");
@@ -636,17 +675,12 @@ impl<'a> Strips<'a> {
         s
     }
 
-    /// Rows one trip of the hot loop works on. Down the rows, a lane's part of a row is kGroups
-    /// 16-byte loads: narrow strips take several rows a trip, so that about 8 are in flight as
-    /// in the probes; wider ones one row at a time, as two would not fit the registers (spills
-    /// on sm_80); whole rows two, one loading while the other is summed. Along the columns, a
-    /// trip is one strip of all the block's rows.
+    /// Rows one trip of the hot loop works on ([`StripLayout::rows_per_trip`]).
     fn rows_per_trip(&self) -> u32 {
-        match (self.k.walk, self.k.whole_rows) {
-            (Walk::Rows, true) => 2,
-            (Walk::Rows, false) => (8 / self.layout.groups.max(1)).max(1),
-            (Walk::Columns, _) => ROWS_PER_STRIP_BLOCK.div_ceil(self.layout.warps),
-        }
+        self.layout.rows_per_trip(match self.k.walk {
+            Walk::Rows => Axis::Rows,
+            Walk::Columns => Axis::Columns,
+        })
     }
 
     /// `interior`: whether every vector access of the block's strip is inside its row and
@@ -711,16 +745,27 @@ impl<'a> Strips<'a> {
         strips.push_str(&self.column_vector_loads("kChecked", "            "));
         strips.push_str(&self.column_sum_clear("            "));
         // Unrolled, so that the per-row arrays stay in registers; the test is uniform per warp.
-        let _ = writeln!(
-            strips,
-            "            #pragma unroll\n            for (int k = 0; k < kRows; ++k) {{"
+        // Every row's loads are issued before any is used: ptxas does not move a row's loads
+        // above the previous row's test.
+        let vec = self.vec();
+        for &v in &self.uses.matrices {
+            let _ = writeln!(strips, "            {vec} rows{v}[kRows][kGroups];");
+        }
+        let each_row = format!(
+            "            #pragma unroll\n            for (int k = 0; k < kRows; ++k) {{\n                const long long row = row_first + k * kWarps;\n                if (row < {m} && k * kWarps + warp < {ROWS_PER_STRIP_BLOCK}) {{\n"
         );
-        let _ = writeln!(strips, "                const long long row = row_first + k * kWarps;");
-        let _ = writeln!(
-            strips,
-            "                if (row < {m} && k * kWarps + warp < {ROWS_PER_STRIP_BLOCK}) {{"
-        );
-        strips.push_str(&self.row_body("                    ")?);
+        strips.push_str(&each_row);
+        strips.push_str(&self.matrix_loads("rows{v}[k]", &format!("row * {n}"), "                    "));
+        strips.push_str("                }\n            }\n");
+        strips.push_str(&each_row);
+        let _ = writeln!(strips, "                    const long long at = row * {n};");
+        let aliases: Vec<String> = (self.uses.matrices.iter())
+            .map(|v| format!("{vec} (&v{v})[kGroups] = rows{v}[k];"))
+            .collect();
+        let _ = writeln!(strips, "                    {}", aliases.join(" "));
+        strips.push_str(&self.map_registers("                    "));
+        strips.push_str(&self.row_compute(&k.calls, "                    ")?);
+        strips.push_str(&self.row_stores("                    "));
         strips.push_str("                }\n            }\n");
         strips.push_str(&self.column_sum_stores(false, "            ")?);
         strips.push_str("        }\n");
@@ -740,36 +785,6 @@ fn reads_per_element(call: &Call, value: ValueId) -> bool {
     let body = &call.form.formula.body;
     let term = body.the_reduction().map_or(body, |(_, _, term)| term);
     (call.args.iter().enumerate()).any(|(p, arg)| *arg == Arg::Value(value) && term.reads(p))
-}
-
-/// The walk down a block's rows with `row` (the work of row `row`, indented for inside the
-/// loop) as its body: a row a trip, or `per_trip` rows a trip (their loads issued together)
-/// and the last rows one at a time.
-fn row_loop(per_trip: u32, row: &str) -> String {
-    let one_at_a_time = |first: &str| {
-        format!(
-            "        #pragma unroll 1\n        for ({first}; row < row_end; row += kRowsAtOnce) {{\n{row}        }}\n"
-        )
-    };
-    if per_trip == 1 {
-        return one_at_a_time("long long row = row0 + row_slot");
-    }
-    let mut s = String::from("        long long row = row0 + row_slot;\n        #pragma unroll 1\n");
-    let _ = writeln!(
-        s,
-        "        for (; row + {} * kRowsAtOnce < row_end; row += {per_trip} * kRowsAtOnce) {{",
-        per_trip - 1
-    );
-    let _ = writeln!(s, "            const long long first = row;");
-    let _ = writeln!(
-        s,
-        "            #pragma unroll\n            for (int u = 0; u < {per_trip}; ++u) {{"
-    );
-    let _ = writeln!(s, "            const long long row = first + u * kRowsAtOnce;");
-    s.push_str(row);
-    s.push_str("            }\n        }\n");
-    s.push_str(&one_at_a_time(""));
-    s
 }
 
 /// `rows` twice: as the interior body, where `kChecked` is false and no access is tested, and
@@ -860,7 +875,10 @@ pub(crate) fn generate(k: &KernelContext) -> Result<KernelOutput, GenerateError>
             rows,
             cols,
             columns: layout.columns(),
-            serial: k.grid_serial(),
+            per_block: match k.walk {
+                Walk::Rows => k.block_rows(),
+                Walk::Columns => k.grid_serial().map(|serial| serial as u64 * layout.columns() as u64),
+            },
             walk: k.walk,
             whole_rows: k.whole_rows,
         },

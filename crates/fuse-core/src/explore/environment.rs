@@ -10,10 +10,15 @@ pub struct Environment {
     pub threads: u32,
     /// Instances per block: sub-vectors (BLAS-1), tiles across the strip (BLAS-2).
     pub instances: u32,
-    /// Bytes of each matrix row a thread of a strip kernel loads at once (GPU BLAS-2: as many
-    /// numbers as tiles across its strip); `None` where the model's reference applies.
+    /// Bytes of matrix rows a thread of a strip kernel loads at once (GPU BLAS-2: as many
+    /// numbers as tiles across its strip, for each row of a trip); `None` where the model's
+    /// reference applies.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lane_bytes: Option<u64>,
+    /// Registers per thread, estimated before compiling (GPU BLAS-2); `None` where they do not
+    /// limit the blocks resident.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub registers: Option<u64>,
     /// Serial iterations per block.
     pub serial_iterations: u32,
     /// Shared memory per block, bytes.

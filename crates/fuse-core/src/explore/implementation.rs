@@ -26,16 +26,32 @@ pub const BLAS1_INSTANCES: [u32; 6] = [1, 2, 4, 8, 16, 32];
 pub const BLAS1_THREADS_PER_INSTANCE: u32 = 32;
 /// Threads per block tried for nested fusions.
 pub const NESTED_THREADS: [u32; 5] = [64, 128, 256, 512, 1024];
-/// Tiles across a nested block's strip tried on GPUs (32 columns each): 1 is the paper's 32×32
-/// tile with 32-bit loads, wider strips move 16 bytes per access with several in flight. Widest
-/// first, so that of implementations predicted equal the one with more bytes in flight is kept.
-pub const NESTED_WIDTHS: [u32; 5] = [32, 16, 8, 4, 1];
+/// Tiles across a nested block's strip tried on GPUs (32 columns each): each lane moves 16
+/// bytes per access, several in flight. Not 1, the paper's 32×32 tile of 32-bit loads: on the
+/// H100 those ran BLAS-2 at 37–40 % of the bandwidth, and their loop issues four times the
+/// instructions per byte; a matrix narrower than a strip takes the edge body. Widest first, so
+/// that of implementations predicted equal the one with more bytes in flight is kept.
+pub const NESTED_WIDTHS: [u32; 4] = [32, 16, 8, 4];
 /// Registers per thread the generated code needs besides its strip arrays (indices, pointers).
 const BASE_REGISTERS: u64 = 24;
+/// Instructions of a warp sum: five shuffles and five adds.
+const WARP_SUM: u64 = 10;
+/// A row sum's atomic add by one lane: the test of the lane and the atomic.
+const ATOMIC: u64 = 2;
+/// A whole-row block's exchange of a row sum's warp totals: the store, the barrier, the loads
+/// (besides one add per warp).
+const EXCHANGE: u64 = 6;
+/// A trip of a row loop: the row index, its address, the test and the branch.
+const LOOP: u64 = 4;
+/// Registers one thread may have; the SM's registers limit the block ([`Predictor::resident_blocks`]).
+const MAX_REGISTERS: u64 = 255;
 /// Rows one warp may carry along the columns: it keeps each row's partial sums and address in
 /// registers across strips, and beyond 8 ptxas spills (SGEMV in f64 at 64 threads, 16 rows per
 /// warp: 254 registers and 40 bytes of spills on sm_80 and sm_90).
 const MAX_ROWS_PER_WARP: u64 = 8;
+/// Rows per whole-row block tried besides whole tiles: at 2048² a tile of rows per block makes
+/// 64 blocks for 132 SMs.
+const BLOCK_ROWS: [u32; 3] = [4, 8, 16];
 /// Serial iterations tried, besides the whole extent along the walk.
 pub const SERIAL_ITERATIONS: [u32; 8] = [1, 2, 4, 8, 16, 32, 64, 128];
 /// The variant every function has until library metadata lists others.
@@ -130,6 +146,10 @@ pub struct Launch {
     pub block: Block,
     /// Serial iterations per block.
     pub serial_iterations: u32,
+    /// Rows each whole-row block owns where fewer than a tile's 32 (with one serial iteration):
+    /// a grid of more blocks for matrices of few rows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub block_rows: Option<u32>,
     /// For tile grids, the direction blocks walk their iterations in.
     pub walk: Option<Axis>,
     /// Blocks in the grid.
@@ -226,6 +246,7 @@ pub fn implement(ctx: &Context, calls: &[CallId], predictor: &Predictor, limits:
                     threads: block.threads,
                     instances: block.instances,
                     lane_bytes: None,
+                    registers: kernel.registers(block, walk),
                     serial_iterations: 1,
                     shared_bytes: shared,
                     blocks: 1,
@@ -362,12 +383,16 @@ impl<'c> KernelRoutines<'c> {
             .count()
     }
 
-    /// Bytes of a matrix row each thread of a GPU strip kernel loads at once: one number per
-    /// tile across the strip. `None` for BLAS-1 and for targets without strips (the CPU).
-    fn lane_bytes(&self, block: Block) -> Option<u64> {
+    /// Bytes of matrix rows each thread of a GPU strip kernel keeps in flight: one number per
+    /// tile across the strip, for each row it loads at once. `None` for BLAS-1 and for targets
+    /// without strips (the CPU).
+    fn lane_bytes(&self, block: Block, walk: Option<Axis>) -> Option<u64> {
         let precision = self.ctx.program.precision;
-        let strips = self.nested() && !self.ctx.row_barrier;
-        strips.then(|| block.layout(precision).per_thread() as u64 * precision.bytes())
+        let (true, false, Some(walk)) = (self.nested(), self.ctx.row_barrier, walk) else {
+            return None;
+        };
+        let layout = block.layout(precision);
+        Some((layout.per_thread() * layout.rows_in_flight(walk)) as u64 * precision.bytes())
     }
 
     /// Shared memory per block: a BLAS-1 block keeps `peak` bytes per instance; a nested block
@@ -383,13 +408,24 @@ impl<'c> KernelRoutines<'c> {
         }
     }
 
-    /// Whether a nested kernel's strip arrays fit its registers and its column-sum exchange
-    /// the static shared memory: each lane holds `w` numbers of a row for every column
-    /// sub-vector, column-sum accumulator and matrix it touches, and walking along the columns
-    /// a number per row of its warp for every row sub-vector and row sum.
+    /// Whether a nested kernel's strip arrays fit the registers one thread may have and its
+    /// column-sum exchange the static shared memory.
     fn fits_strips(&self, block: Block, walk: Option<Axis>) -> bool {
-        if !self.nested() {
+        let Some(registers) = self.registers(block, walk) else {
             return true;
+        };
+        registers <= MAX_REGISTERS && self.shared_bytes(block, 0) <= STATIC_SHARED_LIMIT
+    }
+
+    /// Registers per thread of a nested GPU kernel, estimated before compiling: each lane
+    /// holds `w` numbers of a row for every column sub-vector, column-sum accumulator and
+    /// matrix it touches (a matrix twice for whole rows, whose next row loads across the
+    /// barrier, and once per row of its warp walking along the columns), and walking along the
+    /// columns a number per row of its warp for every row sub-vector and row sum. `None` for BLAS-1, the CPU, and a walk along the columns with more rows per warp
+    /// than ptxas keeps without spilling.
+    fn registers(&self, block: Block, walk: Option<Axis>) -> Option<u64> {
+        if !self.nested() || self.ctx.row_barrier {
+            return None;
         }
         let program = self.ctx.program;
         let words = program.precision.bytes() / 4;
@@ -402,16 +438,19 @@ impl<'c> KernelRoutines<'c> {
                 _ => {}
             }
         }
-        // Whole rows hold the next row's matrix values too, loaded across the row's barrier.
-        if block.whole_rows {
-            matrices *= 2;
-        }
+        // Whole rows hold the next row's matrix values too, loaded across the row's barrier; a
+        // walk along the columns loads all the rows of its warp before using any.
+        let rows_per_warp = (ROWS_PER_STRIP_BLOCK as u64).div_ceil(block.threads as u64 / 32).max(1);
+        matrices *= match (block.whole_rows, walk) {
+            (true, _) => 2,
+            (false, Some(Axis::Columns)) => rows_per_warp,
+            _ => 1,
+        };
         matrices += self.stores.iter().filter(|(_, role)| *role == Role::Tile).count() as u64;
         let row_arrays = match walk {
             Some(Axis::Columns) => {
-                let rows_per_warp = (ROWS_PER_STRIP_BLOCK as u64).div_ceil(block.threads as u64 / 32).max(1);
                 if rows_per_warp > MAX_ROWS_PER_WARP {
-                    return false;
+                    return Some(u64::MAX);
                 }
                 let row_vectors = self
                     .loads
@@ -428,11 +467,40 @@ impl<'c> KernelRoutines<'c> {
         // the load to the store (SGER in f64 over 32 tiles: 255 registers and spills without).
         let stores_tiles = self.stores.iter().any(|(_, role)| *role == Role::Tile);
         let per_access = if stores_tiles { 3 * layout.groups as u64 } else { 0 };
-        let per_thread =
-            (arrays + matrices.max(1)) * layout.per_thread() as u64 * words + per_access + row_arrays + BASE_REGISTERS;
-        // ptxas keeps two blocks' registers resident under `__launch_bounds__(threads)`.
-        let budget = (32768 / block.threads.max(1) as u64).min(255);
-        per_thread <= budget && self.shared_bytes(block, 0) <= STATIC_SHARED_LIMIT
+        Some((arrays + matrices.max(1)) * layout.per_thread() as u64 * words + per_access + row_arrays + BASE_REGISTERS)
+    }
+
+    /// Warp instructions a nested GPU kernel issues in all, estimated from its shape as the
+    /// SASS of the generated loops counts them: per row, each warp on it issues an address and
+    /// a load per 16-byte access (or store), an FMA per element per call, two per row value,
+    /// and per row sum walking down a warp sum (five shuffles and adds) and its atomic — or, in
+    /// a whole-row block, the exchange through shared memory behind a barrier, adding every
+    /// warp's total.
+    /// `None` for BLAS-1 and the CPU.
+    fn warp_instructions(&self, block: Block, walk: Option<Axis>) -> Option<u64> {
+        if !self.nested() || self.ctx.row_barrier {
+            return None;
+        }
+        let layout = block.layout(self.ctx.program.precision);
+        let groups = layout.groups as u64;
+        let count = |wanted: Role| self.loads.iter().filter(|(_, _, role)| *role == wanted).count() as u64;
+        let stored = self.stores.iter().filter(|(_, role)| *role == Role::Tile).count() as u64;
+        let row_sums = (self.reduces.len() - self.column_sums()) as u64;
+        let walk = walk?;
+        // Walking along the columns, a row's partial sums stay in registers across the strips.
+        let (warps_per_row, per_row_sum) = match (block.whole_rows, walk) {
+            (true, _) => (layout.warps as u64, WARP_SUM + EXCHANGE + layout.warps as u64),
+            (false, Axis::Rows) => (1, WARP_SUM + ATOMIC),
+            (false, Axis::Columns) => (1, 0),
+        };
+        let per_warp_row = 2 * groups * (count(Role::Tile) + stored)
+            + self.order.len() as u64 * layout.per_thread() as u64
+            + 2 * count(Role::RowVector)
+            + row_sums * per_row_sum
+            + LOOP / layout.rows_per_trip(walk) as u64;
+        let rows = self.tiles.0 * ELEMENT_SIDE;
+        let strips = self.tiles.1.div_ceil(block.instances.max(1) as u64);
+        Some(rows * strips * warps_per_row * per_warp_row)
     }
 
     /// Every serial-iteration count and finish choice of `setting`, predicted.
@@ -442,8 +510,15 @@ impl<'c> KernelRoutines<'c> {
         if !self.read_inside.is_empty() && !ctx.row_barrier && !setting.block.whole_rows {
             return out;
         }
-        for serial in serial_options(self.tiles, setting.block, setting.walk) {
-            let grid = Grid::new(self.tiles, setting.block, serial, setting.walk);
+        let mut heights: Vec<(u32, Option<u32>)> = (serial_options(self.tiles, setting.block, setting.walk))
+            .into_iter()
+            .map(|serial| (serial, None))
+            .collect();
+        if setting.block.whole_rows {
+            heights.extend(BLOCK_ROWS.iter().map(|&rows| (1, Some(rows))));
+        }
+        for (serial, block_rows) in heights {
+            let grid = Grid::new(self.tiles, setting.block, serial, setting.walk, block_rows);
             if self.read_inside.iter().any(|&c| !grid.complete(ctx, c)) {
                 continue;
             }
@@ -460,7 +535,8 @@ impl<'c> KernelRoutines<'c> {
         let env = Environment {
             threads: setting.block.threads,
             instances: setting.block.instances,
-            lane_bytes: self.lane_bytes(setting.block),
+            lane_bytes: self.lane_bytes(setting.block, setting.walk),
+            registers: self.registers(setting.block, setting.walk),
             serial_iterations: grid.serial,
             shared_bytes: setting.shared,
             blocks: grid.blocks,
@@ -472,12 +548,18 @@ impl<'c> KernelRoutines<'c> {
             launch: Launch {
                 block: setting.block,
                 serial_iterations: grid.serial,
+                block_rows: grid.block_rows,
                 walk: setting.walk,
                 blocks: grid.blocks,
                 shared_bytes: setting.shared,
                 reductions,
             },
-            time: predictor.kernel(&runs, &env, finish),
+            time: predictor.kernel(
+                &runs,
+                &env,
+                self.warp_instructions(setting.block, setting.walk).unwrap_or(0),
+                finish,
+            ),
         }
     }
 
@@ -597,7 +679,7 @@ pub fn implementation_with(
         shared: peak * block.instances as u64,
         variants: &variants,
     };
-    let grid = Grid::new(kernel.tiles, block, serial_iterations.max(1), walk);
+    let grid = Grid::new(kernel.tiles, block, serial_iterations.max(1), walk, None);
     let finishes: Vec<Finish> = (kernel.reduces.iter())
         .map(|&(_, c, _)| match grid.complete(ctx, c) {
             true => Finish::Complete,
@@ -620,13 +702,15 @@ pub fn implementation_with(
 }
 
 /// The grid of one launch configuration. Nested blocks cover strips `width` tiles across:
-/// walking down, a block owns one strip `serial` tiles high; walking along, a block owns one tile
-/// row ([`ROWS_PER_STRIP_BLOCK`] rows) and walks `serial` strips.
+/// walking down, a block owns one strip `serial` tiles high (or `block_rows` rows of whole
+/// rows); walking along, a block owns one tile row ([`ROWS_PER_STRIP_BLOCK`] rows) and walks
+/// `serial` strips.
 struct Grid {
     /// Instances along (rows, columns): `(1, n/32)` for BLAS-1.
     tiles: (u64, u64),
     walk: Option<Axis>,
     serial: u32,
+    block_rows: Option<u32>,
     /// Tiles across a strip (1 for BLAS-1).
     width: u64,
     /// Whole-row blocks: each row of the block's strip is complete in the block.
@@ -635,21 +719,26 @@ struct Grid {
 }
 
 impl Grid {
-    fn new(tiles: (u64, u64), block: Block, serial: u32, walk: Option<Axis>) -> Self {
+    fn new(tiles: (u64, u64), block: Block, serial: u32, walk: Option<Axis>, block_rows: Option<u32>) -> Self {
         let s = serial as u64;
         let width = match walk {
             None => 1,
             Some(_) => block.instances.max(1) as u64,
         };
+        let row_blocks = match block_rows {
+            Some(rows) => (tiles.0 * ELEMENT_SIDE).div_ceil(rows as u64),
+            None => tiles.0.div_ceil(s),
+        };
         let blocks = match walk {
             None => tiles.1.div_ceil(block.instances as u64 * s),
-            Some(Axis::Rows) => tiles.0.div_ceil(s) * tiles.1.div_ceil(width),
+            Some(Axis::Rows) => row_blocks * tiles.1.div_ceil(width),
             Some(Axis::Columns) => tiles.0 * tiles.1.div_ceil(width * s),
         };
         Grid {
             tiles,
             walk,
             serial,
+            block_rows,
             width,
             whole_rows: block.whole_rows,
             blocks,
@@ -708,7 +797,9 @@ impl Grid {
     fn complete(&self, ctx: &Context, c: CallId) -> bool {
         match ctx.mappings[c].reduced {
             None => self.blocks == 1,
-            Some(r) if self.walk == Some(r) => self.along(r).div_ceil(self.step(r) * self.serial as u64) == 1,
+            Some(r) if self.walk == Some(r) => {
+                self.block_rows.is_none() && self.along(r).div_ceil(self.step(r) * self.serial as u64) == 1
+            }
             Some(r) => self.whole_rows && r == Axis::Columns && self.along(r) <= self.width,
         }
     }
@@ -1068,7 +1159,9 @@ mod tests {
         let env = Environment {
             threads: 256,
             instances: 1,
-            lane_bytes: Some(4),
+            // One number a row, eight rows a trip.
+            lane_bytes: Some(32),
+            registers: None,
             serial_iterations: 4,
             shared_bytes: imp.launch.shared_bytes,
             blocks: imp.launch.blocks,

@@ -87,6 +87,28 @@ impl StripLayout {
         [widest, 2, 1].into_iter().find(|v| width % v == 0).unwrap_or(1)
     }
 
+    /// Rows one trip of a kernel's hot loop loads at once, walking along `walk`. Down the rows,
+    /// a lane's part of a row is `groups` 16-byte loads: narrow strips take several rows a trip,
+    /// so that about 8 are in flight as in the probes; wider ones one row at a time, as two
+    /// would not fit the registers; whole rows two, the next loading while this one is summed
+    /// across the block. Along the columns, a trip is one strip of all the block's rows.
+    pub fn rows_per_trip(&self, walk: Axis) -> u32 {
+        match (walk, self.row_threads > 32) {
+            (Axis::Rows, true) => 2,
+            (Axis::Rows, false) => (8 / self.groups.max(1)).max(1),
+            (Axis::Columns, _) => ROWS_PER_STRIP_BLOCK.div_ceil(self.warps),
+        }
+    }
+
+    /// Rows whose loads a thread keeps in flight at once walking along `walk`: a trip's, or for
+    /// whole rows one — the next, loading while this one is summed.
+    pub fn rows_in_flight(&self, walk: Axis) -> u32 {
+        match self.row_threads > 32 {
+            true => 1,
+            false => self.rows_per_trip(walk),
+        }
+    }
+
     /// Columns per strip (per row, for whole rows).
     pub fn columns(&self) -> u32 {
         self.row_threads * self.vector * self.groups

@@ -105,11 +105,19 @@ pub struct Hardware {
     pub max_shared_per_block: u64,
     /// Shared memory per SM, bytes.
     pub shared_per_sm: u64,
+    /// 32-bit registers per SM.
+    #[serde(default = "default_registers_per_sm")]
+    pub registers_per_sm: u64,
     /// Whether blocks own whole matrix rows and keep their band of rows on chip, so that a row
     /// sum finished by a block may be read by later calls of the same kernel: true for the CPU
     /// backend (its blocks are threads walking row bands in cache), false for GPUs.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub row_barrier: bool,
+}
+
+/// Registers per SM of every NVIDIA GPU since sm_50, for tables written before they were recorded.
+fn default_registers_per_sm() -> u64 {
+    65536
 }
 
 /// Compute capability a CPU timing table records: there is none.
@@ -138,6 +146,10 @@ pub struct Model {
     pub warps_to_saturate_compute: f64,
     /// Bytes moved per byte accumulated by an atomic add.
     pub atomic_cost: f64,
+    /// Warp instructions one SM issues per µs (GPU: schedulers × clock), against which a BLAS-2
+    /// kernel's estimated instructions are timed; absent: not counted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warp_instructions_per_us: Option<f64>,
 }
 
 /// A figure per precision.
@@ -522,6 +534,7 @@ mod tests {
             threads,
             instances,
             lane_bytes: None,
+            registers: None,
             serial_iterations: 4,
             shared_bytes: 0,
             blocks: 1,

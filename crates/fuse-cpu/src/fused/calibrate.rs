@@ -79,6 +79,7 @@ pub fn calibrate(library: &Library, progress: &mut dyn FnMut(Step)) -> Result<Ca
             warps_to_saturate_memory: 1.0,
             warps_to_saturate_compute: 1.0,
             atomic_cost: 1.0,
+            warp_instructions_per_us: None,
         },
         routines,
         origin: String::new(),
@@ -118,6 +119,7 @@ fn hardware(threads: usize) -> Hardware {
         max_blocks_per_sm: 32,
         max_shared_per_block: cache,
         shared_per_sm: cache,
+        registers_per_sm: 65536,
         row_barrier: true,
     }
 }

@@ -286,6 +286,7 @@ pub fn unfused_plan(program: &Program, sizes: &Sizes) -> Plan {
                 launch: Launch {
                     block: Block::new(256, 1),
                     serial_iterations: 1,
+                    block_rows: None,
                     walk: None,
                     blocks: 0,
                     shared_bytes: 0,
