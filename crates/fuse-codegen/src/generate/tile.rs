@@ -566,8 +566,10 @@ impl<'a> Strips<'a> {
             let _ = writeln!(s, "    int turn = 0;  // calls of fuse_block_sums");
         }
         let mut row = String::new();
-        for &v in &self.uses.row_vectors {
-            let _ = writeln!(row, "            const {ty} r{v} = {}[row];", pointer(k.program, v));
+        if k.whole_rows {
+            for &v in &self.uses.row_vectors {
+                let _ = writeln!(row, "            const {ty} r{v} = {}[row];", pointer(k.program, v));
+            }
         }
         for &r in &self.row_sums {
             let _ = writeln!(row, "            {ty} part{r} = {ty}(0);");
@@ -587,11 +589,18 @@ impl<'a> Strips<'a> {
     }
 
     /// The walk down a strip's rows with `row` (the work of row `row` on its matrix values
-    /// `v{v}` at element `at`) as its body: a row a trip, or `rows_per_trip` rows a trip, every
-    /// row's loads issued before any is used (ptxas keeps a row's loads behind the previous
-    /// row's atomic), and the last rows one at a time.
+    /// `v{v}` at element `at` and its row values `r{v}`) as its body: a row a trip, or
+    /// `rows_per_trip` consecutive rows a trip for each warp, every row's loads issued before any
+    /// is used (ptxas keeps a row's loads behind the previous row's atomic) and their row values
+    /// loaded 16 bytes at a time where they fill such loads; the last rows one at a time.
     fn strip_row_loop(&self, row: &str) -> String {
-        let (vec, n, per_trip) = (self.vec(), &self.n, self.rows_per_trip());
+        let (k, vec, n, per_trip) = (self.k, self.vec(), &self.n, self.rows_per_trip());
+        let row_values = |index: &dyn Fn(ValueId) -> String| -> String {
+            (self.uses.row_vectors.iter())
+                .map(|&v| format!("            const {} r{v} = {};\n", k.ty(), index(v)))
+                .collect()
+        };
+        let at_row = |v: ValueId| format!("{}[row]", pointer(k.program, v));
         let mut one_at_a_time =
             String::from("        #pragma unroll 1\n        for (; row < row_end; row += kRowsAtOnce) {\n");
         let _ = writeln!(one_at_a_time, "            const long long at = row * {n};");
@@ -599,47 +608,62 @@ impl<'a> Strips<'a> {
             let _ = writeln!(one_at_a_time, "            {vec} v{v}[kGroups];");
         }
         one_at_a_time.push_str(&self.matrix_loads("v{v}", "at", "            "));
+        one_at_a_time.push_str(&row_values(&at_row));
         one_at_a_time.push_str(row);
         one_at_a_time.push_str("        }\n");
-        let mut s = String::from("        long long row = row0 + row_slot;\n");
-        if per_trip > 1 {
-            let _ = writeln!(
-                s,
-                "        #pragma unroll 1\n        for (; row + {} * kRowsAtOnce < row_end; row += {per_trip} * kRowsAtOnce) {{",
-                per_trip - 1
-            );
-            for &v in &self.uses.matrices {
-                let _ = writeln!(s, "            {vec} rows{v}[{per_trip}][kGroups];");
-            }
-            let _ = writeln!(
-                s,
-                "            #pragma unroll\n            for (int u = 0; u < {per_trip}; ++u) {{"
-            );
-            s.push_str(&self.matrix_loads(
-                "rows{v}[u]",
-                &format!("(row + u * kRowsAtOnce) * {n}"),
-                "                ",
-            ));
-            let _ = writeln!(s, "            }}\n            const long long first = row;");
-            let _ = writeln!(
-                s,
-                "            #pragma unroll\n            for (int u = 0; u < {per_trip}; ++u) {{"
-            );
-            let _ = writeln!(
-                s,
-                "            const long long row = first + u * kRowsAtOnce, at = row * {n};"
-            );
-            s.push_str("            ");
-            let aliases: Vec<String> = (self.uses.matrices.iter())
-                .map(|v| format!("{vec} (&v{v})[kGroups] = rows{v}[u];"))
-                .collect();
-            s.push_str(&aliases.join(" "));
-            s.push('\n');
-            s.push_str(row);
-            s.push_str("            }\n        }\n");
+        if per_trip == 1 {
+            return format!("        long long row = row0 + row_slot;\n{one_at_a_time}");
         }
+        // A warp's rows of a trip start at a multiple of per_trip: 16-byte aligned where they fill one.
+        let mut s =
+            format!("        constexpr int kTrip = {per_trip};\n        long long row = row0 + row_slot * kTrip;\n");
+        s.push_str("        #pragma unroll 1\n        for (; row - row_slot * kTrip + kTrip * kRowsAtOnce <= row_end; row += kTrip * kRowsAtOnce) {\n");
+        for &v in &self.uses.matrices {
+            let _ = writeln!(s, "            {vec} rows{v}[kTrip][kGroups];");
+        }
+        s.push_str("            #pragma unroll\n            for (int u = 0; u < kTrip; ++u) {\n");
+        s.push_str(&self.matrix_loads("rows{v}[u]", &format!("(row + u) * {n}"), "                "));
+        s.push_str("            }\n");
+        let in_vectors = self.row_values_in_vectors();
+        if in_vectors {
+            for &v in &self.uses.row_vectors {
+                let _ = writeln!(
+                    s,
+                    "            {vec} values{v}[kTrip / kVector];\n            #pragma unroll\n            for (int q = 0; q < kTrip / kVector; ++q) values{v}[q] = fuse_load_vec<{}, kVector, kChecked>({}, row + q * kVector, {});",
+                    k.ty(),
+                    pointer(k.program, v),
+                    self.m
+                );
+            }
+        }
+        s.push_str("            const long long first = row;\n            #pragma unroll\n            for (int u = 0; u < kTrip; ++u) {\n");
+        let _ = writeln!(s, "            const long long row = first + u, at = row * {n};");
+        let aliases: Vec<String> = (self.uses.matrices.iter())
+            .map(|v| format!("{vec} (&v{v})[kGroups] = rows{v}[u];"))
+            .collect();
+        let _ = writeln!(s, "            {}", aliases.join(" "));
+        s.push_str(&match in_vectors {
+            true => row_values(&|v| format!("values{v}[u / kVector].e[u % kVector]")),
+            false => row_values(&at_row),
+        });
+        s.push_str(row);
+        s.push_str(
+            "            }\n        }\n        row += row_slot - row_slot * kTrip;  // the rows left, one at a time\n",
+        );
         s.push_str(&one_at_a_time);
         s
+    }
+
+    /// Whether a strip walk's trips load their rows' row values 16 bytes at a time: a warp's
+    /// rows of a trip fill whole vectors.
+    fn row_values_in_vectors(&self) -> bool {
+        let (layout, bytes) = (self.layout, self.k.precision().bytes() as u32);
+        let per_trip = self.rows_per_trip();
+        !self.k.whole_rows
+            && self.k.walk == Walk::Rows
+            && per_trip > 1
+            && layout.vector * bytes == 16
+            && per_trip % layout.vector == 0
     }
 
     /// The walk down a block's whole rows with `row` (the work of row `row` on its matrix values
@@ -689,8 +713,13 @@ impl<'a> Strips<'a> {
     /// selects the loop body once.
     fn interior(&self, within: &str, indent: &str) -> String {
         let k = self.k;
+        let row_vectors = match self.row_values_in_vectors() {
+            true => self.uses.row_vectors.as_slice(),
+            false => &[],
+        };
         let aligned = (self.uses.matrices.iter().copied())
             .chain(self.uses.column_vectors.iter().copied())
+            .chain(row_vectors.iter().copied())
             .chain(k.stored())
             .map(|v| format!(" && fuse_aligned({})", pointer(k.program, v)))
             .collect::<String>();
