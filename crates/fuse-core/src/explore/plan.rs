@@ -119,9 +119,13 @@ fn describe_kernel(out: &mut String, program: &Program, index: usize, k: &Kernel
             .collect::<Vec<_>>()
             .join(" "),
     };
+    let issue = match t.issue_us > 0.0 {
+        true => format!(" ⊕ issue {:.2}", t.issue_us),
+        false => String::new(),
+    };
     let _ = writeln!(
         out,
-        "  {} {}: {:.2} µs = max(transfer {:.2}, compute {:.2}) + {} {:.2} + finish {:.2}",
+        "  {} {}: {:.2} µs = max(transfer {:.2}, compute {:.2}){issue} + {} {:.2} + finish {:.2}",
         words.kernel(),
         index + 1,
         t.total_us,
@@ -191,17 +195,17 @@ impl Layout for GpuLayout {
                 plural(instances),
                 plural(serial)
             ),
-            Some(walk) => format!(
-                "{} of {} columns, {serial} serial iteration{} {}",
-                if launch.block.whole_rows {
-                    "whole rows"
-                } else {
-                    "strips"
-                },
-                32 * instances,
-                plural(serial),
-                walk.walk()
-            ),
+            Some(walk) => {
+                let shape = match launch.block.whole_rows {
+                    true => "whole rows",
+                    false => "strips",
+                };
+                let steps = match launch.block_rows {
+                    Some(rows) => format!("{rows} rows each"),
+                    None => format!("{serial} serial iteration{} {}", plural(serial), walk.walk()),
+                };
+                format!("{shape} of {} columns, {steps}", 32 * instances)
+            }
         };
         format!(
             "{} blocks × {} threads ({arrangement}), {} B shared",

@@ -1,17 +1,20 @@
 //! Prediction (paper §4.2): a kernel's time is the sum of its routines' times, transfers and
-//! compute summed separately, `max(transfer, compute)` for their overlap, **plus the launch
+//! compute summed separately, `max(transfer, compute)` for their overlap, combined with the
+//! time to issue its instructions where the model has an issue rate (GPU BLAS-2: per-row
+//! sums, barriers and atomics cost instructions no byte count shows), **plus the launch
 //! overhead** (the paper ignored it and ranked unfused AXPYDOT first), plus the work that
 //! finishes partial reductions after the kernel.
 //!
 //! A routine's time comes from the timing table: its measurement in the nearest environment,
 //! or the analytic model: bytes over bandwidth (loads, stores) or flops over peak (compute),
 //! divided by an efficiency of the environment: the share of SMs the grid keeps busy times the
-//! resident warps per SM (limited by threads and shared memory per block) against the warps
-//! needed to saturate the unit. Memory needs bytes in flight: the model's figure is for threads
-//! that keep 16 bytes of a matrix row in flight; a strip thread holding fewer (the paper's
-//! one-tile strips: 4 bytes) needs proportionally more resident warps, one holding more needs
-//! fewer — on the H100, 4-byte tiles ran BLAS-2 at 37–40 % of the bandwidth where 16-byte
-//! accesses, eight in flight, reached 96 %. Everything here is a pure function of its inputs.
+//! resident warps per SM (limited by threads, shared memory and registers per block) against
+//! the warps needed to saturate the unit, a partly filled last wave counted at its own warps.
+//! Memory needs bytes in flight: the model's figure is for threads that keep 16 bytes of a
+//! matrix row in flight; a strip thread holding fewer needs proportionally more resident
+//! warps, one holding more needs fewer — on the H100, 4-byte tiles ran BLAS-2 at 37–40 % of the
+//! bandwidth where 16-byte accesses, eight in flight, reached 96 %. Everything here is a pure
+//! function of its inputs.
 
 use serde::{Deserialize, Serialize};
 
