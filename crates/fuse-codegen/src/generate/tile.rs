@@ -638,10 +638,7 @@ impl<'a> Strips<'a> {
         }
         s.push_str("            const long long first = row;\n            #pragma unroll\n            for (int u = 0; u < kTrip; ++u) {\n");
         let _ = writeln!(s, "            const long long row = first + u, at = row * {n};");
-        let aliases: Vec<String> = (self.uses.matrices.iter())
-            .map(|v| format!("{vec} (&v{v})[kGroups] = rows{v}[u];"))
-            .collect();
-        let _ = writeln!(s, "            {}", aliases.join(" "));
+        let _ = writeln!(s, "            {}", self.aliases("v", "rows{v}[u]"));
         s.push_str(&match in_vectors {
             true => row_values(&|v| format!("values{v}[u / kVector].e[u % kVector]")),
             false => row_values(&at_row),
@@ -680,10 +677,8 @@ impl<'a> Strips<'a> {
         step.push_str(row);
         step.push_str("            row += kRowsAtOnce;\n");
         let half = |this: &str, other: &str| {
-            let aliases: Vec<String> = (self.uses.matrices.iter())
-                .map(|v| format!("{vec} (&v{v})[kGroups] = {this}{v}, (&next{v})[kGroups] = {other}{v};"))
-                .collect();
-            format!("        {{\n            {}\n{step}        }}\n", aliases.join(" "))
+            let (this, other) = (self.aliases("v", this), self.aliases("next", other));
+            format!("        {{\n            {this} {other}\n{step}        }}\n")
         };
         let mut s = String::from("        long long row = row0 + row_slot;\n");
         for &v in &self.uses.matrices {
@@ -692,11 +687,22 @@ impl<'a> Strips<'a> {
         let _ = writeln!(s, "        if (row < row_end) {{");
         s.push_str(&self.matrix_loads("a{v}", &format!("row * {n}"), "            "));
         s.push_str("        }\n        #pragma unroll 1\n        while (row < row_end) {\n");
-        s.push_str(&half("a", "b"));
+        s.push_str(&half("a{v}", "b{v}"));
         s.push_str("        if (row >= row_end) break;\n");
-        s.push_str(&half("b", "a"));
+        s.push_str(&half("b{v}", "a{v}"));
         s.push_str("        }\n");
         s
+    }
+
+    /// `{name}{v}` declared for every matrix v as another name of the registers `of` (`{v}` in
+    /// it standing for the matrix's number): a loop body written once for `v{v}` works on
+    /// whichever buffer or row of a trip the names point to, with no copy.
+    fn aliases(&self, name: &str, of: &str) -> String {
+        let vec = self.vec();
+        (self.uses.matrices.iter())
+            .map(|v| format!("{vec} (&{name}{v})[kGroups] = {};", of.replace("{v}", &v.to_string())))
+            .collect::<Vec<_>>()
+            .join(" ")
     }
 
     /// Rows one trip of the hot loop works on ([`StripLayout::rows_per_trip`]).
@@ -788,10 +794,7 @@ impl<'a> Strips<'a> {
         strips.push_str("                }\n            }\n");
         strips.push_str(&each_row);
         let _ = writeln!(strips, "                    const long long at = row * {n};");
-        let aliases: Vec<String> = (self.uses.matrices.iter())
-            .map(|v| format!("{vec} (&v{v})[kGroups] = rows{v}[k];"))
-            .collect();
-        let _ = writeln!(strips, "                    {}", aliases.join(" "));
+        let _ = writeln!(strips, "                    {}", self.aliases("v", "rows{v}[k]"));
         strips.push_str(&self.map_registers("                    "));
         strips.push_str(&self.row_compute(&k.calls, "                    ")?);
         strips.push_str(&self.row_stores("                    "));

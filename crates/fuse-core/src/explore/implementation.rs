@@ -421,8 +421,9 @@ impl<'c> KernelRoutines<'c> {
     /// holds `w` numbers of a row for every column sub-vector, column-sum accumulator and
     /// matrix it touches (a matrix twice for whole rows, whose next row loads across the
     /// barrier, and once per row of its warp walking along the columns), and walking along the
-    /// columns a number per row of its warp for every row sub-vector and row sum. `None` for BLAS-1, the CPU, and a walk along the columns with more rows per warp
-    /// than ptxas keeps without spilling.
+    /// columns a number per row of its warp for every row sub-vector and row sum. `None` for
+    /// BLAS-1 and the CPU; more than a thread may have for a walk along the columns with more
+    /// rows per warp than ptxas keeps without spilling.
     fn registers(&self, block: Block, walk: Option<Axis>) -> Option<u64> {
         if !self.nested() || self.ctx.row_barrier {
             return None;
@@ -475,18 +476,16 @@ impl<'c> KernelRoutines<'c> {
     /// a load per 16-byte access (or store), an FMA per element per call, two per row value,
     /// and per row sum walking down a warp sum (five shuffles and adds) and its atomic — or, in
     /// a whole-row block, the exchange through shared memory behind a barrier, adding every
-    /// warp's total.
-    /// `None` for BLAS-1 and the CPU.
+    /// warp's total. `None` for BLAS-1 and the CPU.
     fn warp_instructions(&self, block: Block, walk: Option<Axis>) -> Option<u64> {
-        if !self.nested() || self.ctx.row_barrier {
+        let (true, false, Some(walk)) = (self.nested(), self.ctx.row_barrier, walk) else {
             return None;
-        }
+        };
         let layout = block.layout(self.ctx.program.precision);
         let groups = layout.groups as u64;
         let count = |wanted: Role| self.loads.iter().filter(|(_, _, role)| *role == wanted).count() as u64;
         let stored = self.stores.iter().filter(|(_, role)| *role == Role::Tile).count() as u64;
         let row_sums = (self.reduces.len() - self.column_sums()) as u64;
-        let walk = walk?;
         // Walking along the columns, a row's partial sums stay in registers across the strips.
         let (warps_per_row, per_row_sum) = match (block.whole_rows, walk) {
             (true, _) => (layout.warps as u64, WARP_SUM + EXCHANGE + layout.warps as u64),
