@@ -451,7 +451,7 @@ impl<'c> KernelRoutines<'c> {
         let row_arrays = match walk {
             Some(Axis::Columns) => {
                 if rows_per_warp > MAX_ROWS_PER_WARP {
-                    return Some(u64::MAX);
+                    return Some(MAX_REGISTERS + 1);
                 }
                 let row_vectors = self
                     .loads

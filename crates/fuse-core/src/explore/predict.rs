@@ -123,7 +123,7 @@ impl<'t> Predictor<'t> {
         let by_shared = d.shared_per_sm.checked_div(env.shared_bytes).unwrap_or(u64::MAX);
         let warps = (env.threads as u64).div_ceil(WARP as u64);
         let by_registers = match env.registers {
-            Some(r) => d.registers_per_sm / (r.div_ceil(8) * 8 * WARP as u64 * warps).max(1),
+            Some(r) => d.registers_per_sm / (r.div_ceil(8).saturating_mul(8 * WARP as u64 * warps)).max(1),
             None => u64::MAX,
         };
         by_threads
