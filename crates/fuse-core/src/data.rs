@@ -60,6 +60,14 @@ pub enum DataView<'a> {
 }
 
 impl DataView<'_> {
+    /// The elements widened to f64 (a copy).
+    pub fn to_f64(&self) -> Vec<f64> {
+        match self {
+            DataView::F32(v) => v.iter().map(|&x| x as f64).collect(),
+            DataView::F64(v) => v.to_vec(),
+        }
+    }
+
     /// The element precision.
     pub fn precision(&self) -> Precision {
         match self {
@@ -211,10 +219,7 @@ impl HostArray {
 
     /// The elements widened to f64.
     pub fn to_f64(&self) -> Vec<f64> {
-        match &self.data {
-            HostData::F32(v) => v.iter().map(|&x| x as f64).collect(),
-            HostData::F64(v) => v.clone(),
-        }
+        self.data.view().to_f64()
     }
 
     /// The same values in `precision` (rounded when narrowing).

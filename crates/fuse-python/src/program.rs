@@ -210,8 +210,9 @@ impl Program {
             views.insert(name.clone(), view(array)?);
         }
         let outputs = match self.backend {
-            // Seconds at large sizes: run on a worker from copies of the inputs (both backends
-            // copy them anyway), so that Ctrl-C returns at once and abandons nothing borrowed.
+            // Seconds at large sizes: run on a worker from copies of the inputs, so that Ctrl-C
+            // returns at once and abandons nothing borrowed (both backends read their inputs
+            // once more, into the interpreter's f64 arrays or the emulated device's buffers).
             Backend::Reference | Backend::Emulate => {
                 let owned: Bindings = views.iter().map(|(name, a)| (name.clone(), a.to_owned())).collect();
                 interruptible(py, move || compiled.run(&owned.into()))?

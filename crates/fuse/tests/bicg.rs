@@ -3,8 +3,14 @@
 #[path = "../examples/bicg/solver.rs"]
 mod solver;
 
+use std::sync::Mutex;
+
 use fuse::distributed::LocalRanks;
 use fuse::{Backend, Session};
+
+/// The emulated device's buffer pool is one per process: tests that count its allocations run
+/// alone on it (another test's sessions take and return the same one-number buffers).
+static EMULATED_DEVICE: Mutex<()> = Mutex::new(());
 
 #[test]
 fn bicg_converges_on_a_nonsymmetric_system() {
@@ -43,6 +49,7 @@ fn bicg_iterations_after_the_second_compile_nothing() {
 /// new, and the results are the CPU backend's.
 #[test]
 fn bicg_on_a_device_uploads_the_matrix_once_and_reuses_its_buffers() {
+    let _alone = EMULATED_DEVICE.lock().unwrap_or_else(|e| e.into_inner());
     let n = 512;
     let system = solver::generate(n, 7);
     let run = |backend: Backend| {
@@ -90,6 +97,7 @@ fn bicg_on_a_device_uploads_the_matrix_once_and_reuses_its_buffers() {
 /// do not disturb each other: each gets what it gets alone on the CPU.
 #[test]
 fn two_sessions_on_one_device_run_side_by_side() {
+    let _alone = EMULATED_DEVICE.lock().unwrap_or_else(|e| e.into_inner());
     let solve = |seed: u64, backend: Backend| {
         let system = solver::generate(160 + seed as usize, seed);
         let s = Session::<f64>::new(backend).unwrap();

@@ -2,11 +2,11 @@
 //! its library formula, in f64 whatever the script's precision. It is the ground truth every
 //! backend is compared with, so it is written for obviousness, with rayon across result rows.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use rayon::prelude::*;
 
-use crate::data::{check_inputs, BindError};
+use crate::data::{check_inputs, BindError, Bound};
 use crate::formula::{BinOp, Expr, Func, ReduceOp};
 use crate::{Arg, Bindings, Call, HostArray, Program, Sizes};
 
@@ -22,8 +22,13 @@ enum Operand<'a> {
     Array(&'a Array),
 }
 
-/// Evaluates `program` at `sizes` on `inputs`; returns every output, in f64, by name.
-pub fn evaluate(program: &Program, sizes: &Sizes, inputs: &Bindings) -> Result<Bindings, BindError> {
+/// Evaluates `program` at `sizes` on `inputs` (owned [`Bindings`] or borrowed views, read
+/// once into f64); returns every output, in f64, by name.
+pub fn evaluate<A: Bound>(
+    program: &Program,
+    sizes: &Sizes,
+    inputs: &BTreeMap<String, A>,
+) -> Result<Bindings, BindError> {
     check_inputs(program, sizes, inputs)?;
     let mut values: HashMap<usize, Array> = HashMap::new();
     for &id in &program.inputs {
@@ -31,8 +36,8 @@ pub fn evaluate(program: &Program, sizes: &Sizes, inputs: &Bindings) -> Result<B
         values.insert(
             id,
             Array {
-                dims: a.dims.clone(),
-                data: a.to_f64(),
+                dims: a.dims().to_vec(),
+                data: a.data().to_f64(),
             },
         );
     }

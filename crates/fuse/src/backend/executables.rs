@@ -179,11 +179,10 @@ impl Interpreter {
 }
 
 impl Executable for Interpreter {
-    /// Copies the inputs: the interpreter works from owned arrays, in f64.
+    /// Reads the inputs once, into the f64 arrays the interpreter works from.
     fn run(&self, inputs: &Views) -> Result<(Bindings, RunTimes)> {
         on_host(|| {
-            let owned: Bindings = inputs.iter().map(|(k, a)| (k.clone(), a.to_owned())).collect();
-            let outputs = fuse_core::reference::evaluate(&self.program, &self.sizes, &owned)?;
+            let outputs = fuse_core::reference::evaluate(&self.program, &self.sizes, inputs)?;
             let precision = self.program.precision;
             Ok(outputs
                 .into_iter()
