@@ -143,8 +143,9 @@ given. Where nvdisasm is at hand (the nvidia-cuda-nvdisasm wheel, or FUSE_NVDISA
 SASS is written too (<name>.<arch>.sass) and each kernel's hot loop read from it: instructions \
 per 128-bit load (the probes that reached 93-96 % of an H100's copy bandwidth run 10-14), narrow \
 loads beyond its row values (a scalar fallback), barriers per row and the 16-byte loads in \
-flight before their first use, which with the blocks resident give the KiB in flight per SM, and \
-how full the last wave is. These are what make memory-bound kernels fast or slow on any GPU. \
+flight before their first use, which with the blocks resident give the KiB in flight on the SMs \
+holding the most blocks (32 KiB or more hide an H100's DRAM latency), and how full the last wave \
+is. These are what make memory-bound kernels fast or slow on any GPU. \
 Without NVRTC the source is still written, with a note.",
         after_help = "Example: fuse compile scripts/gemver.yaml -o out/gemver"
     )]

@@ -6,7 +6,7 @@
 //! (see [`crate::sass`]) what the hot loop issues: instructions per 128-bit load, narrow loads
 //! beyond its row values (a scalar fallback), barriers per row, and the loads in flight before
 //! the first use, which with the blocks resident give the bytes in flight per SM that hide the
-//! memory's latency.
+//! memory's latency (on the SMs holding the most blocks, which set the kernel's time).
 //!
 //! These are the offline proxies of speed for memory-bound kernels: 32-bit matrix loads, an
 //! atomic every few elements, spills or a grid of a fraction of a wave are slow on any GPU.
@@ -60,7 +60,8 @@ pub struct KernelProfile {
     pub last_wave: f64,
     /// One trip of the hot loop, where the SASS was read.
     pub hot_loop: Option<HotLoop>,
-    /// Bytes of 128-bit loads in flight per SM: resident threads × loads before first use × 16.
+    /// Bytes of 128-bit loads in flight on each SM holding the most blocks: its resident
+    /// threads × loads before first use × 16.
     pub in_flight_per_sm: Option<f64>,
     /// Narrow loads in the hot loop beyond the row values it reads, per 128-bit load: a scalar
     /// fallback behind the vector loads (about 4 per load in f32, 2 in f64), or 0.
@@ -116,8 +117,11 @@ pub fn profile(
                 .iter()
                 .find(|f| f.name == launch.kernel)
                 .and_then(Function::hot_loop);
+            // The SMs holding the most blocks set the kernel's time (256 blocks on 132 SMs: 124
+            // hold two, 8 one).
+            let most_resident = (per_sm as f64).min((blocks as f64 / sms as f64).ceil());
             let in_flight =
-                hot_loop.map(|h| resident_per_sm * threads as f64 * h.loads_before_use as f64 * WIDE_LOAD_BYTES);
+                hot_loop.map(|h| most_resident * threads as f64 * h.loads_before_use as f64 * WIDE_LOAD_BYTES);
             let rows_per_trip = launch.strips.map_or(1, |w| w.rows_per_trip.max(1));
             let row_values = launch.strips.map_or(0, |w| w.row_value_loads * rows_per_trip);
             let fallback =
