@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use crate::explore::callset::CallSet;
 use crate::explore::context::Context;
 use crate::explore::environment::Environment;
-use crate::explore::mapping::{Axis, Role, StripLayout, ELEMENT_SIDE, ROWS_PER_STRIP_BLOCK, STATIC_SHARED_LIMIT};
+use crate::explore::mapping::{Axis, Role, StripLayout, ELEMENT_SIDE, STATIC_SHARED_LIMIT};
 use crate::explore::predict::{FinishWork, KernelTime, Predictor, RoutineRun, Work};
 use crate::explore::timing::RoutineKey;
 use crate::explore::Limits;
@@ -374,6 +374,11 @@ impl<'c> KernelRoutines<'c> {
         self.ctx.program.calls[self.order[0]].kind.nesting_level() == 2
     }
 
+    /// Whether the fusion is nested and runs on a GPU's strips (not the CPU's whole-row threads).
+    fn gpu_strips(&self) -> bool {
+        self.nested() && !self.ctx.row_barrier
+    }
+
     /// The column sums among the kernel's reductions (reduced along the rows).
     fn column_sums(&self) -> usize {
         let ctx = self.ctx;
@@ -388,7 +393,7 @@ impl<'c> KernelRoutines<'c> {
     /// without strips (the CPU).
     fn lane_bytes(&self, block: Block, walk: Option<Axis>) -> Option<u64> {
         let precision = self.ctx.program.precision;
-        let (true, false, Some(walk)) = (self.nested(), self.ctx.row_barrier, walk) else {
+        let (true, Some(walk)) = (self.gpu_strips(), walk) else {
             return None;
         };
         let layout = block.layout(precision);
@@ -425,10 +430,11 @@ impl<'c> KernelRoutines<'c> {
     /// BLAS-1 and the CPU; more than a thread may have for a walk along the columns with more
     /// rows per warp than ptxas keeps without spilling.
     fn registers(&self, block: Block, walk: Option<Axis>) -> Option<u64> {
-        if !self.nested() || self.ctx.row_barrier {
+        if !self.gpu_strips() {
             return None;
         }
         let program = self.ctx.program;
+        let layout = block.layout(program.precision);
         let words = program.precision.bytes() / 4;
         let mut arrays = self.column_sums() as u64;
         let mut matrices = 0;
@@ -441,7 +447,7 @@ impl<'c> KernelRoutines<'c> {
         }
         // Whole rows hold the next row's matrix values too, loaded across the row's barrier; a
         // walk along the columns loads all the rows of its warp before using any.
-        let rows_per_warp = (ROWS_PER_STRIP_BLOCK as u64).div_ceil(block.threads as u64 / 32).max(1);
+        let rows_per_warp = layout.rows_per_trip(Axis::Columns) as u64;
         matrices *= match (block.whole_rows, walk) {
             (true, _) => 2,
             (false, Some(Axis::Columns)) => rows_per_warp,
@@ -463,7 +469,6 @@ impl<'c> KernelRoutines<'c> {
             }
             _ => 0,
         };
-        let layout = block.layout(program.precision);
         // A stored matrix keeps each access's 64-bit column index and bounds test live from
         // the load to the store (SGER in f64 over 32 tiles: 255 registers and spills without).
         let stores_tiles = self.stores.iter().any(|(_, role)| *role == Role::Tile);
@@ -478,7 +483,7 @@ impl<'c> KernelRoutines<'c> {
     /// a whole-row block, the exchange through shared memory behind a barrier, adding every
     /// warp's total. `None` for BLAS-1 and the CPU.
     fn warp_instructions(&self, block: Block, walk: Option<Axis>) -> Option<u64> {
-        let (true, false, Some(walk)) = (self.nested(), self.ctx.row_barrier, walk) else {
+        let (true, Some(walk)) = (self.gpu_strips(), walk) else {
             return None;
         };
         let layout = block.layout(self.ctx.program.precision);
@@ -606,7 +611,7 @@ impl<'c> KernelRoutines<'c> {
         let mut finish = FinishWork::default();
         let (mut memset, mut second_kernel) = (false, false);
         let atomic_cost = predictor.table().model.atomic_cost;
-        let gpu_strips = self.nested() && !self.ctx.row_barrier;
+        let gpu_strips = self.gpu_strips();
         for (&(pos, c, _), &how) in self.reduces.iter().zip(finishes) {
             let (partials, per) = grid.partials(self.ctx, c);
             let per_bytes = per * bytes;
@@ -702,7 +707,7 @@ pub fn implementation_with(
 
 /// The grid of one launch configuration. Nested blocks cover strips `width` tiles across:
 /// walking down, a block owns one strip `serial` tiles high (or `block_rows` rows of whole
-/// rows); walking along, a block owns one tile row ([`ROWS_PER_STRIP_BLOCK`] rows) and walks
+/// rows); walking along, a block owns one tile row ([`ROWS_PER_STRIP_BLOCK`](crate::explore::mapping::ROWS_PER_STRIP_BLOCK) rows) and walks
 /// `serial` strips.
 struct Grid {
     /// Instances along (rows, columns): `(1, n/32)` for BLAS-1.
