@@ -8,6 +8,9 @@ right after an untimed one, a copy of the problem's bytes between), then
 measurement of a point, not all of them. Prints one JSON line per point and round, then a
 Markdown table of the medians over the rounds and the ratio numpy / fuse (> 1: fuse faster).
 
+Where PyTorch is installed, its CPU build is timed the same way on the same arrays (shared with
+numpy through `torch.from_numpy`, no copy), at its default thread count.
+
 Run it with OpenBLAS's own kernel choice, as a user's numpy runs:
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python3 benches/cpu-peers.py > raw.txt
 
@@ -27,6 +30,11 @@ import time
 import numpy as np
 
 try:
+    import torch
+except ImportError:  # the table then has numpy alone
+    torch = None
+
+try:
     from threadpoolctl import threadpool_info
 except ImportError:  # the summary then names numpy's BLAS from its build configuration
     threadpool_info = None
@@ -40,6 +48,16 @@ SEQUENCES = {
     "sgemvt": (lambda d: (d["beta"] * (d["A"].T @ d["y"]) + d["z"], d["alpha"] * (d["A"] @ d["x"]))),
     "gemver": (lambda d: gemver(d)),
     "sgemtv": (lambda d: d["beta"] * (d["A"].T @ d["y"]) + d["z"]),
+}
+# The same in PyTorch, as its users write them (`addmv`/`addr` where they fit).
+TORCH_SEQUENCES = {
+    "sgemv": (lambda d: torch.addmv(d["y"], d["A"], d["x"], beta=d["beta"], alpha=d["alpha"])),
+    "bicgk": (lambda d: (torch.mv(d["A"], d["p"]), torch.mv(d["A"].T, d["r"]))),
+    "atax": (lambda d: torch.mv(d["A"].T, torch.mv(d["A"], d["x"]))),
+    "gesummv": (lambda d: torch.addmv(torch.mv(d["B"], d["x"]), d["A"], d["x"], beta=d["beta"], alpha=d["alpha"])),
+    "sgemvt": (lambda d: (torch.addmv(d["z"], d["A"].T, d["y"], alpha=d["beta"]), torch.mv(d["A"], d["x"]) * d["alpha"])),
+    "gemver": (lambda d: torch_gemver(d)),
+    "sgemtv": (lambda d: torch.addmv(d["z"], d["A"].T, d["y"], alpha=d["beta"])),
 }
 # Sequences timed here that scripts/ does not ship: a single `Aᵀ·y` (SGEMV's twin).
 EXTRA_SCRIPTS = {
@@ -63,6 +81,12 @@ def gemver(d):
     return b, x, d["alpha"] * (b @ x)
 
 
+def torch_gemver(d):
+    b = torch.addr(torch.addr(d["A"], d["u1"], d["v1"]), d["u2"], d["v2"])
+    x = torch.addmv(d["z"], b.T, d["y"], alpha=d["beta"])
+    return b, x, torch.mv(b, x) * d["alpha"]
+
+
 def inputs(name, size, precision, rng):
     t = np.float32 if precision == "f32" else np.float64
     data = {"A": rng.uniform(-1, 1, (size, size)).astype(t), "alpha": t(1.5), "beta": t(0.5)}
@@ -73,14 +97,18 @@ def inputs(name, size, precision, rng):
     return data
 
 
-def time_numpy(name, size, precision, runs):
-    """numpy's time (median µs) in a loop, and as `fuse bench` times fuse: each run timed right
+def time_peer(name, size, precision, runs, peer="numpy"):
+    """A peer's time (median µs) in a loop, and as `fuse bench` times fuse: each run timed right
     after an untimed run of itself, with a copy of as many bytes as the problem between runs —
     which, in cache, leaves a run slower than in a loop (fuse bench's other runs, the unfused
     plan's and its copy probe, sit there)."""
     data = inputs(name, size, precision, np.random.default_rng(0))
     run = SEQUENCES[name]
-    nbytes = sum(v.nbytes for v in data.values() if isinstance(v, np.ndarray))
+    if peer == "torch":
+        run = TORCH_SEQUENCES[name]
+        data = {k: torch.from_numpy(v) if isinstance(v, np.ndarray) else float(v) for k, v in data.items()}
+    nbytes = sum(v.numel() * v.element_size() if peer == "torch" else v.nbytes
+                 for v in data.values() if not isinstance(v, float) and np.ndim(v))
     src, dst = np.ones(nbytes // 8), np.zeros(nbytes // 8)
     run(data)
     loop, between = [], []
@@ -151,7 +179,8 @@ def main():
             for precision in precisions:
                 for name in names:
                     for size in sizes:
-                        numpy_loop_us, numpy_us = time_numpy(name, size, precision, args.runs)
+                        numpy_loop_us, numpy_us = time_peer(name, size, precision, args.runs)
+                        torch_us = time_peer(name, size, precision, args.runs, "torch")[1] if torch else None
                         path = script(name, precision, folder)
                         # OpenBLAS's threads spin on both cores for up to ~0.1 s after numpy's
                         # last call: timed inside that, fuse's runs at 1024² took twice as long.
@@ -159,22 +188,24 @@ def main():
                         fused_us, unfused_us = time_fuse(args.fuse, path, size, args.runs)
                         line = {"round": round_, "sequence": name, "precision": precision, "size": size,
                                 "numpy_us": numpy_us, "numpy_loop_us": numpy_loop_us, "fuse_us": fused_us,
-                                "fuse_unfused_us": unfused_us}
+                                "fuse_unfused_us": unfused_us, "torch_us": torch_us}
                         print(json.dumps(line), flush=True)
                         points.setdefault((name, precision, size), []).append(line)
-    print(f"\n{blas()}; OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', 'unset')}; "
+    torch_note = f"; torch {torch.__version__} CPU ({torch.get_num_threads()} threads)" if torch else ""
+    print(f"\n{blas()}{torch_note}; OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', 'unset')}; "
           f"{args.rounds} rounds of {args.runs} runs, medians\n")
     print("numpy µs: timed as fuse bench times fuse (after an untimed run and a copy); "
           "numpy loop µs: back to back\n")
     print("| sequence | precision | size | numpy µs | numpy loop µs | fuse µs | fuse unfused µs "
-          "| numpy / fuse | unfused / fused |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    keys = ("numpy_us", "numpy_loop_us", "fuse_us", "fuse_unfused_us")
+          "| numpy / fuse | unfused / fused |" + (" torch µs | torch / fuse |" if torch else ""))
+    print("|---" * (9 + (2 if torch else 0)) + "|")
+    keys = ("numpy_us", "numpy_loop_us", "fuse_us", "fuse_unfused_us") + (("torch_us",) if torch else ())
     for (name, precision, size), lines in points.items():
         med = {k: statistics.median(l[k] for l in lines) for k in keys}
         print(f"| {name} | {precision} | {size}² | {med['numpy_us']:.0f} | {med['numpy_loop_us']:.0f} | "
               f"{med['fuse_us']:.0f} | {med['fuse_unfused_us']:.0f} | {med['numpy_us'] / med['fuse_us']:.2f}× | "
-              f"{med['fuse_unfused_us'] / med['fuse_us']:.2f}× |")
+              f"{med['fuse_unfused_us'] / med['fuse_us']:.2f}× |"
+              + (f" {med['torch_us']:.0f} | {med['torch_us'] / med['fuse_us']:.2f}× |" if torch else ""))
 
 
 if __name__ == "__main__":
