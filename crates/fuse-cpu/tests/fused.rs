@@ -9,7 +9,7 @@ use fuse_core::data::{fill_random_inputs, relative_error};
 use fuse_core::reference::evaluate;
 use fuse_core::testing::{sequence as load, sizes_mn, SEQUENCES as ALL};
 use fuse_core::{explore, script, Bindings, Library, Limits, Plan, Precision, Program, TimingTable};
-use fuse_cpu::fused::{timings, unfused_plan, CpuError, FusedPlan};
+use fuse_cpu::fused::{timings, unfused_plan, CpuError, FusedPlan, Threads};
 
 const SIZES: [(usize, usize); 4] = [(67, 45), (1, 300), (300, 1), (257, 513)];
 
@@ -284,6 +284,34 @@ fn a_workspace_is_reused_and_checked() {
         f64_plan.run_in(&f64_inputs, &mut workspace),
         Err(CpuError::Workspace)
     ));
+}
+
+/// A workspace taken and touched ahead (the pages of every buffer, split between the threads)
+/// computes what a fresh one does, outputs and all, at sizes whose buffers end mid-page and
+/// split unevenly; one of another plan is refused.
+#[test]
+fn a_touched_workspace_runs_like_a_fresh_one() {
+    let program = load("gemver", Precision::F64);
+    for (m, n, threads) in [(1, 1, 2), (517, 1029, 2), (1031, 3, 3), (64, 64, 1)] {
+        let sizes = sizes_mn(&program, m, n);
+        let plan = &plans(&program, &cpu_table(), 1)[0];
+        let fused = FusedPlan::new(program.clone(), &sizes, plan)
+            .unwrap()
+            .with_threads(Threads::new(threads).unwrap());
+        let mut inputs = Bindings::new();
+        fill_random_inputs(&program, &sizes, 5, &mut inputs);
+        let want = fused.run(&inputs).unwrap();
+        let workspace = fused.touched_workspace().unwrap();
+        assert_eq!(fused.run_into(&inputs, workspace).unwrap(), want, "{m}x{n} on {threads}");
+    }
+    let sizes = sizes_mn(&program, 30, 20);
+    let fused = FusedPlan::new(program.clone(), &sizes, &unfused_plan(&program, &sizes)).unwrap();
+    let other = sizes_mn(&program, 31, 20);
+    let larger = FusedPlan::new(program.clone(), &other, &unfused_plan(&program, &other)).unwrap();
+    let mut inputs = Bindings::new();
+    fill_random_inputs(&program, &sizes, 5, &mut inputs);
+    let err = fused.run_into(&inputs, larger.touched_workspace().unwrap()).unwrap_err();
+    assert!(matches!(err, CpuError::Workspace), "{err}");
 }
 
 /// `snrm2`/`dnrm2` neither overflow nor underflow where the norm is representable (issue 14):

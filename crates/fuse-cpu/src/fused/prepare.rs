@@ -127,12 +127,18 @@ pub(crate) fn prepare(program: &Program, sizes: &Sizes, plan: &Plan) -> Result<P
         check_reads(&ctx, &kernel_of, k, &kernel.calls)?;
         kernels.push(lower_kernel(&ctx, k, &kernel.calls)?);
     }
-    let mut on_chip = vec![false; program.values.len()];
-    kernels.iter().flat_map(|k| &k.chip).for_each(|&v| on_chip[v] = true);
+    // A slot for each result that a kernel computes into memory: not one kept in tile buffers,
+    // nor one folded into the calls that read it (GEMVER's `B1`), which is never computed.
+    let mut in_memory = vec![false; program.values.len()];
+    for kernel in &kernels {
+        for call in &kernel.calls {
+            in_memory[call.result] = !kernel.chip.contains(&call.result);
+        }
+    }
     let mut slots = vec![None; program.values.len()];
     let mut slot_lens = Vec::new();
     for (v, value) in program.values.iter().enumerate() {
-        if value.producer.is_some() && !on_chip[v] {
+        if in_memory[v] {
             slots[v] = Some(slot_lens.len());
             let extents = value.shape.extents(sizes).unwrap_or_default();
             slot_lens.push(extents.iter().product::<usize>().max(1));

@@ -3,12 +3,12 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use fuse_codegen::generate::generate_plan;
 use fuse_core::{Bindings, Library, Plan, Program, Sizes, ValueId, Views};
-use fuse_cpu::fused::FusedPlan;
+use fuse_cpu::fused::{FusedPlan, Workspace};
 use fuse_cuda::{CudaPlan, Device, Timer};
 use fuse_emulate::EmulatedPlan;
 
@@ -27,6 +27,17 @@ pub(crate) trait Executable: Send + Sync {
     /// The plan on its device, for executables whose values can stay on a device between runs.
     fn device(&self) -> Option<&dyn DevicePlan> {
         None
+    }
+
+    /// Takes the memory of the next run now, its pages provided (see `Compiled::provision`);
+    /// nothing to do for most.
+    fn provision(&self) -> Result<()> {
+        Ok(())
+    }
+
+    /// Whether the next run's memory is already taken.
+    fn provisioned(&self) -> bool {
+        false
     }
 }
 
@@ -70,7 +81,10 @@ pub(super) fn cpu(
     if let Some(threads) = &options.threads {
         fused = fused.with_threads(threads.clone());
     }
-    let executable = Box::new(fused);
+    let executable = Box::new(HostPlan {
+        plan: fused,
+        ahead: Mutex::new(None),
+    });
     Ok(Chosen {
         executable,
         plan: Some(plan),
@@ -192,9 +206,36 @@ impl Executable for Interpreter {
     }
 }
 
-impl Executable for FusedPlan {
+/// The fused CPU plan, and the workspace its next run computes into where one was taken ahead.
+struct HostPlan {
+    plan: FusedPlan,
+    ahead: Mutex<Option<Workspace>>,
+}
+
+impl HostPlan {
+    fn ahead(&self) -> MutexGuard<'_, Option<Workspace>> {
+        // A workspace is whole or absent: a panic elsewhere cannot leave it half set.
+        self.ahead.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl Executable for HostPlan {
     fn run(&self, inputs: &Views) -> Result<(Bindings, RunTimes)> {
-        on_host(|| Ok(FusedPlan::run(self, inputs)?))
+        let ahead = self.ahead().take();
+        on_host(|| match ahead {
+            Some(workspace) => Ok(self.plan.run_into(inputs, workspace)?),
+            None => Ok(self.plan.run(inputs)?),
+        })
+    }
+
+    fn provision(&self) -> Result<()> {
+        let workspace = self.plan.touched_workspace()?;
+        *self.ahead() = Some(workspace);
+        Ok(())
+    }
+
+    fn provisioned(&self) -> bool {
+        self.ahead().is_some()
     }
 }
 
