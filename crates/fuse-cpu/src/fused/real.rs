@@ -70,11 +70,17 @@ pub trait Real:
     fn as_lanes<S: Simd>(x: &[Self]) -> (&[Self::Lanes<S>], &[Self]);
     /// `x` as whole vectors and the elements past the last one, writable.
     fn as_mut_lanes<S: Simd>(x: &mut [Self]) -> (&mut [Self::Lanes<S>], &mut [Self]);
+    /// The elements of `x` (fewer than a vector holds) in the first lanes, zeros in the rest:
+    /// one masked load where the instruction set has them.
+    fn partial_load<S: Simd>(simd: S, x: &[Self]) -> Self::Lanes<S>;
+    /// The first lanes of `v` into `x` (fewer elements than a vector holds).
+    fn partial_store<S: Simd>(simd: S, x: &mut [Self], v: Self::Lanes<S>);
 }
 
 macro_rules! real {
     ($t:ty, $precision:ident, $variant:ident, $power:ident, [$small:expr, $big:expr, $up:expr, $down:expr],
-     $lanes:ident, [$splat:ident, $add:ident, $mul_add:ident, $reduce:ident, $split:ident, $split_mut:ident]) => {
+     $lanes:ident, [$splat:ident, $add:ident, $mul_add:ident, $reduce:ident, $split:ident, $split_mut:ident,
+     $partial_load:ident, $partial_store:ident]) => {
         impl Real for $t {
             const ZERO: Self = 0.0;
             const NEG_ZERO: Self = -0.0;
@@ -138,6 +144,16 @@ macro_rules! real {
             fn as_mut_lanes<S: Simd>(x: &mut [Self]) -> (&mut [S::$lanes], &mut [Self]) {
                 S::$split_mut(x)
             }
+
+            #[inline(always)]
+            fn partial_load<S: Simd>(simd: S, x: &[Self]) -> S::$lanes {
+                simd.$partial_load(x)
+            }
+
+            #[inline(always)]
+            fn partial_store<S: Simd>(simd: S, x: &mut [Self], v: S::$lanes) {
+                simd.$partial_store(x, v)
+            }
         }
     };
 }
@@ -165,7 +181,9 @@ real!(
         mul_add_e_f32s,
         reduce_sum_f32s,
         as_simd_f32s,
-        as_mut_simd_f32s
+        as_mut_simd_f32s,
+        partial_load_f32s,
+        partial_store_f32s
     ]
 );
 real!(
@@ -181,6 +199,8 @@ real!(
         mul_add_e_f64s,
         reduce_sum_f64s,
         as_simd_f64s,
-        as_mut_simd_f64s
+        as_mut_simd_f64s,
+        partial_load_f64s,
+        partial_store_f64s
     ]
 );
