@@ -303,9 +303,10 @@ impl Compiled {
     ///   - y = dscal(2.0, x)
     /// ")?.compile(&Backend::Cpu, &[])?;
     /// let x = std::thread::scope(|s| {
-    ///     s.spawn(|| compiled.provision());
-    ///     vec![1.5; 100_000] // the inputs, made meanwhile
-    /// });
+    ///     let ahead = s.spawn(|| compiled.provision());
+    ///     let x = vec![1.5; 100_000]; // the inputs, made meanwhile
+    ///     ahead.join().expect("provision does not panic").map(|()| x)
+    /// })?;
     /// let out = compiled.run(&Inputs::new().vector("x", x)?)?;
     /// assert_eq!(out.get::<f64>("y")?[99_999], 3.0);
     /// # Ok::<(), fuse::Error>(())
