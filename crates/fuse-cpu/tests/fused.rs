@@ -302,7 +302,11 @@ fn a_touched_workspace_runs_like_a_fresh_one() {
         fill_random_inputs(&program, &sizes, 5, &mut inputs);
         let want = fused.run(&inputs).unwrap();
         let workspace = fused.touched_workspace().unwrap();
-        assert_eq!(fused.run_into(&inputs, workspace).unwrap(), want, "{m}x{n} on {threads}");
+        assert_eq!(
+            fused.run_into(&inputs, workspace).unwrap(),
+            want,
+            "{m}x{n} on {threads}"
+        );
     }
     let sizes = sizes_mn(&program, 30, 20);
     let fused = FusedPlan::new(program.clone(), &sizes, &unfused_plan(&program, &sizes)).unwrap();
@@ -310,7 +314,9 @@ fn a_touched_workspace_runs_like_a_fresh_one() {
     let larger = FusedPlan::new(program.clone(), &other, &unfused_plan(&program, &other)).unwrap();
     let mut inputs = Bindings::new();
     fill_random_inputs(&program, &sizes, 5, &mut inputs);
-    let err = fused.run_into(&inputs, larger.touched_workspace().unwrap()).unwrap_err();
+    let err = fused
+        .run_into(&inputs, larger.touched_workspace().unwrap())
+        .unwrap_err();
     assert!(matches!(err, CpuError::Workspace), "{err}");
 }
 

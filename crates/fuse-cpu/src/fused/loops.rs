@@ -454,7 +454,10 @@ mod tests {
                 )
             };
             let (want, mag) = dot_of(&rs[0]);
-            assert!(close(dot_simd(simd, rows[0], &x), want, mag, n), "dot {name} {n} from {offset}");
+            assert!(
+                close(dot_simd(simd, rows[0], &x), want, mag, n),
+                "dot {name} {n} from {offset}"
+            );
             let total: f64 = xs.iter().sum();
             assert!(
                 close(sum_simd(simd, &x), total, xs.iter().map(|a| a.abs()).sum(), n),
@@ -478,11 +481,17 @@ mod tests {
             let sums = dot_add_rows_simd(simd, lines, &x, coefs, &mut dest);
             for r in 0..ROWS {
                 let (want, mag) = dot_of(&rs[r]);
-                assert!(close(sums[r], want, mag, n), "dot_add_rows row {r} {name} {n} from {offset}");
+                assert!(
+                    close(sums[r], want, mag, n),
+                    "dot_add_rows row {r} {name} {n} from {offset}"
+                );
             }
             for (k, &got) in dest.iter().enumerate() {
                 let (want, mag) = column(k, ROWS);
-                assert!(close(got, want, mag, ROWS), "dot_add_rows column {k} {name} {n} from {offset}");
+                assert!(
+                    close(got, want, mag, ROWS),
+                    "dot_add_rows column {k} {name} {n} from {offset}"
+                );
             }
             let mut one = start.clone();
             let got = dot_add_row_simd(simd, rows[0], &x, coefs[0], &mut one);
@@ -492,7 +501,10 @@ mod tests {
             );
             for (k, &got) in one.iter().enumerate() {
                 let (want, mag) = column(k, 1);
-                assert!(close(got, want, mag, 1), "dot_add_row column {k} {name} {n} from {offset}");
+                assert!(
+                    close(got, want, mag, 1),
+                    "dot_add_row column {k} {name} {n} from {offset}"
+                );
             }
 
             // One pass of eight rows and one of three.
@@ -503,7 +515,10 @@ mod tests {
             lin_add_simd(simd, &mut dest, &terms);
             for (k, &got) in dest.iter().enumerate() {
                 let (want, mag) = column(k, rows.len());
-                assert!(close(got, want, mag, rows.len()), "lin_add {k} {name} {n} from {offset}");
+                assert!(
+                    close(got, want, mag, rows.len()),
+                    "lin_add {k} {name} {n} from {offset}"
+                );
             }
             let first = first_sums.entry(n).or_insert_with(|| dest.clone());
             assert!(*first == dest, "lin_add {name} {n}: other bits from {offset}");

@@ -249,7 +249,11 @@ impl FusedPlan {
 
     /// [`FusedPlan::run`] into `workspace` (one of this plan's, such as a
     /// [`FusedPlan::touched_workspace`]), whose buffers the outputs then are.
-    pub fn run_into<A: Bound>(&self, inputs: &BTreeMap<String, A>, mut workspace: Workspace) -> Result<Bindings, CpuError> {
+    pub fn run_into<A: Bound>(
+        &self,
+        inputs: &BTreeMap<String, A>,
+        mut workspace: Workspace,
+    ) -> Result<Bindings, CpuError> {
         self.run_in(inputs, &mut workspace)?;
         Ok(match workspace.buffers {
             Buffers::F32(mut b) => self.collect(|slot| HostData::F32(mem::take(&mut b[slot]))),
