@@ -292,9 +292,9 @@ fn a_workspace_is_reused_and_checked() {
 #[test]
 fn a_touched_workspace_runs_like_a_fresh_one() {
     let program = load("gemver", Precision::F64);
+    let plan = &plans(&program, &cpu_table(), 1)[0];
     for (m, n, threads) in [(1, 1, 2), (517, 1029, 2), (1031, 3, 3), (64, 64, 1)] {
         let sizes = sizes_mn(&program, m, n);
-        let plan = &plans(&program, &cpu_table(), 1)[0];
         let fused = FusedPlan::new(program.clone(), &sizes, plan)
             .unwrap()
             .with_threads(Threads::new(threads).unwrap());

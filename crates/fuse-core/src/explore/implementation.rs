@@ -707,7 +707,8 @@ pub fn implementation_with(
 
 /// The grid of one launch configuration. Nested blocks cover strips `width` tiles across:
 /// walking down, a block owns one strip `serial` tiles high (or `block_rows` rows of whole
-/// rows); walking along, a block owns one tile row ([`ROWS_PER_STRIP_BLOCK`](crate::explore::mapping::ROWS_PER_STRIP_BLOCK) rows) and walks
+/// rows); walking along, a block owns one tile row
+/// ([`ROWS_PER_STRIP_BLOCK`](crate::explore::mapping::ROWS_PER_STRIP_BLOCK) rows) and walks
 /// `serial` strips.
 struct Grid {
     /// Instances along (rows, columns): `(1, n/32)` for BLAS-1.
