@@ -403,13 +403,15 @@ struct Timed {
     copy_share: f64,
 }
 
-/// `runs` rounds, each timing a copy of as many bytes as the problem moves
-/// ([`copy_probe_bytes`]), the fused plan and the baseline, so that all three see the same
-/// machine and ratios are taken round by round. Each plan is timed after a copy and an untimed
-/// run of itself, so it finds the caches as its own last run left them — the steady state of a
-/// loop — and both plans alike: timed straight after one another, the second found the inputs
-/// they share already in cache (the fused BiCGK looked 0.6× at 512²), or just warmer caches
-/// (one SGEMV plan timed against itself: 0.82–0.89× at 2048²).
+/// `runs` rounds, each timing the fused plan, the baseline and a copy of as many bytes as the
+/// problem moves ([`copy_probe_bytes`]), so that all three see the same machine and ratios are
+/// taken round by round. Each plan is timed after a copy and an untimed run of itself, so it
+/// finds the caches as its own last run left them — the steady state of a loop — and both
+/// plans alike: timed straight after one another, the second found the inputs they share
+/// already in cache (the fused BiCGK looked 0.6× at 512²), or just warmer caches (one SGEMV
+/// plan timed against itself: 0.82–0.89× at 2048²). The plans take turns at going first: the
+/// one timed first in every round, after the timed copy, ran 5–10 % slower (SGEMVT at 2048²,
+/// whose two plans are the same kernels, 0.90–0.95× whichever went first).
 fn time_both(
     fused: &FusedPlan,
     baseline: &FusedPlan,
@@ -428,14 +430,25 @@ fn time_both(
         probe.copy();
     }
     let mut times: Vec<[f64; 3]> = Vec::with_capacity(runs);
-    for _ in 0..runs {
+    for round in 0..runs {
+        let mut fused_then = |probe: &mut CopyProbe| {
+            probe.copy();
+            second_run_us(|| fused.run_in(inputs, &mut spaces.0).map_err(internal))
+        };
+        let mut baseline_then = |probe: &mut CopyProbe| {
+            probe.copy();
+            second_run_us(|| baseline.run_in(inputs, &mut spaces.1).map_err(internal))
+        };
+        let (f, b) = if round % 2 == 0 {
+            (fused_then(&mut probe)?, baseline_then(&mut probe)?)
+        } else {
+            let b = baseline_then(&mut probe)?;
+            (fused_then(&mut probe)?, b)
+        };
         let c = second_run_us(|| {
             probe.copy();
             Ok(())
         })?;
-        let f = second_run_us(|| fused.run_in(inputs, &mut spaces.0).map_err(internal))?;
-        probe.copy();
-        let b = second_run_us(|| baseline.run_in(inputs, &mut spaces.1).map_err(internal))?;
         times.push([f, b, c]);
     }
     let of = |stat: fn(&[f64; 3]) -> f64| median(times.iter().map(stat).collect());
