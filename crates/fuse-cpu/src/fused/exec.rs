@@ -31,8 +31,13 @@ const RUN_BYTES: usize = 16 << 10;
 /// Bytes of one matrix tile: a few tiles (an input, on-chip values, an output) stay in the
 /// second-level cache while every call of the kernel works on them.
 const TILE_BYTES: usize = 128 << 10;
-/// Rows per tile at most: more rows only lengthen the work between tiles.
+/// Rows per tile at most where a tile is walked more than once: more rows only lengthen the
+/// work between tiles.
 const MAX_TILE_ROWS: usize = 64;
+/// Rows of a tile walked once, which need not stay in cache: each tile costs its set-up (the
+/// operands resolved, the row sums finished), which tall tiles spread (SGEMV at 1024² f32 on
+/// one thread: 67–68 µs a run in tiles of 32 rows, 62.5 in tiles of 128).
+const WALK_ROWS: usize = 128;
 /// Bytes of one BLAS-1 chunk per operand.
 const CHUNK_BYTES: usize = 16 << 10;
 /// Parts per thread at most: a little slack for threads slowed by something else.
@@ -136,7 +141,7 @@ impl KernelRun<'_> {
             kernel: self.kernel,
             locs: &locs,
             dests: &dests,
-            tile: tile::<T>(self.kernel.space, self.kernel.passes),
+            tile: tile::<T>(self.kernel),
             threads: self.threads,
         };
         let partials = shared.run_parts(&mut parted);
@@ -206,20 +211,25 @@ impl KernelRun<'_> {
     }
 }
 
-/// The tile of a kernel over `space` making `passes` over each row block: with more than one,
-/// a whole row block (not one run of it) fits the tile's bytes, so it stays in cache.
-fn tile<T>(space: Space, passes: usize) -> Tile {
+/// The tile `kernel` works on at a time. Where a tile is walked more than once — by several
+/// calls, or in several passes — it fits the tile's bytes, so that it stays in cache between
+/// the walks (with several passes, the whole row block rather than one run of it). A tile
+/// walked once has [`WALK_ROWS`] rows.
+fn tile<T>(kernel: &KernelPlan) -> Tile {
     let size = mem::size_of::<T>();
-    match space {
+    match kernel.space {
         Space::Vector(_) => Tile {
             rows: 1,
             cols: CHUNK_BYTES / size,
         },
         Space::Matrix(_, cols) => {
             let run = cols.clamp(1, RUN_BYTES / size);
-            let kept = if passes > 1 { cols.max(1) } else { run };
+            let kept = if kernel.passes > 1 { cols.max(1) } else { run };
             // Whole steps of the row loops: a tile of fewer rows would run them one by one.
-            let rows = (TILE_BYTES / (kept * size)).clamp(loops::ROWS, MAX_TILE_ROWS);
+            let rows = match walks(kernel) {
+                1 => WALK_ROWS,
+                _ => (TILE_BYTES / (kept * size)).clamp(loops::ROWS, MAX_TILE_ROWS),
+            };
             Tile {
                 rows: rows / loops::ROWS * loops::ROWS,
                 cols: run,
@@ -228,9 +238,15 @@ fn tile<T>(space: Space, passes: usize) -> Tile {
     }
 }
 
+/// Walks over each tile of `kernel`: one per call of each pass, a row and column sum run
+/// together (BiCGK's) counting once.
+fn walks(kernel: &KernelPlan) -> usize {
+    kernel.calls.len() - kernel.shared_rows.len()
+}
+
 /// How `kernel` runs, in one line: threads, parts, tiles and walks over each tile.
 pub(crate) fn layout<T>(kernel: &KernelPlan, threads: usize) -> String {
-    let tile = tile::<T>(kernel.space, kernel.passes);
+    let tile = tile::<T>(kernel);
     let (extent, per_tile, tiles) = match kernel.space {
         Space::Vector(len) => (len, tile.cols, format!("chunks of {} elements", tile.cols.min(len))),
         Space::Matrix(rows, _) => (
