@@ -4,30 +4,34 @@
 #
 # usage: bash scripts/gpu-check.sh [STAGE...]
 #
-# Stages, in order, with the seconds each is budgeted:
+# Stages, in order, with the seconds each is budgeted (about twice what each took on the H100 run
+# of 2026-11-22, bench grown by its new sizes and profiles):
 #   env        15  GPU, driver, libraries and tools found                       (nvidia-smi, fuse devices)
-#   selftest   90  the emulation test matrix on the GPU: 11 sequences, top-5 plans (+ unfused in
+#   selftest   30  the emulation test matrix on the GPU: 11 sequences, top-5 plans (+ unfused in
 #                  f64), sizes 67×45 1×300 300×1 257×513, outputs poisoned, f32 and f64
-#   calibrate 150  fuse calibrate: the timing table of this GPU (installed for the later stages and
-#                  copied to library/timings/<gpu>.yaml, to be committed as the shipped table)
-#   bench     300  fuse bench --backend cuda: BLAS-2 at 2048², 4096², 8192² and 16384², BLAS-1 at 2²⁶
+#   bench     150  fuse bench --backend cuda: BLAS-2 at 2048², 4096², 8192² and 16384², BLAS-1 at 2²⁶
 #                  (JSON), and the profile of each BLAS-2 plan at 8192² (`fuse compile`: load
-#                  widths, atomics and shuffles per 1024 elements, registers, waves)
-#   sanitize  200  compute-sanitizer memcheck and racecheck on the plan chosen for 8192² / 2²⁶,
+#                  widths, atomics and shuffles per 1024 elements, registers, waves); plans ranked
+#                  by the shipped table of this GPU where there is one, else the analytic estimate
+#   ncu       120  Nsight Compute on the same plans at 8192² / 2²⁶ (the profile that explains misses)
+#   peers     200  scripts/peers.py: PyTorch eager, torch.compile, JAX jit at the same sizes
+#   calibrate 110  fuse calibrate: the timing table of this GPU (installed for the later stages and
+#                  copied to library/timings/<gpu>.yaml, to be committed as the shipped table)
+#   tune      120  fuse tune --top 10 at every bench size: prediction accuracy (paper Table 4)
+#   sanitize   60  compute-sanitizer memcheck and racecheck on the plan chosen for 8192² / 2²⁶,
 #                  run at small odd sizes
-#   ncu       150  Nsight Compute on the same plans at 8192² / 2²⁶ (the profile that explains misses)
-#   tune      180  fuse tune --top 10 at every bench size: prediction accuracy (paper Table 4)
-#   peers     330  scripts/peers.py: PyTorch eager, torch.compile, JAX jit at the same sizes
-#   solver    150  the BiCG example (target/release/examples/bicg, data resident on the GPU) at
+#   solver    120  the BiCG example (target/release/examples/bicg, data resident on the GPU) at
 #                  n = 8192 f64 and 16384 f32: time per iteration against its kernels' time (CUDA
 #                  events), beside the same solver in PyTorch and CuPy (scripts/bicg_peers.py)
 # and, after every stage, the report: benches/results/<gpu>-<date>.md (scripts/report.py).
 #
-# Without arguments it runs every stage not done yet, in order, while they fit in the time budget
-# (GPU_CHECK_BUDGET seconds, default 540: one 10-minute call of the device tool), so the same
-# command run again continues where the last one stopped:
+# Without arguments it runs every stage not done yet, in this order — the numbers the open
+# issues ask for first — skipping any whose budget no longer fits in the call's time
+# (GPU_CHECK_BUDGET seconds, default 540: one 10-minute call of the device tool, inside a lease of
+# 15 minutes), so the same command run again continues with what is left. `--plan` prints which
+# stages each call runs where every stage takes its whole budget (they usually take half):
 #
-#   call 1: env selftest calibrate bench     call 2: sanitize ncu tune     call 3: peers solver
+#   call 1: env selftest bench ncu peers      call 2: calibrate tune sanitize solver
 #
 # Raw output goes to benches/results/<gpu>-<date>/ (one log or JSON per stage; the fuse caches
 # live there too, so a later call finds the calibrated table and tuned plans), and under $OUT, when
@@ -43,8 +47,8 @@ BICG=${BICG:-target/release/examples/bicg}
 PYTHON=${PYTHON:-python3}
 BUDGET=${GPU_CHECK_BUDGET:-540}
 START=$SECONDS
-ALL_STAGES=(env selftest calibrate bench sanitize ncu tune peers solver)
-declare -A COST=([env]=15 [selftest]=90 [calibrate]=150 [bench]=300 [sanitize]=200 [ncu]=150 [tune]=180 [peers]=330 [solver]=150)
+ALL_STAGES=(env selftest bench ncu peers calibrate tune sanitize solver)
+declare -A COST=([env]=15 [selftest]=30 [bench]=150 [ncu]=120 [peers]=200 [calibrate]=110 [tune]=120 [sanitize]=60 [solver]=120)
 # BiCG solver sizes and precisions (the resident-data stage).
 SOLVER_SIZES=(8192:f64 16384:f32)
 BLAS2=(atax bicgk sgemv sgemvt gemver gesummv madd)
@@ -322,10 +326,34 @@ report() {
     fi
 }
 
+# The stages each call runs when every stage takes its whole budget, one line per call.
+plan_calls() {
+    local pending=("${ALL_STAGES[@]}") call=1
+    while [ ${#pending[@]} -gt 0 ]; do
+        local used=0 ran=() left=() stage
+        for stage in "${pending[@]}"; do
+            if [ $((used + COST[$stage])) -le "$BUDGET" ]; then
+                used=$((used + COST[$stage]))
+                ran+=("$stage")
+            else
+                left+=("$stage")
+            fi
+        done
+        [ ${#ran[@]} -gt 0 ] || { echo "a stage's budget exceeds GPU_CHECK_BUDGET=$BUDGET: ${left[*]}"; return 1; }
+        echo "call $call (${used} s of $BUDGET): ${ran[*]}"
+        pending=("${left[@]}")
+        call=$((call + 1))
+    done
+}
+
 main() {
     if [ "${1:-}" = -h ] || [ "${1:-}" = --help ]; then
         sed -n '2,/^set -uo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'
         return 0
+    fi
+    if [ "${1:-}" = --plan ]; then
+        plan_calls
+        return
     fi
     [ -x "$FUSE" ] || { log "$FUSE not found: build it first (cargo build --release) and carry it"; return 2; }
     setup_environment
@@ -348,8 +376,8 @@ main() {
             continue
         fi
         if [ $((SECONDS - START + COST[$stage])) -gt "$BUDGET" ]; then
-            log "$stage does not fit in the $BUDGET s left of this call: stopping here"
-            break
+            log "$stage (budget ${COST[$stage]} s) does not fit in the $((BUDGET - (SECONDS - START))) s left of this call: left for the next"
+            continue
         fi
         run_stage "$stage"
         report
