@@ -108,6 +108,52 @@ def test_arrays_of_the_scripts_dtype_are_read_in_place_and_outputs_handed_over()
     assert out["q"].flags.c_contiguous and out["q"].flags.writeable
 
 
+class HostTensor:
+    """Another library's array in host memory that speaks DLPack and nothing else (no
+    ``__array__``): what a PyTorch CPU tensor or a JAX CPU array offers."""
+
+    def __init__(self, array):
+        self.array = array
+
+    def __dlpack__(self, **kwargs):
+        return self.array.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return self.array.__dlpack_device__()
+
+
+class DeviceTensor(HostTensor):
+    """The same, on the second CUDA device (DLPack device type 2)."""
+
+    def __dlpack_device__(self):
+        return (2, 1)
+
+
+def test_arrays_that_speak_dlpack_from_host_memory_are_read_in_place():
+    program = fuseblas.compile(SCRIPTS / "bicgk.yaml", backend="cpu")
+    rng = np.random.default_rng(5)
+    A = rng.standard_normal((67, 45)).astype(np.float32)
+    p, r = rng.standard_normal(45).astype(np.float32), rng.standard_normal(67).astype(np.float32)
+    prepared = program._prepare("A", HostTensor(A))
+    assert fuseblas._core.view_address(prepared) == A.ctypes.data  # A's own memory: no copy
+    out = program(A=HostTensor(A), p=HostTensor(p), r=r)
+    A64 = A.astype(np.float64)
+    for got, want in [(out["q"], A64 @ p), (out["s"], A64.T @ r)]:
+        assert np.linalg.norm(got - want) <= TOLERANCE["float32"] * np.linalg.norm(want)
+    session = fuseblas.Session(backend="cpu")
+    q = np.asarray(session.gemv(session.array(HostTensor(A)), session.array(p)))
+    assert np.linalg.norm(q - A64 @ p) <= TOLERANCE["float32"] * np.linalg.norm(A64 @ p)
+
+
+def test_arrays_on_a_gpu_are_refused_with_the_device_named():
+    program = fuseblas.compile(SCRIPTS / "bicgk.yaml", backend="cpu")
+    A = np.ones((4, 3), np.float32)
+    with pytest.raises(fuseblas.InputError, match=r"input `A` is on cuda:1: .* pass a host copy"):
+        program(A=DeviceTensor(A), p=np.ones(3, np.float32), r=np.ones(4, np.float32))
+    with pytest.raises(fuseblas.InputError, match=r"the array is on cuda:1"):
+        fuseblas.Session(backend="cpu").array(DeviceTensor(A))
+
+
 def test_other_arrays_are_converted_once_by_a_documented_rule_or_refused():
     f64 = fuseblas.compile(numpy_check.f64_twin((SCRIPTS / "bicgk.yaml").read_text()), backend="cpu")
     f32 = fuseblas.compile(SCRIPTS / "bicgk.yaml", backend="cpu")

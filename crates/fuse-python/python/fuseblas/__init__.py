@@ -91,6 +91,27 @@ def compile(
     return Program(_core.Program(path, is_text=is_text, backend=backend, sizes=given, threads=threads))
 
 
+# DLPack's device types (dlpack.h `DLDeviceType`) by number, for messages.
+_DLPACK_DEVICES = {1: "cpu", 2: "cuda", 3: "cuda_host", 4: "opencl", 7: "vulkan", 8: "metal", 10: "rocm",
+                   13: "cuda_managed", 14: "oneapi"}
+
+
+def _host_array(what: str, value: object) -> object:
+    """``value`` as numpy sees it in host memory: an object that speaks DLPack from the CPU as a
+    view of its memory (``numpy.from_dlpack``, no copy), anything else unchanged for
+    ``numpy.asarray``. An array on another device is an :class:`InputError` naming it."""
+    if isinstance(value, np.ndarray) or not hasattr(value, "__dlpack_device__"):
+        return value
+    kind, index = (int(v) for v in value.__dlpack_device__())
+    if kind != 1:
+        device = f"{_DLPACK_DEVICES.get(kind, f'DLPack device type {kind}')}:{index}"
+        raise InputError(
+            f"{what} is on {device}: fuseblas reads arrays in host memory and does not take device "
+            "memory through DLPack yet; pass a host copy (`x.cpu()`, `cupy.asnumpy(x)`, `jax.device_get(x)`)"
+        )
+    return np.from_dlpack(value)
+
+
 def _size(symbol: object, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
         raise InputError(f"size `{symbol}` = {value!r}: sizes are positive integers")
@@ -105,7 +126,10 @@ class Program:
         q, s = out.values()
 
     **Arrays.** Each input must have the script's dtype (``prog.dtype``). A C-contiguous array
-    of that dtype is read in place, without a copy. Any other array whose dtype converts to it
+    of that dtype is read in place, without a copy — a numpy array, or any array in host memory
+    that speaks DLPack (a PyTorch CPU tensor, a JAX array on the CPU), taken through
+    ``numpy.from_dlpack``. An array on a GPU is refused (:class:`InputError`): fuseblas does not
+    take device memory through DLPack yet; pass a host copy. Any other array whose dtype converts to it
     without loss (``numpy.can_cast(..., "safe")``: float32 or integers into a float64 script)
     and any non-contiguous array is converted once per call; a float64 array for a float32
     script is refused (:class:`InputError`) rather than silently rounded. Scalars are Python
@@ -137,7 +161,7 @@ class Program:
         if isinstance(value, (list, tuple)):
             return np.ascontiguousarray(value, dtype=dtype)
         if not isinstance(value, np.ndarray):
-            value = np.asarray(value)
+            value = _host_array(f"input `{name}`", value)
         if value.dtype != dtype and not np.can_cast(value.dtype, dtype, "safe"):
             raise InputError(
                 f"input `{name}` is {value.dtype} but {self.name} computes in {dtype}; "
@@ -224,7 +248,7 @@ class Session:
     def array(self, data: object, dtype: object = None) -> "_core.Value":
         """A value holding a copy of ``data`` (a scalar, vector or matrix), in ``dtype`` if
         given, else ``data``'s own dtype (float64 for Python numbers and lists)."""
-        array = np.asarray(data, dtype=dtype)
+        array = np.asarray(_host_array("the array", data), dtype=dtype)
         if array.dtype not in (np.float32, np.float64):
             if dtype is not None or not np.can_cast(array.dtype, np.float64, "safe"):
                 raise InputError(f"a session computes in float32 or float64, not {array.dtype}")
