@@ -379,7 +379,7 @@ fn check_against_reference(
         let error = got
             .get(name)
             .map_or(f64::INFINITY, |g| relative_error(&g.to_f64(), &w.to_f64()));
-        if !(error < tolerance) {
+        if error.is_nan() || error >= tolerance {
             return Err(internal(format!(
                 "{}: output `{name}` of the {}-kernel plan is off the reference by {error:e} at {small}: not timed (a fuse bug, please report)",
                 program.file,

@@ -149,10 +149,9 @@ pub fn run_script(program: &Program, options: &RunOptions) -> Result<(), Failure
         );
         // The run's memory is taken meanwhile, so its fresh pages cost the run nothing.
         std::thread::scope(|s| {
-            let ahead = s.spawn(|| compiled.provision());
+            let ahead = s.spawn(|| compiled.provision().map_err(failure));
             let drawn = try_fill_random_inputs(program, &sizes, options.seed, &mut inputs).map_err(failure);
-            let ahead = ahead.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-            drawn.and(ahead.map_err(failure))
+            drawn.and(ahead.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
         })?;
     }
     let (results, times) = compiled.run_timed(&Inputs::from(inputs)).map_err(failure)?;
