@@ -214,15 +214,16 @@ impl KernelRun<'_> {
 /// The tile `kernel` works on at a time. Where a tile is walked more than once — by several
 /// calls, or in several passes — it fits the tile's bytes, so that it stays in cache between
 /// the walks (with several passes, the whole row block rather than one run of it). A tile
-/// walked once has [`WALK_ROWS`] rows.
+/// walked once has [`WALK_ROWS`] rows. No tile is larger than the space, whose buffers (scratch,
+/// row sums, tiles kept on chip) each part allocates on every run.
 fn tile<T>(kernel: &KernelPlan) -> Tile {
     let size = mem::size_of::<T>();
     match kernel.space {
-        Space::Vector(_) => Tile {
+        Space::Vector(len) => Tile {
             rows: 1,
-            cols: CHUNK_BYTES / size,
+            cols: (CHUNK_BYTES / size).min(len).max(1),
         },
-        Space::Matrix(_, cols) => {
+        Space::Matrix(all, cols) => {
             let run = cols.clamp(1, RUN_BYTES / size);
             let kept = if kernel.passes > 1 { cols.max(1) } else { run };
             // Whole steps of the row loops: a tile of fewer rows would run them one by one.
@@ -231,7 +232,7 @@ fn tile<T>(kernel: &KernelPlan) -> Tile {
                 _ => (TILE_BYTES / (kept * size)).clamp(loops::ROWS, MAX_TILE_ROWS),
             };
             Tile {
-                rows: rows / loops::ROWS * loops::ROWS,
+                rows: (rows / loops::ROWS * loops::ROWS).min(all.next_multiple_of(loops::ROWS).max(loops::ROWS)),
                 cols: run,
             }
         }
