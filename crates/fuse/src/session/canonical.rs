@@ -40,48 +40,71 @@ pub(super) struct Canonical {
 }
 
 /// Builds the script running `calls` (in order) that returns the values `outputs`; `dims` gives
-/// the extents of each value the calls read but do not compute (the script's inputs).
+/// the extents of each value the calls read but do not compute (the script's inputs). Written
+/// straight into the text (a session renders one on every flush, to look its plan up).
 pub(super) fn script(
     calls: &[PendingCall],
     outputs: &[u64],
     precision: Precision,
     dims: impl Fn(u64) -> Vec<usize>,
 ) -> Canonical {
-    let mut names: HashMap<u64, String> = HashMap::new();
-    let mut inputs: Vec<(u64, String)> = Vec::new();
+    let mut names = Names::default();
     let mut call_lines = String::new();
     for call in calls {
-        let mut args = Vec::new();
-        for arg in &call.args {
-            args.push(match *arg {
-                PendingArg::Literal(v) => format!("{v:?}"),
-                PendingArg::Value(id) => name_of(id, &mut names, Some(&mut inputs)),
-            });
+        // Arguments are numbered before the result they define.
+        let args: Vec<Arg> = call
+            .args
+            .iter()
+            .map(|arg| match *arg {
+                PendingArg::Literal(v) => Arg::Literal(v),
+                PendingArg::Value(id) => Arg::Name(names.number(id, true)),
+            })
+            .collect();
+        let result = names.number(call.result, false);
+        let _ = write!(call_lines, "  - v{result} = {}{}(", precision.prefix(), call.function);
+        for (k, arg) in args.iter().enumerate() {
+            let comma = if k == 0 { "" } else { ", " };
+            let _ = match arg {
+                Arg::Literal(v) => write!(call_lines, "{comma}{v:?}"),
+                Arg::Name(n) => write!(call_lines, "{comma}v{n}"),
+            };
         }
-        let result = name_of(call.result, &mut names, None);
-        let callee = format!("{}{}", precision.prefix(), call.function);
-        let _ = writeln!(call_lines, "  - {result} = {callee}({})", args.join(", "));
+        call_lines.push_str(")\n");
     }
+    let name = |k: usize| format!("v{k}");
+    let inputs: Vec<(u64, String)> = names.inputs.iter().map(|&(id, k)| (id, name(k))).collect();
     let outputs: Vec<(u64, String)> = outputs
         .iter()
-        .filter_map(|&id| names.get(&id).map(|n| (id, n.clone())))
+        .filter_map(|&id| names.numbers.get(&id).map(|&k| (id, name(k))))
         .collect();
     let text = render(precision, &inputs, &outputs, &call_lines, dims);
     Canonical { text, inputs, outputs }
 }
 
-/// The name of value `id`, numbering it `v0, v1, …` on first sight; a value first seen as an
-/// argument is an input of the batch.
-fn name_of(id: u64, names: &mut HashMap<u64, String>, inputs: Option<&mut Vec<(u64, String)>>) -> String {
-    if let Some(name) = names.get(&id) {
-        return name.clone();
+/// A call's argument in the text.
+enum Arg {
+    Literal(f64),
+    Name(usize),
+}
+
+/// Values numbered `v0, v1, …` by first sight; a value first seen as an argument is an input of
+/// the batch.
+#[derive(Default)]
+struct Names {
+    numbers: HashMap<u64, usize>,
+    /// Inputs: value and number, in order of first sight.
+    inputs: Vec<(u64, usize)>,
+}
+
+impl Names {
+    fn number(&mut self, id: u64, argument: bool) -> usize {
+        let next = self.numbers.len();
+        let k = *self.numbers.entry(id).or_insert(next);
+        if k == next && argument {
+            self.inputs.push((id, k));
+        }
+        k
     }
-    let name = format!("v{}", names.len());
-    names.insert(id, name.clone());
-    if let Some(inputs) = inputs {
-        inputs.push((id, name.clone()));
-    }
-    name
 }
 
 /// The YAML text; one size symbol `n0, n1, …` per distinct extent, by first appearance.
@@ -95,30 +118,38 @@ fn render(
     let mut extents: Vec<usize> = Vec::new();
     let mut input_lines = String::new();
     for (id, name) in inputs {
-        let symbols: Vec<String> = dims(*id).into_iter().map(|e| symbol(e, &mut extents)).collect();
-        let shape = if symbols.is_empty() {
-            "scalar".to_string()
-        } else {
-            format!("[{}]", symbols.join(", "))
-        };
-        let _ = writeln!(input_lines, "  {name}: {shape}");
+        let dims = dims(*id);
+        if dims.is_empty() {
+            let _ = writeln!(input_lines, "  {name}: scalar");
+            continue;
+        }
+        let _ = write!(input_lines, "  {name}: [");
+        for (k, extent) in dims.into_iter().enumerate() {
+            let comma = if k == 0 { "" } else { ", " };
+            let _ = write!(input_lines, "{comma}n{}", symbol(extent, &mut extents));
+        }
+        input_lines.push_str("]\n");
     }
-    let sizes: Vec<String> = extents.iter().enumerate().map(|(k, e)| format!("n{k}: {e}")).collect();
-    let outputs: Vec<&str> = outputs.iter().map(|(_, n)| n.as_str()).collect();
-    format!(
-        "name: session\nprecision: {precision}\nsizes: {{{}}}\ninputs:\n{input_lines}outputs: [{}]\ncalls:\n{calls}",
-        sizes.join(", "),
-        outputs.join(", ")
-    )
+    let mut text = format!("name: session\nprecision: {precision}\nsizes: {{");
+    for (k, e) in extents.iter().enumerate() {
+        let comma = if k == 0 { "" } else { ", " };
+        let _ = write!(text, "{comma}n{k}: {e}");
+    }
+    let _ = write!(text, "}}\ninputs:\n{input_lines}outputs: [");
+    for (k, (_, name)) in outputs.iter().enumerate() {
+        let comma = if k == 0 { "" } else { ", " };
+        let _ = write!(text, "{comma}{name}");
+    }
+    let _ = write!(text, "]\ncalls:\n{calls}");
+    text
 }
 
-/// The size symbol of `extent`, adding it on first sight.
-fn symbol(extent: usize, extents: &mut Vec<usize>) -> String {
-    let k = extents.iter().position(|&e| e == extent).unwrap_or_else(|| {
+/// The number of the size symbol of `extent`, adding it on first sight.
+fn symbol(extent: usize, extents: &mut Vec<usize>) -> usize {
+    extents.iter().position(|&e| e == extent).unwrap_or_else(|| {
         extents.push(extent);
         extents.len() - 1
-    });
-    format!("n{k}")
+    })
 }
 
 #[cfg(test)]
