@@ -12,7 +12,7 @@ use serde_json::json;
 use fuse::stages::fuse_core::data::{fill_random_inputs, relative_error, try_fill_random_inputs};
 use fuse::stages::fuse_core::{Bindings, Library, Precision, Program, Sizes, TimingTable};
 use fuse::stages::fuse_cpu::fused::calibrate::{CopyProbe, COPY_BYTES};
-use fuse::stages::fuse_cpu::fused::{unfused_plan, FusedPlan};
+use fuse::stages::fuse_cpu::fused::{unfused_plan, FusedPlan, Workspace};
 use fuse::stages::fuse_cuda::bench::BenchOptions;
 use fuse::stages::fuse_cuda::timer::TimingOptions;
 use fuse::stages::fuse_cuda::Device;
@@ -431,19 +431,16 @@ fn time_both(
     }
     let mut times: Vec<[f64; 3]> = Vec::with_capacity(runs);
     for round in 0..runs {
-        let mut fused_then = |probe: &mut CopyProbe| {
+        let mut after_copy = |plan: &FusedPlan, space: &mut Workspace| {
             probe.copy();
-            second_run_us(|| fused.run_in(inputs, &mut spaces.0).map_err(internal))
-        };
-        let mut baseline_then = |probe: &mut CopyProbe| {
-            probe.copy();
-            second_run_us(|| baseline.run_in(inputs, &mut spaces.1).map_err(internal))
+            second_run_us(|| plan.run_in(inputs, space).map_err(internal))
         };
         let (f, b) = if round % 2 == 0 {
-            (fused_then(&mut probe)?, baseline_then(&mut probe)?)
+            let f = after_copy(fused, &mut spaces.0)?;
+            (f, after_copy(baseline, &mut spaces.1)?)
         } else {
-            let b = baseline_then(&mut probe)?;
-            (fused_then(&mut probe)?, b)
+            let b = after_copy(baseline, &mut spaces.1)?;
+            (after_copy(fused, &mut spaces.0)?, b)
         };
         let c = second_run_us(|| {
             probe.copy();

@@ -129,11 +129,12 @@ class Program:
     of that dtype is read in place, without a copy — a numpy array, or any array in host memory
     that speaks DLPack (a PyTorch CPU tensor, a JAX array on the CPU), taken through
     ``numpy.from_dlpack``. An array on a GPU is refused (:class:`InputError`): fuseblas does not
-    take device memory through DLPack yet; pass a host copy. Any other array whose dtype converts to it
-    without loss (``numpy.can_cast(..., "safe")``: float32 or integers into a float64 script)
-    and any non-contiguous array is converted once per call; a float64 array for a float32
-    script is refused (:class:`InputError`) rather than silently rounded. Scalars are Python
-    numbers. Lists and tuples are converted as ``numpy.asarray(x, dtype=prog.dtype)``.
+    take device memory through DLPack yet; pass a host copy. Any other array whose dtype
+    converts to the script's without loss (``numpy.can_cast(..., "safe")``: float32 or integers
+    into a float64 script) and any non-contiguous array is converted once per call; a float64
+    array for a float32 script is refused (:class:`InputError`) rather than silently rounded.
+    Scalars are Python numbers. Lists and tuples are converted as
+    ``numpy.asarray(x, dtype=prog.dtype)``.
 
     **out=**: ``prog(..., out={"q": q_buf})`` writes output ``q`` into ``q_buf`` (an array of
     its shape and dtype) and returns it in the dict in place of a new array.
