@@ -1,7 +1,7 @@
 //! The canonical script of a batch of recorded calls. Parsing it with `fuse_core::script::parse`
 //! reuses every check of the front end and builds exactly the data graph a hand-written script
 //! would; and since names and size symbols are numbered by first appearance, two batches of the
-//! same shape give the same text, which is the key of the plan cache.
+//! same shape give the same text — and the same compact key, by which the plan cache finds it.
 
 use std::collections::HashMap;
 use std::fmt::Write;
@@ -30,61 +30,71 @@ pub(super) struct PendingCall {
 
 /// A batch as a script, and how its names map to session values.
 #[derive(Debug)]
-pub(super) struct Canonical {
-    /// The script text, sizes included.
-    pub text: String,
+pub(super) struct Canonical<'c> {
+    /// What the plan cache knows the batch by: the calls with their values numbered, the
+    /// literals' bits, the inputs' extents and the outputs — equal for two batches exactly when
+    /// their texts are. Built without formatting anything, as a session does on every flush; the
+    /// text is rendered when a plan is compiled.
+    pub key: Vec<u8>,
     /// Inputs: session value and script name, in declaration order.
     pub inputs: Vec<(u64, String)>,
     /// Outputs: session value and script name.
     pub outputs: Vec<(u64, String)>,
+    calls: &'c [PendingCall],
+    /// The extents of each input, in declaration order.
+    dims: Vec<Vec<usize>>,
+    precision: Precision,
 }
 
-/// Builds the script running `calls` (in order) that returns the values `outputs`; `dims` gives
-/// the extents of each value the calls read but do not compute (the script's inputs). Written
-/// straight into the text (a session renders one on every flush, to look its plan up).
-pub(super) fn script(
-    calls: &[PendingCall],
+/// The batch running `calls` (in order) that returns the values `outputs`; `dims` gives the
+/// extents of each value the calls read but do not compute (the script's inputs).
+pub(super) fn script<'c>(
+    calls: &'c [PendingCall],
     outputs: &[u64],
     precision: Precision,
     dims: impl Fn(u64) -> Vec<usize>,
-) -> Canonical {
+) -> Canonical<'c> {
     let mut names = Names::default();
-    let mut call_lines = String::new();
+    let mut key = vec![precision.prefix() as u8];
     for call in calls {
-        // Arguments are numbered before the result they define.
-        let args: Vec<Arg> = call
-            .args
-            .iter()
-            .map(|arg| match *arg {
-                PendingArg::Literal(v) => Arg::Literal(v),
-                PendingArg::Value(id) => Arg::Name(names.number(id, true)),
-            })
-            .collect();
-        let result = names.number(call.result, false);
-        let _ = write!(call_lines, "  - v{result} = {}{}(", precision.prefix(), call.function);
-        for (k, arg) in args.iter().enumerate() {
-            let comma = if k == 0 { "" } else { ", " };
-            let _ = match arg {
-                Arg::Literal(v) => write!(call_lines, "{comma}{v:?}"),
-                Arg::Name(n) => write!(call_lines, "{comma}v{n}"),
-            };
+        key.extend_from_slice(call.function.as_bytes());
+        key.push(b'(');
+        for arg in &call.args {
+            match *arg {
+                PendingArg::Literal(v) => {
+                    key.push(b'=');
+                    key.extend_from_slice(&v.to_bits().to_le_bytes());
+                }
+                PendingArg::Value(id) => push_number(&mut key, names.number(id, true)),
+            }
         }
-        call_lines.push_str(")\n");
+        key.push(b')');
+        push_number(&mut key, names.number(call.result, false));
     }
-    let name = |k: usize| format!("v{k}");
-    let inputs: Vec<(u64, String)> = names.inputs.iter().map(|&(id, k)| (id, name(k))).collect();
-    let outputs: Vec<(u64, String)> = outputs
+    let dims: Vec<Vec<usize>> = names.inputs.iter().map(|&(id, _)| dims(id)).collect();
+    for extents in &dims {
+        key.push(b'[');
+        extents.iter().for_each(|&e| push_number(&mut key, e));
+    }
+    key.push(b']');
+    let numbered: Vec<(u64, usize)> = outputs
         .iter()
-        .filter_map(|&id| names.numbers.get(&id).map(|&k| (id, name(k))))
+        .filter_map(|&id| names.numbers.get(&id).map(|&k| (id, k)))
         .collect();
-    let text = render(precision, &inputs, &outputs, &call_lines, dims);
-    Canonical { text, inputs, outputs }
+    numbered.iter().for_each(|&(_, k)| push_number(&mut key, k));
+    let name = |&(id, k): &(u64, usize)| (id, format!("v{k}"));
+    Canonical {
+        key,
+        inputs: names.inputs.iter().map(name).collect(),
+        outputs: numbered.iter().map(name).collect(),
+        calls,
+        dims,
+        precision,
+    }
 }
 
-/// A call's argument in the text.
-enum Arg {
-    Literal(f64),
-    Name(usize),
+fn push_number(key: &mut Vec<u8>, n: usize) {
+    key.extend_from_slice(&(n as u64).to_le_bytes());
 }
 
 /// Values numbered `v0, v1, …` by first sight; a value first seen as an argument is an input of
@@ -107,41 +117,45 @@ impl Names {
     }
 }
 
-/// The YAML text; one size symbol `n0, n1, …` per distinct extent, by first appearance.
-fn render(
-    precision: Precision,
-    inputs: &[(u64, String)],
-    outputs: &[(u64, String)],
-    calls: &str,
-    dims: impl Fn(u64) -> Vec<usize>,
-) -> String {
-    let mut extents: Vec<usize> = Vec::new();
-    let mut input_lines = String::new();
-    for (id, name) in inputs {
-        let dims = dims(*id);
-        if dims.is_empty() {
-            let _ = writeln!(input_lines, "  {name}: scalar");
-            continue;
+impl Canonical<'_> {
+    /// The script's YAML text: value names `v0, v1, …` and one size symbol `n0, n1, …` per
+    /// distinct extent, each by first appearance.
+    pub(super) fn text(&self) -> String {
+        let mut names = Names::default();
+        let mut call_lines = String::new();
+        for call in self.calls {
+            let _ = write!(call_lines, "  - ");
+            let args: Vec<String> = (call.args.iter())
+                .map(|arg| match *arg {
+                    PendingArg::Literal(v) => format!("{v:?}"),
+                    PendingArg::Value(id) => format!("v{}", names.number(id, true)),
+                })
+                .collect();
+            let result = names.number(call.result, false);
+            let prefix = self.precision.prefix();
+            let _ = writeln!(call_lines, "v{result} = {prefix}{}({})", call.function, args.join(", "));
         }
-        let _ = write!(input_lines, "  {name}: [");
-        for (k, extent) in dims.into_iter().enumerate() {
-            let comma = if k == 0 { "" } else { ", " };
-            let _ = write!(input_lines, "{comma}n{}", symbol(extent, &mut extents));
+        let mut extents: Vec<usize> = Vec::new();
+        let mut input_lines = String::new();
+        for ((_, name), dims) in self.inputs.iter().zip(&self.dims) {
+            let symbols: Vec<String> = (dims.iter())
+                .map(|&e| format!("n{}", symbol(e, &mut extents)))
+                .collect();
+            match symbols.is_empty() {
+                true => writeln!(input_lines, "  {name}: scalar"),
+                false => writeln!(input_lines, "  {name}: [{}]", symbols.join(", ")),
+            }
+            .expect("writing to a String");
         }
-        input_lines.push_str("]\n");
+        let sizes: Vec<String> = extents.iter().enumerate().map(|(k, e)| format!("n{k}: {e}")).collect();
+        let outputs: Vec<&str> = self.outputs.iter().map(|(_, n)| n.as_str()).collect();
+        format!(
+            "name: session\nprecision: {}\nsizes: {{{}}}\ninputs:\n{input_lines}outputs: [{}]\ncalls:\n{call_lines}",
+            self.precision,
+            sizes.join(", "),
+            outputs.join(", ")
+        )
     }
-    let mut text = format!("name: session\nprecision: {precision}\nsizes: {{");
-    for (k, e) in extents.iter().enumerate() {
-        let comma = if k == 0 { "" } else { ", " };
-        let _ = write!(text, "{comma}n{k}: {e}");
-    }
-    let _ = write!(text, "}}\ninputs:\n{input_lines}outputs: [");
-    for (k, (_, name)) in outputs.iter().enumerate() {
-        let comma = if k == 0 { "" } else { ", " };
-        let _ = write!(text, "{comma}{name}");
-    }
-    let _ = write!(text, "]\ncalls:\n{calls}");
-    text
 }
 
 /// The number of the size symbol of `extent`, adding it on first sight.
@@ -176,10 +190,47 @@ mod tests {
             _ => vec![5],
         };
         let c = script(&calls, &[10], Precision::F64, dims);
+        let text = c.text();
         let want = "name: session\nprecision: f64\nsizes: {n0: 5, n1: 3}\ninputs:\n  v0: [n0, n1]\n  v1: [n1]\n  \
                     v3: [n0]\noutputs: [v4]\ncalls:\n  - v2 = dgemv(v0, v1)\n  - v4 = daxpy(-1.0, v2, v3)\n";
-        assert_eq!(c.text, want);
+        assert_eq!(text, want);
         assert_eq!(c.inputs, [(7, "v0".into()), (3, "v1".into()), (4, "v3".into())]);
         assert_eq!(c.outputs, [(10, "v4".into())]);
+    }
+
+    /// Keys are equal exactly when texts are: for the same calls on other values, and not for
+    /// another literal, other extents or another output.
+    #[test]
+    fn keys_match_where_texts_match() {
+        let batch = |ids: [u64; 3], literal: f64| {
+            [
+                PendingCall {
+                    function: "axpy".into(),
+                    args: vec![
+                        PendingArg::Literal(literal),
+                        PendingArg::Value(ids[0]),
+                        PendingArg::Value(ids[1]),
+                    ],
+                    result: ids[2],
+                },
+                PendingCall {
+                    function: "dot".into(),
+                    args: vec![PendingArg::Value(ids[2]), PendingArg::Value(ids[0])],
+                    result: ids[2] + 1,
+                },
+            ]
+        };
+        let (a, b, zero) = (batch([1, 2, 3], 0.5), batch([20, 10, 30], 0.5), batch([1, 2, 3], -0.0));
+        let key = |calls: &[PendingCall], out: u64, n: usize| {
+            let c = script(calls, &[out], Precision::F32, |_| vec![n]);
+            (c.key.clone(), c.text())
+        };
+        let base = key(&a, 4, 7);
+        let others = [key(&b, 31, 7), key(&zero, 4, 7), key(&a, 4, 8), key(&a, 3, 7)];
+        assert_eq!(others[0], base, "the same calls on other values");
+        for (k, (other_key, other_text)) in others[1..].iter().enumerate() {
+            assert_ne!(*other_key, base.0, "case {k}");
+            assert_ne!(*other_text, base.1, "case {k}");
+        }
     }
 }

@@ -173,7 +173,7 @@ impl State {
         comm: &dyn Communicator,
     ) -> Result<Computed> {
         let held: Vec<Distribution> = script.inputs.iter().map(|(id, _)| self.held(*id)).collect();
-        let key = format!("{}# held {held:?}", script.text);
+        let key = [&script.key[..], format!("{held:?}").as_bytes()].concat();
         let program = match self.ranked.get(&key) {
             Some(program) => {
                 self.stats.cache_hits += 1;
@@ -181,7 +181,7 @@ impl State {
             }
             None => {
                 let library = super::state::library(options)?;
-                let parsed = fuse_core::script::parse("session.yaml", &script.text, &library)?;
+                let parsed = fuse_core::script::parse("session.yaml", &script.text(), &library)?;
                 let plan = distribute_held(&parsed, &library, &held)?;
                 let program = Arc::new(distributed::compile(comm, plan, &parsed.sizes, backend, options)?);
                 self.stats.compilations += 1;

@@ -107,9 +107,9 @@ struct Slot {
     data: Data,
 }
 
-/// Compiled programs by canonical script text, least recently used evicted first.
+/// Compiled programs by canonical key, least recently used evicted first.
 pub(super) struct PlanCache<P> {
-    entries: HashMap<String, (Arc<P>, u64)>,
+    entries: HashMap<Vec<u8>, (Arc<P>, u64)>,
     clock: u64,
 }
 
@@ -123,14 +123,14 @@ impl<P> Default for PlanCache<P> {
 }
 
 impl<P> PlanCache<P> {
-    pub(super) fn get(&mut self, key: &str) -> Option<Arc<P>> {
+    pub(super) fn get(&mut self, key: &[u8]) -> Option<Arc<P>> {
         self.clock += 1;
         let entry = self.entries.get_mut(key)?;
         entry.1 = self.clock;
         Some(Arc::clone(&entry.0))
     }
 
-    pub(super) fn insert(&mut self, key: String, compiled: Arc<P>) {
+    pub(super) fn insert(&mut self, key: Vec<u8>, compiled: Arc<P>) {
         if self.entries.len() >= CACHE_CAPACITY {
             let oldest = self.entries.iter().min_by_key(|(_, e)| e.1).map(|(k, _)| k.clone());
             if let Some(k) = oldest {
@@ -218,7 +218,7 @@ impl State {
     /// The script the next flush would run, if it would run anything.
     pub(super) fn pending_script(&self, precision: Precision) -> Option<String> {
         let (calls, outputs) = self.batch(&self.pending);
-        (!calls.is_empty()).then(|| self.canonical(&calls, &outputs, precision).text)
+        (!calls.is_empty()).then(|| self.canonical(&calls, &outputs, precision).text())
     }
 
     /// Runs every recorded call that a held handle depends on (over the ranks of `comm` in a
@@ -270,7 +270,7 @@ impl State {
         (calls, outputs)
     }
 
-    fn canonical(&self, calls: &[PendingCall], outputs: &[u64], precision: Precision) -> Canonical {
+    fn canonical<'c>(&self, calls: &'c [PendingCall], outputs: &[u64], precision: Precision) -> Canonical<'c> {
         canonical::script(calls, outputs, precision, |id| {
             self.slots.get(&id).map(|s| s.dims.clone()).unwrap_or_default()
         })
@@ -393,15 +393,15 @@ impl State {
 
     /// The program of `script` compiled with `options` (which name the session's library).
     fn compiled(&mut self, script: &Canonical, backend: &Backend, options: &CompileOptions) -> Result<Arc<Compiled>> {
-        if let Some(compiled) = self.cache.get(&script.text) {
+        if let Some(compiled) = self.cache.get(&script.key) {
             self.stats.cache_hits += 1;
             return Ok(compiled);
         }
         let library = library(options)?;
-        let program = fuse_core::script::parse("session.yaml", &script.text, &library)?;
+        let program = fuse_core::script::parse("session.yaml", &script.text(), &library)?;
         let compiled = Arc::new(backend.compile_with(&program, &program.sizes, options)?);
         self.stats.compilations += 1;
-        self.cache.insert(script.text.clone(), Arc::clone(&compiled));
+        self.cache.insert(script.key.clone(), Arc::clone(&compiled));
         Ok(compiled)
     }
 
