@@ -123,8 +123,8 @@ impl Canonical<'_> {
     pub(super) fn text(&self) -> String {
         let mut names = Names::default();
         let mut call_lines = String::new();
+        let prefix = self.precision.prefix();
         for call in self.calls {
-            let _ = write!(call_lines, "  - ");
             let args: Vec<String> = (call.args.iter())
                 .map(|arg| match *arg {
                     PendingArg::Literal(v) => format!("{v:?}"),
@@ -132,8 +132,12 @@ impl Canonical<'_> {
                 })
                 .collect();
             let result = names.number(call.result, false);
-            let prefix = self.precision.prefix();
-            let _ = writeln!(call_lines, "v{result} = {prefix}{}({})", call.function, args.join(", "));
+            let _ = writeln!(
+                call_lines,
+                "  - v{result} = {prefix}{}({})",
+                call.function,
+                args.join(", ")
+            );
         }
         let mut extents: Vec<usize> = Vec::new();
         let mut input_lines = String::new();
@@ -141,11 +145,10 @@ impl Canonical<'_> {
             let symbols: Vec<String> = (dims.iter())
                 .map(|&e| format!("n{}", symbol(e, &mut extents)))
                 .collect();
-            match symbols.is_empty() {
+            let _ = match symbols.is_empty() {
                 true => writeln!(input_lines, "  {name}: scalar"),
                 false => writeln!(input_lines, "  {name}: [{}]", symbols.join(", ")),
-            }
-            .expect("writing to a String");
+            };
         }
         let sizes: Vec<String> = extents.iter().enumerate().map(|(k, e)| format!("n{k}: {e}")).collect();
         let outputs: Vec<&str> = self.outputs.iter().map(|(_, n)| n.as_str()).collect();
