@@ -354,7 +354,10 @@ pub fn bytes(n: u64) -> String {
 }
 
 /// An empty vector with room for `len` elements, or the error naming `what` when the memory
-/// cannot be had — an error, not the abort of a failed allocation.
+/// cannot be had — an error, not the abort of a failed allocation. Its whole 2 MiB pages are
+/// asked to be huge pages, as numpy asks for its arrays: a pass over a large input filled here
+/// (a matrix drawn or read from a file) then misses the TLB once per 2 MiB, not per 4 KiB —
+/// SGEMV at 8192² f64 went from 61–67 % to 67–81 % of the copy timed beside it.
 pub fn try_vec<T>(len: usize, what: impl FnOnce() -> String) -> Result<Vec<T>, HostMemoryError> {
     let mut v = Vec::new();
     v.try_reserve_exact(len).map_err(|_| HostMemoryError {
@@ -362,6 +365,7 @@ pub fn try_vec<T>(len: usize, what: impl FnOnce() -> String) -> Result<Vec<T>, H
         needed: (len as u64).saturating_mul(std::mem::size_of::<T>() as u64),
         available: None,
     })?;
+    advise_huge_pages(v.spare_capacity_mut());
     Ok(v)
 }
 
@@ -543,6 +547,35 @@ fn readable<T: fmt::Display + fmt::LowerExp + Into<f64> + Copy>(x: T) -> String 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Both allocators mark a large allocation's whole 2 MiB pages for huge pages (`hg` among
+    /// the flags of its mapping in /proc/self/smaps).
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn large_allocations_ask_for_huge_pages() {
+        fn flags_of(address: usize) -> String {
+            let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+            let mut inside = false;
+            for line in smaps.lines() {
+                if let Some((range, _)) = line.split_once(' ').filter(|(r, _)| r.contains('-')) {
+                    let (lo, hi) = range.split_once('-').unwrap();
+                    let (lo, hi) = (usize::from_str_radix(lo, 16), usize::from_str_radix(hi, 16));
+                    inside = matches!((lo, hi), (Ok(lo), Ok(hi)) if (lo..hi).contains(&address));
+                } else if let Some(flags) = line.strip_prefix("VmFlags:").filter(|_| inside) {
+                    return flags.to_string();
+                }
+            }
+            panic!("no mapping holds {address:#x}");
+        }
+        let len = 3 << 20;
+        let drawn: Vec<f64> = try_vec(len, String::new).unwrap();
+        let zeroed: Vec<f64> = try_zeroed_vec(len, String::new).unwrap();
+        for (what, start) in [("try_vec", drawn.as_ptr()), ("try_zeroed_vec", zeroed.as_ptr())] {
+            let middle = start as usize + (len * 8) / 2;
+            let flags = flags_of(middle);
+            assert!(flags.split_whitespace().any(|f| f == "hg"), "{what}: VmFlags{flags}");
+        }
+    }
 
     #[test]
     fn relative_error_is_normwise() {

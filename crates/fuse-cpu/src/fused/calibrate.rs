@@ -8,7 +8,7 @@
 use std::hint::black_box;
 use std::time::Instant;
 
-use fuse_core::data::fill_random_inputs;
+use fuse_core::data::{fill_random_inputs, try_vec, try_zeroed_vec};
 use fuse_core::explore::library_checksum;
 use fuse_core::explore::mapping::ELEMENT_SIDE;
 use fuse_core::explore::timing::{Hardware, Measurement, Model, Peaks, Source, TimingTable, FORMAT};
@@ -159,16 +159,17 @@ pub struct CopyProbe {
 }
 
 impl CopyProbe {
-    /// Arrays of `bytes` each, written once so that their pages exist, copied by the threads
-    /// plans run on.
+    /// Arrays of `bytes` each, written once so that their pages exist (huge pages, as inputs
+    /// get), copied by the threads plans run on.
     pub fn new(bytes: usize) -> Result<Self, CpuError> {
         let len = (bytes / std::mem::size_of::<f64>()).max(1);
+        let what = || "the copy that measures memory's bandwidth".to_string();
         let threads = Threads::shared()?;
-        Ok(CopyProbe {
-            src: (0..len).map(|k| k as f64).collect(),
-            dst: vec![0.0; len],
-            threads,
-        })
+        let mut src = try_vec(len, what)?;
+        src.extend((0..len).map(|k| k as f64));
+        let mut dst = try_zeroed_vec(len, what)?;
+        dst.fill(0.0);
+        Ok(CopyProbe { src, dst, threads })
     }
 
     /// Bytes one copy reads plus writes (the STREAM convention).
