@@ -259,9 +259,9 @@ pub enum BindError {
         /// The input.
         name: String,
         /// Its extents.
-        got: Vec<usize>,
+        got: Box<[usize]>,
         /// The extents expected.
-        want: Vec<usize>,
+        want: Box<[usize]>,
         /// The symbolic shape.
         declared: String,
         /// The script.
@@ -305,8 +305,8 @@ pub fn check_inputs_given<A: Bound>(
         if array.dims() != want {
             return Err(BindError::Shape {
                 name: value.variable.clone(),
-                got: array.dims().to_vec(),
-                want,
+                got: array.dims().into(),
+                want: want.into(),
                 declared: value.shape.to_string(),
                 file: program.file.clone(),
             });
