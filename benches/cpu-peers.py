@@ -4,9 +4,11 @@
 Each round visits every (sequence, size) once: numpy's version of the sequence is timed in
 this process (median of RUNS, both back to back and the way `fuse bench` times fuse: each run
 right after an untimed one, a copy of the problem's bytes between), then
-`fuse bench --backend cpu --json` times fuse's chosen plan and its unfused plan. A busy minute of the shared machine so touches one
-measurement of a point, not all of them. Prints one JSON line per point and round, then a
-Markdown table of the medians over the rounds and the ratio numpy / fuse (> 1: fuse faster).
+`fuse bench --backend cpu --json` times fuse's chosen plan and its unfused plan. A busy minute
+of the shared machine so touches one measurement of a point, not all of them. Prints one JSON
+line per point and round, then a Markdown table: the medians of the times over the rounds, and
+of each round's own ratio numpy / fuse (> 1: fuse faster) with the rounds' range.
+`--table RAW...` tabulates earlier runs' output, pooled, without timing anything.
 
 Where PyTorch is installed, its CPU build is timed the same way on the same arrays (shared with
 numpy through `torch.from_numpy`, no copy), at its default thread count.
@@ -168,7 +170,12 @@ def main():
     parser.add_argument("--sizes", default="2048,4096,8192")
     parser.add_argument("--sequences", default=",".join(SEQUENCES))
     parser.add_argument("--precisions", default="f32", help="f32, f64 or f32,f64")
+    parser.add_argument("--table", nargs="+", metavar="RAW",
+                        help="time nothing: tabulate the JSON lines of earlier runs' output, pooled")
     args = parser.parse_args()
+    if args.table:
+        table(pooled(args.table))
+        return
     os.chdir(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
     sizes = [int(s) for s in args.sizes.split(",")]
     names = args.sequences.split(",")
@@ -194,19 +201,43 @@ def main():
     torch_note = f"; torch {torch.__version__} CPU ({torch.get_num_threads()} threads)" if torch else ""
     print(f"\n{blas()}{torch_note}; OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', 'unset')}; "
           f"{args.rounds} rounds of {args.runs} runs, medians\n")
+    table(points)
+
+
+def pooled(paths):
+    """The points of earlier runs' raw output (their JSON lines), pooled round by round."""
+    points = {}
+    for path in paths:
+        with open(path) as f:
+            for line in f:
+                if line.startswith("{"):
+                    point = json.loads(line)
+                    key = (point["sequence"], point["precision"], point["size"])
+                    points.setdefault(key, []).append(point)
+    return points
+
+
+def table(points):
+    """Medians over the rounds: times, and each round's own ratios (numpy and fuse timed a
+    minute apart at most, so a slow spell of the shared machine shifts both)."""
+    has_torch = all(l.get("torch_us") for lines in points.values() for l in lines)
     print("numpy µs: timed as fuse bench times fuse (after an untimed run and a copy); "
-          "numpy loop µs: back to back\n")
-    print("| sequence | precision | size | numpy µs | numpy loop µs | fuse µs | fuse unfused µs "
-          "| numpy / fuse | unfused / fused |" + (" torch µs | torch / fuse |" if torch else ""))
-    print("|---" * (9 + (2 if torch else 0)) + "|")
-    keys = ("numpy_us", "numpy_loop_us", "fuse_us", "fuse_unfused_us") + (("torch_us",) if torch else ())
+          "numpy loop µs: back to back; ratios: medians of the rounds' own ratios, with their range\n")
+    print("| sequence | precision | size | rounds | numpy µs | numpy loop µs | fuse µs | fuse unfused µs "
+          "| numpy / fuse | unfused / fused |" + (" torch µs | torch / fuse |" if has_torch else ""))
+    print("|---" * (10 + (2 if has_torch else 0)) + "|")
+    keys = ("numpy_us", "numpy_loop_us", "fuse_us", "fuse_unfused_us") + (("torch_us",) if has_torch else ())
+
+    def ratio(lines, over, under):
+        r = sorted(l[over] / l[under] for l in lines)
+        return f"{statistics.median(r):.2f}× ({r[0]:.2f}–{r[-1]:.2f})"
+
     for (name, precision, size), lines in points.items():
         med = {k: statistics.median(l[k] for l in lines) for k in keys}
-        print(f"| {name} | {precision} | {size}² | {med['numpy_us']:.0f} | {med['numpy_loop_us']:.0f} | "
-              f"{med['fuse_us']:.0f} | {med['fuse_unfused_us']:.0f} | {med['numpy_us'] / med['fuse_us']:.2f}× | "
-              f"{med['fuse_unfused_us'] / med['fuse_us']:.2f}× |"
-              + (f" {med['torch_us']:.0f} | {med['torch_us'] / med['fuse_us']:.2f}× |" if torch else ""))
-
+        print(f"| {name} | {precision} | {size}² | {len(lines)} | {med['numpy_us']:.0f} | {med['numpy_loop_us']:.0f} | "
+              f"{med['fuse_us']:.0f} | {med['fuse_unfused_us']:.0f} | {ratio(lines, 'numpy_us', 'fuse_us')} | "
+              f"{ratio(lines, 'fuse_unfused_us', 'fuse_us')} |"
+              + (f" {med['torch_us']:.0f} | {ratio(lines, 'torch_us', 'fuse_us')} |" if has_torch else ""))
 
 if __name__ == "__main__":
     sys.exit(main())
