@@ -22,7 +22,7 @@ use fuse_core::{Bound, Program, Shape, Sizes};
 use super::eval::{self, Loc, Locs, Piece, Scope, Seg};
 use super::memory::{split_rows, Local, View, ViewMut};
 use super::norm::Norm;
-use super::prepare::{KernelPlan, Op, Prepared, SharedRows, Space};
+use super::prepare::{stages, KernelPlan, Op, Prepared, SharedRows, Space};
 use super::{loops, Real, Threads};
 
 /// Bytes of one run along a tile row: runs of this length keep the vectors of a segment in
@@ -239,10 +239,19 @@ fn tile<T>(kernel: &KernelPlan) -> Tile {
     }
 }
 
-/// Walks over each tile of `kernel`: one per call of each pass, a row and column sum run
-/// together (BiCGK's) counting once.
+/// Walks over each tile of `kernel`: the most times the tile of one matrix is gone through —
+/// read by a call or written by one (a matrix kept on chip, GEMVER's `B`) — a row and column
+/// sum run together (BiCGK's) counting once. GESUMMV's two products, each over its own matrix,
+/// walk the tile once; ATAX's, over one matrix in two passes, twice.
 fn walks(kernel: &KernelPlan) -> usize {
-    kernel.calls.len() - kernel.shared_rows.len()
+    let walks_of = |m| {
+        let touches = kernel
+            .calls
+            .iter()
+            .filter(|c| c.result == m || stages(&c.op).iter().any(|s| s.reads_rows_of(m)));
+        touches.count() - kernel.shared_rows.iter().filter(|p| p.matrix == m).count()
+    };
+    kernel.values.iter().map(|&m| walks_of(m)).max().unwrap_or(0).max(1)
 }
 
 /// How `kernel` runs, in one line: threads, parts, tiles and walks over each tile.
@@ -623,6 +632,29 @@ impl<T: Real> Work<T> {
                 .collect(),
             scalars: vec![T::ZERO; calls.len()],
             norms: vec![Norm::default(); calls.len()],
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fused::prepare::tests::first_calls_in_one_kernel;
+
+    /// A tile is walked as often as its most-read matrix is gone through, so only a tile walked
+    /// again is kept small enough to stay in cache between the walks.
+    #[test]
+    fn walks_count_the_passes_over_one_matrix() {
+        for (name, calls, want) in [
+            ("gesummv", 2, 1), // A·x and B·x: each matrix once
+            ("bicgk", 2, 1),   // one loop for both sums
+            ("atax", 2, 2),    // Aᵀ·(A·x): A again once the row sums are finished
+            ("gemver", 3, 2),  // B kept on chip: written, then read by Bᵀ·y
+        ] {
+            let kernel = first_calls_in_one_kernel(name, calls);
+            assert_eq!(walks(&kernel), want, "{name}");
+            let rows = tile::<f32>(&kernel).rows;
+            assert_eq!(rows == WALK_ROWS, want == 1, "{name}: tiles of {rows} rows");
         }
     }
 }

@@ -500,24 +500,31 @@ fn invalid(message: String) -> CpuError {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::fused::unfused_plan;
     use fuse_core::testing::sequence;
     use fuse_core::{Kernel, Precision};
 
-    /// The shared-row pairs of `name` with all its calls in one kernel.
-    fn pairs_in_one_kernel(name: &str) -> Vec<SharedRows> {
+    /// Bundled sequence `name` with its first `calls` calls in one kernel, lowered.
+    pub(crate) fn first_calls_in_one_kernel(name: &str, calls: usize) -> KernelPlan {
         let program = sequence(name, Precision::F32);
         let mut plan = unfused_plan(&program, &program.sizes);
-        let calls = plan.kernels.drain(..).flat_map(|k| k.calls).collect();
-        plan.kernels = vec![Kernel {
-            calls,
-            ..unfused_plan(&program, &program.sizes).kernels[0].clone()
-        }];
-        prepare(&program, &program.sizes, &plan).unwrap().kernels[0]
-            .shared_rows
-            .clone()
+        let first = plan.kernels.drain(..calls).flat_map(|k| k.calls).collect();
+        plan.kernels.insert(
+            0,
+            Kernel {
+                calls: first,
+                ..unfused_plan(&program, &program.sizes).kernels[0].clone()
+            },
+        );
+        prepare(&program, &program.sizes, &plan).unwrap().kernels.swap_remove(0)
+    }
+
+    /// The shared-row pairs of `name` with all its calls in one kernel.
+    fn pairs_in_one_kernel(name: &str) -> Vec<SharedRows> {
+        let calls = sequence(name, Precision::F32).calls.len();
+        first_calls_in_one_kernel(name, calls).shared_rows
     }
 
     #[test]

@@ -142,7 +142,12 @@ impl Stage {
 
     /// Whether the stage reads value `v`.
     pub(crate) fn reads(&self, v: ValueId) -> bool {
-        reads(&self.node, v)
+        reads(&self.node, &|x, _| x == v)
+    }
+
+    /// Whether the stage reads rows of matrix `m`.
+    pub(crate) fn reads_rows_of(&self, m: ValueId) -> bool {
+        reads(&self.node, &|x, access| x == m && access == Some(Access::Row))
     }
 
     /// Puts `producer` — the terms of the map computing `v` on the same segments — in place of
@@ -175,12 +180,14 @@ impl Stage {
     }
 }
 
-fn reads(node: &Node, v: ValueId) -> bool {
+/// Whether `node` reads a value that `read` picks (by the value and its access; a scalar's: none).
+fn reads(node: &Node, read: &dyn Fn(ValueId, Option<Access>) -> bool) -> bool {
     match node {
-        Node::Array(x, _) | Node::Scalar(x) => *x == v,
+        Node::Array(x, access) => read(*x, Some(*access)),
+        Node::Scalar(x) => read(*x, None),
         Node::Number(_) | Node::Sum => false,
-        Node::Neg(a) | Node::Call(_, a) => reads(a, v),
-        Node::Binary(_, a, b) => reads(a, v) || reads(b, v),
+        Node::Neg(a) | Node::Call(_, a) => reads(a, read),
+        Node::Binary(_, a, b) => reads(a, read) || reads(b, read),
     }
 }
 
