@@ -22,7 +22,7 @@ use fuse_core::{Bound, Program, Shape, Sizes};
 use super::eval::{self, Loc, Locs, Piece, Scope, Seg};
 use super::memory::{split_rows, Local, View, ViewMut};
 use super::norm::Norm;
-use super::prepare::{stages, KernelPlan, Op, Prepared, SharedRows, Space};
+use super::prepare::{KernelPlan, Op, Prepared, SharedRows, Space};
 use super::{loops, Real, Threads};
 
 /// Bytes of one run along a tile row: runs of this length keep the vectors of a segment in
@@ -227,7 +227,7 @@ fn tile<T>(kernel: &KernelPlan) -> Tile {
             let run = cols.clamp(1, RUN_BYTES / size);
             let kept = if kernel.passes > 1 { cols.max(1) } else { run };
             // Whole steps of the row loops: a tile of fewer rows would run them one by one.
-            let rows = match walks(kernel) {
+            let rows = match kernel.walks {
                 1 => WALK_ROWS,
                 _ => (TILE_BYTES / (kept * size)).clamp(loops::ROWS, MAX_TILE_ROWS),
             };
@@ -237,21 +237,6 @@ fn tile<T>(kernel: &KernelPlan) -> Tile {
             }
         }
     }
-}
-
-/// Walks over each tile of `kernel`: the most times the tile of one matrix is gone through —
-/// read by a call or written by one (a matrix kept on chip, GEMVER's `B`) — a row and column
-/// sum run together (BiCGK's) counting once. GESUMMV's two products, each over its own matrix,
-/// walk the tile once; ATAX's, over one matrix in two passes, twice.
-fn walks(kernel: &KernelPlan) -> usize {
-    let walks_of = |m| {
-        let touches = kernel
-            .calls
-            .iter()
-            .filter(|c| c.result == m || stages(&c.op).iter().any(|s| s.reads_rows_of(m)));
-        touches.count() - kernel.shared_rows.iter().filter(|p| p.matrix == m).count()
-    };
-    kernel.values.iter().map(|&m| walks_of(m)).max().unwrap_or(0).max(1)
 }
 
 /// How `kernel` runs, in one line: threads, parts, tiles and walks over each tile.
@@ -652,7 +637,7 @@ mod tests {
             ("gemver", 3, 2),  // B kept on chip: written, then read by Bᵀ·y
         ] {
             let kernel = first_calls_in_one_kernel(name, calls);
-            assert_eq!(walks(&kernel), want, "{name}");
+            assert_eq!(kernel.walks, want, "{name}");
             let rows = tile::<f32>(&kernel).rows;
             assert_eq!(rows == WALK_ROWS, want == 1, "{name}: tiles of {rows} rows");
         }

@@ -100,6 +100,8 @@ pub(crate) struct KernelPlan {
     pub passes: usize,
     /// Row and column sums run together; a call is in at most one pair.
     pub shared_rows: Vec<SharedRows>,
+    /// Walks over each tile (see [`walks`]): a tile walked more than once is kept in cache.
+    pub walks: usize,
     /// Scratch buffers the generic evaluator needs for its deepest stage.
     pub depth: usize,
     /// The values its calls read or compute, in increasing order.
@@ -246,15 +248,31 @@ fn lower_kernel(ctx: &Context, k: usize, calls: &[CallId]) -> Result<KernelPlan,
         .map(|s| s.depth)
         .max()
         .unwrap_or(0);
+    let shared_rows = shared_rows(&lowered);
     Ok(KernelPlan {
         space: space.ok_or_else(|| invalid(format!("kernel {} has no calls", k + 1)))?,
         passes: lowered.iter().map(|c| c.pass + 1).max().unwrap_or(1),
-        shared_rows: shared_rows(&lowered),
+        walks: walks(&lowered, &shared_rows, &values),
+        shared_rows,
         calls: lowered,
         chip,
         depth,
         values,
     })
+}
+
+/// Walks over each tile of a kernel of `calls` over `values`: the most times the tile of one
+/// matrix is gone through — read by a call or written by one (a matrix kept on chip, GEMVER's
+/// `B`) — a row and column sum run together (BiCGK's) counting once. GESUMMV's two products,
+/// each over its own matrix, walk the tile once; ATAX's, over one matrix in two passes, twice.
+fn walks(calls: &[CallPlan], shared_rows: &[SharedRows], values: &[ValueId]) -> usize {
+    let walks_of = |m| {
+        let touches = calls
+            .iter()
+            .filter(|c| c.result == m || stages(&c.op).iter().any(|s| s.reads_rows_of(m)));
+        touches.count() - shared_rows.iter().filter(|p| p.matrix == m).count()
+    };
+    values.iter().map(|&m| walks_of(m)).max().unwrap_or(0).max(1)
 }
 
 /// Pairs each row sum `Σ_j f·A[i,j]·x[j]` with the first unpaired column sum `Σ_i g·A[i,j]` of
