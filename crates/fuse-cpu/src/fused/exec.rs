@@ -13,11 +13,10 @@
 //! tile row, a whole partial vector for sums down columns — added up, in part order (so every
 //! run gives the same bits), after the parallel section.
 
-use std::collections::BTreeMap;
 use std::mem;
 
 use fuse_core::formula::ReduceOp;
-use fuse_core::{Bound, Program, Shape, Sizes};
+use fuse_core::{Bound, Program, Shape};
 
 use super::eval::{self, Loc, Locs, Piece, Scope, Seg};
 use super::memory::{split_rows, Local, View, ViewMut};
@@ -49,31 +48,25 @@ const MIN_PART_TILES: usize = 32;
 /// Elements per task when partial vectors are added up.
 const COMBINE_CHUNK: usize = 8192;
 
-/// Runs every kernel of `prepared` on `inputs`, leaving computed values in `buffers` (by slot):
-/// each kernel's parts shared between the calling thread and `threads`, or all on the calling
-/// thread without.
+/// Runs every kernel of `prepared` on the arrays `bound` to the program's inputs (in its
+/// order), leaving computed values in `buffers` (by slot): each kernel's parts shared between
+/// the calling thread and `threads`, or all on the calling thread without.
 pub(crate) fn run<T: Real, A: Bound>(
     prepared: &Prepared,
     program: &Program,
-    sizes: &Sizes,
-    inputs: &BTreeMap<String, A>,
+    bound: &[&A],
     buffers: &mut [Vec<T>],
     threads: Option<&Threads>,
 ) {
-    let input: Vec<Option<&[T]>> = program
-        .values
-        .iter()
-        .map(|value| match value.producer {
-            None => inputs.get(&value.variable).and_then(|a| T::borrow(a.data())),
-            Some(_) => None,
-        })
-        .collect();
+    let mut input: Vec<Option<&[T]>> = vec![None; program.values.len()];
+    for (&id, array) in program.inputs.iter().zip(bound) {
+        input[id] = T::borrow(array.data());
+    }
     for kernel in &prepared.kernels {
         let run = KernelRun {
             kernel,
             program,
-            sizes,
-            slots: &prepared.slots,
+            prepared,
             threads,
         };
         run.run(&input, buffers);
@@ -95,8 +88,7 @@ enum Dest {
 struct KernelRun<'k> {
     kernel: &'k KernelPlan,
     program: &'k Program,
-    sizes: &'k Sizes,
-    slots: &'k [Option<usize>],
+    prepared: &'k Prepared,
     threads: Option<&'k Threads>,
 }
 
@@ -167,7 +159,7 @@ impl KernelRun<'_> {
             .calls
             .iter()
             .map(|c| {
-                let slot = self.slots[c.result];
+                let slot = self.prepared.slots[c.result];
                 match (&c.op, slot) {
                     (Op::Map(_), None) => Dest::Chip(local()),
                     (Op::Map(_) | Op::RowSums { .. }, Some(s)) => Dest::Parts(local(), s),
@@ -186,15 +178,12 @@ impl KernelRun<'_> {
             .values
             .iter()
             .map(|&v| {
-                let data = input[v].or_else(|| self.slots[v].map(|s| buffers[s].as_slice()));
+                let data = input[v].or_else(|| self.prepared.slots[v].map(|s| buffers[s].as_slice()));
                 let loc = match (data, &self.program.values[v].shape) {
                     (None, _) => Loc::Absent,
                     (Some(d), Shape::Scalar) => d.first().map_or(Loc::Absent, |&s| Loc::Scalar(s)),
                     (Some(d), Shape::Vector(_)) => Loc::Array(View::vector(d)),
-                    (Some(d), shape @ Shape::Matrix(..)) => {
-                        let cols = shape.extents(self.sizes).and_then(|e| e.last().copied()).unwrap_or(1);
-                        Loc::Array(View::matrix(d, cols))
-                    }
+                    (Some(d), Shape::Matrix(..)) => Loc::Array(View::matrix(d, self.prepared.row_lens[v])),
                 };
                 (v, loc)
             })

@@ -63,7 +63,7 @@ use std::collections::BTreeMap;
 use std::mem;
 use std::sync::Arc;
 
-use fuse_core::data::{check_inputs, try_zeroed_vec};
+use fuse_core::data::{bound_inputs, input_extents, try_zeroed_vec};
 use fuse_core::explore::implementation::{dataflow, Block, Finish, Launch, Reduction, DEFAULT_VARIANT};
 use fuse_core::explore::{Context, KernelTime, Layout, Vocabulary};
 use fuse_core::{Bindings, Bound, HostArray, HostData, Kernel, Plan, Precision, Program, Sizes};
@@ -78,6 +78,8 @@ pub struct FusedPlan {
     /// Shared, not copied: a long script's program is large.
     program: Arc<Program>,
     sizes: Sizes,
+    /// The extents of each input at these sizes, to check a run's arrays against.
+    input_extents: Vec<Vec<usize>>,
     prepared: prepare::Prepared,
     threads: Threads,
     /// Whether it is small enough to run on the calling thread ([`INLINE_BYTES`]).
@@ -113,6 +115,7 @@ impl FusedPlan {
         Ok(FusedPlan {
             prepared: prepare::prepare(&program, sizes, plan)?,
             inline: program.compulsory_bytes(sizes) < INLINE_BYTES,
+            input_extents: input_extents(&program, sizes),
             program,
             sizes: sizes.clone(),
             threads: Threads::shared()?,
@@ -206,10 +209,10 @@ impl FusedPlan {
     /// Runs on `inputs` (checked against the program) into `workspace`; read the outputs with
     /// [`FusedPlan::outputs`].
     pub fn run_in<A: Bound>(&self, inputs: &BTreeMap<String, A>, workspace: &mut Workspace) -> Result<(), CpuError> {
-        check_inputs(&self.program, &self.sizes, inputs)?;
+        let bound = bound_inputs(&self.program, &self.input_extents, inputs)?;
         match &mut workspace.buffers {
-            Buffers::F32(b) if self.fits(b) => self.exec(inputs, b),
-            Buffers::F64(b) if self.fits(b) => self.exec(inputs, b),
+            Buffers::F32(b) if self.fits(b) => self.exec(&bound, b),
+            Buffers::F64(b) if self.fits(b) => self.exec(&bound, b),
             _ => return Err(CpuError::Workspace),
         }
         Ok(())
@@ -225,10 +228,9 @@ impl FusedPlan {
 
     /// Runs the kernels into `buffers`, on the calling thread, with its helpers where the plan
     /// is not small.
-    fn exec<T: Real, A: Bound>(&self, inputs: &BTreeMap<String, A>, buffers: &mut [Vec<T>]) {
-        let (p, s, prepared) = (&self.program, &self.sizes, &self.prepared);
+    fn exec<T: Real, A: Bound>(&self, bound: &[&A], buffers: &mut [Vec<T>]) {
         let threads = (!self.inline).then_some(&self.threads);
-        exec::run(prepared, p, s, inputs, buffers, threads);
+        exec::run(&self.prepared, &self.program, bound, buffers, threads);
     }
 
     /// The outputs held by `workspace` after [`FusedPlan::run_in`], by name, in the program's

@@ -117,6 +117,8 @@ pub(crate) struct Prepared {
     pub slots: Vec<Option<usize>>,
     /// Elements of each slot.
     pub slot_lens: Vec<usize>,
+    /// The row length of each value that is a matrix (1 for the others), by value.
+    pub row_lens: Vec<usize>,
 }
 
 /// Checks `plan` against `program` and lowers it.
@@ -146,10 +148,19 @@ pub(crate) fn prepare(program: &Program, sizes: &Sizes, plan: &Plan) -> Result<P
             slot_lens.push(extents.iter().product::<usize>().max(1));
         }
     }
+    let row_lens = program
+        .values
+        .iter()
+        .map(|value| match value.shape.extents(sizes).as_deref() {
+            Some([_, cols]) => *cols,
+            _ => 1,
+        })
+        .collect();
     Ok(Prepared {
         kernels,
         slots,
         slot_lens,
+        row_lens,
     })
 }
 
