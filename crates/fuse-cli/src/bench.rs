@@ -46,7 +46,8 @@ pub struct BenchArgs {
     #[arg(long = "size", value_name = "NAME=VALUE", value_parser = parse_size)]
     sizes: Vec<(String, usize)>,
     /// Timed runs of the fused program and of the baseline each; the median is reported
-    /// (default: 10 on the CPU, 25 on a GPU).
+    /// (default: 10 on the CPU, 25 on a GPU; on the CPU rounded up to an even number, the two
+    /// taking turns at going first).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     runs: Option<u32>,
     /// Timing table to rank plans with, instead of the one chosen for this CPU or GPU.
@@ -409,9 +410,11 @@ struct Timed {
 /// finds the caches as its own last run left them — the steady state of a loop — and both
 /// plans alike: timed straight after one another, the second found the inputs they share
 /// already in cache (the fused BiCGK looked 0.6× at 512²), or just warmer caches (one SGEMV
-/// plan timed against itself: 0.82–0.89× at 2048²). The plans take turns at going first: the
-/// one timed first in every round, after the timed copy, ran 5–10 % slower (SGEMVT at 2048²,
-/// whose two plans are the same kernels, 0.90–0.95× whichever went first).
+/// plan timed against itself: 0.82–0.89× at 2048²). The plans take turns at going first, an
+/// even number of rounds, so each goes first as often: the one timed first in every round,
+/// after the timed copy, ran 5–10 % slower (SGEMVT at 2048², whose two plans are the same
+/// kernels, 0.90–0.95× whichever went first), and with an odd count the medians still fell on
+/// the side of the plan that went first once more (SGEMVT at 1024² f64, 15 runs: 0.93×).
 fn time_both(
     fused: &FusedPlan,
     baseline: &FusedPlan,
@@ -429,6 +432,7 @@ fn time_both(
         baseline.run_in(inputs, &mut spaces.1).map_err(internal)?;
         probe.copy();
     }
+    let runs = runs.next_multiple_of(2);
     let mut times: Vec<[f64; 3]> = Vec::with_capacity(runs);
     for round in 0..runs {
         let mut after_copy = |plan: &FusedPlan, space: &mut Workspace| {
