@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """fuseblas against the same sequences written in numpy (and PyTorch on the CPU, where it is
 installed), from Python, on this machine's CPU: interleaved rounds, each a median of RUNS
-back-to-back calls; prints each round, then the medians and the ratios (> 1: fuseblas faster).
+back-to-back calls; prints each round, then the medians of the times and of each round's own
+ratios, with their range (> 1: fuseblas faster).
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python3 benches/python-peers.py [--sizes 2048,8192] [--rounds 3] [--runs 10]
 
@@ -119,8 +120,15 @@ def main():
     print("|---" * (3 + len(next(iter(points.values()))[1]) + (1 if torch else 0)) + "|")
     for (name, n), (_, times) in points.items():
         med = {who: statistics.median(t) for who, t in times.items()}
-        ratios = f" {med['numpy'] / med['fuseblas']:.2f}× |" + (f" {med['torch'] / med['fuseblas']:.2f}× |" if torch else "")
+        ratios = f" {ratio(times, 'numpy')} |" + (f" {ratio(times, 'torch')} |" if torch else "")
         print(f"| {name} | {n}² | " + " | ".join(f"{v:.0f}" for v in med.values()) + " |" + ratios)
+
+
+def ratio(times, peer):
+    """The median of the rounds' own ratios peer / fuseblas, with their range: the libraries of
+    one round are timed seconds apart, so a slow spell of the shared machine shifts both."""
+    r = sorted(p / f for p, f in zip(times[peer], times["fuseblas"]))
+    return f"{statistics.median(r):.2f}× ({r[0]:.2f}–{r[-1]:.2f})"
 
 
 if __name__ == "__main__":
