@@ -200,11 +200,12 @@ impl KernelRun<'_> {
     }
 }
 
-/// The tile `kernel` works on at a time. Where a tile is walked more than once — by several
-/// calls, or in several passes — it fits the tile's bytes, so that it stays in cache between
-/// the walks (with several passes, the whole row block rather than one run of it). A tile
-/// walked once has [`WALK_ROWS`] rows. No tile is larger than the space, whose buffers (scratch,
-/// row sums, tiles kept on chip) each part allocates on every run.
+/// The tile `kernel` works on at a time. Where a tile is walked more than once — one matrix
+/// gone through by several calls, or in several passes ([`KernelPlan::walks`]) — it fits the
+/// tile's bytes, so that it stays in cache between the walks (with several passes, the whole
+/// row block rather than one run of it). A tile walked once has [`WALK_ROWS`] rows. No tile is
+/// larger than the space, whose buffers (scratch, row sums, tiles kept on chip) each part
+/// allocates on every run.
 fn tile<T>(kernel: &KernelPlan) -> Tile {
     let size = mem::size_of::<T>();
     match kernel.space {
