@@ -33,8 +33,9 @@ pub(super) struct PendingCall {
 pub(super) struct Canonical<'c> {
     /// What the plan cache knows the batch by: the calls with their values numbered, the
     /// literals' bits, the inputs' extents and the outputs — equal for two batches exactly when
-    /// their texts are. Built without formatting anything, as a session does on every flush; the
-    /// text is rendered when a plan is compiled.
+    /// their texts are (every argument tagged, every list counted, so no two batches' bytes
+    /// run together alike). Built without formatting anything, as a session does on every
+    /// flush; the text is rendered when a plan is compiled.
     pub key: Vec<u8>,
     /// Inputs: session value and script name, in declaration order.
     pub inputs: Vec<(u64, String)>,
@@ -65,7 +66,10 @@ pub(super) fn script<'c>(
                     key.push(b'=');
                     key.extend_from_slice(&v.to_bits().to_le_bytes());
                 }
-                PendingArg::Value(id) => push_number(&mut key, names.number(id, true)),
+                PendingArg::Value(id) => {
+                    key.push(b'v');
+                    push_number(&mut key, names.number(id, true));
+                }
             }
         }
         key.push(b')');
@@ -73,14 +77,14 @@ pub(super) fn script<'c>(
     }
     let dims: Vec<Vec<usize>> = names.inputs.iter().map(|&(id, _)| dims(id)).collect();
     for extents in &dims {
-        key.push(b'[');
+        push_number(&mut key, extents.len());
         extents.iter().for_each(|&e| push_number(&mut key, e));
     }
-    key.push(b']');
     let numbered: Vec<(u64, usize)> = outputs
         .iter()
         .filter_map(|&id| names.numbers.get(&id).map(|&k| (id, k)))
         .collect();
+    push_number(&mut key, numbered.len());
     numbered.iter().for_each(|&(_, k)| push_number(&mut key, k));
     let name = |&(id, k): &(u64, usize)| (id, format!("v{k}"));
     Canonical {
