@@ -7,7 +7,7 @@
 use fuse_core::formula::{BinOp, Func};
 use fuse_core::ValueId;
 
-use super::loops;
+use super::loops::{self, Lines};
 use super::memory::{Local, View};
 use super::norm::Norm;
 use super::stage::{Access, Factor, Node, Stage, Term, MAX_TERMS};
@@ -247,19 +247,19 @@ pub(crate) fn row_sums<T: Real>(
         return;
     };
     let product = RowProduct::new(only_term(stage), matrix, scope, (start, len));
-    let mut groups = sums[..rows.len()].chunks_exact_mut(loops::ROWS);
-    let mut i = rows.start;
-    for group in &mut groups {
-        let got = loops::dot_rows(std::array::from_fn(|k| product.line(i + k)), product.x);
-        for (k, (s, g)) in group.iter_mut().zip(got).enumerate() {
-            *s += product.coef(i + k) * g;
+    let mut dots = [T::ZERO; CHUNK];
+    for (first, chunk) in (rows.start..).step_by(CHUNK).zip(sums[..rows.len()].chunks_mut(CHUNK)) {
+        let dots = &mut dots[..chunk.len()];
+        loops::dot_lines(product.lines(first), product.x, dots);
+        for (i, (s, &d)) in (first..).zip(chunk.iter_mut().zip(dots.iter())) {
+            *s += product.coef(i) * d;
         }
-        i += loops::ROWS;
-    }
-    for (s, i) in groups.into_remainder().iter_mut().zip(i..) {
-        *s += product.coef(i) * loops::dot(product.line(i), product.x);
     }
 }
+
+/// Rows a call of the row loops takes (one dispatch to the instruction set): a multiple of
+/// [`loops::ROWS`], so that the rows go in the same groups whatever the tile.
+const CHUNK: usize = 16 * loops::ROWS;
 
 /// A one-product stage `c · A[i, ·] · x[·]` resolved once for the rows of a tile: the matrix,
 /// the vector run (the same for every row), and `c` as a number times the vectors indexed by
@@ -304,6 +304,11 @@ impl<'s, T: Real> RowProduct<'s, T> {
     /// The run of row `i` of the matrix.
     fn line(&self, i: usize) -> &'s [T] {
         self.matrix.row(i, self.start, self.len)
+    }
+
+    /// The runs of the rows from `i` on.
+    fn lines(&self, i: usize) -> Lines<'s, T> {
+        self.matrix.lines(i, self.start, self.len)
     }
 
     /// `c` at row `i`.
@@ -399,20 +404,19 @@ pub(crate) fn shared_rows<T: Real>(
     let row_sum = RowProduct::new(only_term(row_body), matrix, scope, span);
     // The column sums' product, its run being the matrix row itself.
     let column = RowProduct::new(only_term(column_body), matrix, scope, span);
-    let mut groups = row_sums[..rows.len()].chunks_exact_mut(loops::ROWS);
-    let mut i = rows.start;
-    for group in &mut groups {
-        let lines = std::array::from_fn(|k| row_sum.line(i + k));
-        let coefs = std::array::from_fn(|k| column.coef(i + k));
-        let got = loops::dot_add_rows(lines, row_sum.x, coefs, dest);
-        for (k, (s, g)) in group.iter_mut().zip(got).enumerate() {
-            *s += row_sum.coef(i + k) * g;
+    let (mut dots, mut coefs) = ([T::ZERO; CHUNK], [T::ZERO; CHUNK]);
+    for (first, chunk) in (rows.start..)
+        .step_by(CHUNK)
+        .zip(row_sums[..rows.len()].chunks_mut(CHUNK))
+    {
+        let (dots, coefs) = (&mut dots[..chunk.len()], &mut coefs[..chunk.len()]);
+        for (i, c) in (first..).zip(coefs.iter_mut()) {
+            *c = column.coef(i);
         }
-        i += loops::ROWS;
-    }
-    for (s, i) in groups.into_remainder().iter_mut().zip(i..) {
-        let got = loops::dot_add_row(row_sum.line(i), row_sum.x, column.coef(i), dest);
-        *s += row_sum.coef(i) * got;
+        loops::dot_add_lines(row_sum.lines(first), row_sum.x, coefs, dest, dots);
+        for (i, (s, &d)) in (first..).zip(chunk.iter_mut().zip(dots.iter())) {
+            *s += row_sum.coef(i) * d;
+        }
     }
 }
 

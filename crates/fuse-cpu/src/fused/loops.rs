@@ -74,29 +74,205 @@ pub(crate) fn sum_simd<S: Simd, T: Real>(simd: S, x: &[T]) -> T {
     reduce::<S, T, _>(simd, acc) + xt.iter().fold(T::ZERO, |s, &a| s + a)
 }
 
-/// `Σ_k rows[r][k]·x[k]` for each of [`ROWS`] rows of `x`'s length: each vector of `x` is
-/// loaded once for them all (`A·x`).
-#[pulp::with_simd(dot_rows = Arch::new())]
-#[inline(always)]
-pub(crate) fn dot_rows_simd<S: Simd, T: Real>(simd: S, rows: [&[T]; ROWS], x: &[T]) -> [T; ROWS] {
-    let n = x.len();
-    let (xv, xt) = T::as_lanes::<S>(x);
-    let (mut a, mut tails) = ([&[][..]; ROWS], [&[][..]; ROWS]);
-    for r in 0..ROWS {
-        let (v, t) = T::as_lanes::<S>(&rows[r][..n]);
-        (a[r], tails[r]) = (&v[..xv.len()], t);
+/// Consecutive rows of a matrix, each cut to the same run of columns: row `k` is
+/// `data[k·stride ..][..len]`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Lines<'a, T> {
+    pub(crate) data: &'a [T],
+    pub(crate) stride: usize,
+    pub(crate) len: usize,
+}
+
+impl<'a, T> Lines<'a, T> {
+    /// Row `k`.
+    fn line(&self, k: usize) -> &'a [T] {
+        &self.data[k * self.stride..][..self.len]
     }
-    let mut acc = [T::splat(simd, T::ZERO); ROWS];
-    for (j, &xs) in xv.iter().enumerate() {
-        for r in 0..ROWS {
-            acc[r] = T::mul_add(simd, a[r][j], xs, acc[r]);
+
+    /// The first element of each group of [`ROWS`] rows among the first `count`, after
+    /// checking once that those rows lie in `data`: the groups' loops read them through
+    /// pointers, so that a step costs no more than its loads (SGEMV at 1024² f32 on one
+    /// thread: 57 µs a run with each step's rows sliced and checked, 51.5 through pointers).
+    fn groups(&self, count: usize) -> impl Iterator<Item = *const T> + 'a {
+        let end = (count.saturating_sub(1).checked_mul(self.stride)).and_then(|e| e.checked_add(self.len));
+        assert!(
+            count == 0 || end.is_some_and(|end| end <= self.data.len()),
+            "{count} rows of {} elements, {} apart, in {} elements",
+            self.len,
+            self.stride,
+            self.data.len()
+        );
+        let (data, step) = (self.data, ROWS * self.stride);
+        (0..count / ROWS).map(move |g| data[g * step..].as_ptr())
+    }
+}
+
+/// How the rows of one call lie on vectors: `head` elements before the first vector
+/// boundary, the same in every row (else none), and the whole vectors of the unpeeled run
+/// ending at element `whole`.
+///
+/// Peeled, the rows' loads are aligned, none across two cache lines (SGEMV at 1024² f32 on one
+/// thread, rows 16 bytes off a line as the allocator hands out large arrays: 54 µs a run,
+/// 51.5 peeled). Lane `l` of a vector then holds the elements `head + l` apart from a multiple
+/// of the lanes, not `l`: the first vector's lanes below `head` start each sum, turned to
+/// those places, and the last vector's lanes from `head` on end it, after the sums are turned
+/// back — so that each lane adds the same terms in the same order as unpeeled, and the bits
+/// do not depend on where the rows lie.
+#[derive(Debug, Clone, Copy)]
+struct Peel {
+    head: usize,
+    whole: usize,
+    lanes: usize,
+}
+
+impl Peel {
+    #[inline(always)]
+    fn new<S: Simd, T: Real>(lines: &Lines<'_, T>) -> Peel {
+        let lanes = lanes::<S, T>();
+        let whole = lines.len / lanes * lanes;
+        let head = match whole > 0 && lines.stride % lanes == 0 {
+            true => vector_head::<S, T>(std::iter::once(lines.data), whole),
+            false => 0,
+        };
+        Peel { head, whole, lanes }
+    }
+
+    /// The elements of the aligned vectors.
+    #[inline(always)]
+    fn body(&self) -> std::ops::Range<usize> {
+        match self.head {
+            0 => 0..self.whole,
+            head => head..self.whole - self.lanes + head,
         }
     }
+}
+
+/// `dots[k] = Σ_j lines[k][j]·x[j]` for every `k`: [`ROWS`] rows a step ([`dot_rows`]), the
+/// rest one at a time. One dispatch for them all: a call through the dispatch costs as much as
+/// a short row (SGEMV at 1024² f32 on one thread: 59–60 µs a run with a dispatch per eight
+/// rows, 55 with one per tile).
+#[pulp::with_simd(dot_lines = Arch::new())]
+#[inline(always)]
+pub(crate) fn dot_lines_simd<S: Simd, T: Real>(simd: S, lines: Lines<'_, T>, x: &[T], dots: &mut [T]) {
+    let x = &x[..lines.len];
+    let peel = Peel::new::<S, T>(&lines);
+    let done = dots.len() / ROWS * ROWS;
+    let (groups, rest) = dots.split_at_mut(done);
+    for (first, out) in lines.groups(done).zip(groups.chunks_exact_mut(ROWS)) {
+        // SAFETY: `groups` checked that the rows lie in `lines.data`, `x.len()` elements each.
+        out.copy_from_slice(&unsafe { dot_rows(simd, first, lines.stride, x, peel) });
+    }
+    for (k, out) in (done..).zip(rest) {
+        *out = dot_simd(simd, lines.line(k), x);
+    }
+}
+
+/// The [`ROWS`] rows `stride` apart from `first`.
+#[inline(always)]
+fn row_starts<T>(first: *const T, stride: usize) -> [*const T; ROWS] {
+    let mut rows = [first; ROWS];
+    for r in 1..ROWS {
+        rows[r] = rows[r - 1].wrapping_add(stride);
+    }
+    rows
+}
+
+/// The vector at `p`.
+///
+/// # Safety
+///
+/// A vector's elements from `p` must be readable.
+#[inline(always)]
+unsafe fn load<S: Simd, T: Real>(p: *const T) -> T::Lanes<S> {
+    p.cast::<T::Lanes<S>>().read_unaligned()
+}
+
+/// Writes `v` at `p`.
+///
+/// # Safety
+///
+/// A vector's elements from `p` must be writable.
+#[inline(always)]
+unsafe fn store<S: Simd, T: Real>(p: *mut T, v: T::Lanes<S>) {
+    p.cast::<T::Lanes<S>>().write_unaligned(v)
+}
+
+/// `Σ_k rows[r][k]·x[k]` for each of the [`ROWS`] rows `stride` apart from `first` (`A·x`):
+/// each vector of `x` is loaded once for them all.
+///
+/// # Safety
+///
+/// The rows, `x.len()` elements each, must be readable.
+#[inline(always)]
+unsafe fn dot_rows<S: Simd, T: Real>(simd: S, first: *const T, stride: usize, x: &[T], peel: Peel) -> [T; ROWS] {
+    let rows = row_starts(first, stride);
+    let mut acc = first_sums::<S, T>(simd, &rows, x, peel);
+    let (n, x) = (x.len(), x.as_ptr());
+    for j in peel.body().step_by(peel.lanes) {
+        let xs = load::<S, T>(x.add(j));
+        for r in 0..ROWS {
+            acc[r] = T::mul_add(simd, load::<S, T>(rows[r].add(j)), xs, acc[r]);
+        }
+    }
+    last_sums::<S, T>(simd, &rows, x, n, peel, &mut acc)
+}
+
+/// The row sums' vectors after the elements before the first vector boundary (see [`Peel`]).
+///
+/// # Safety
+///
+/// As [`dot_rows`].
+#[inline(always)]
+unsafe fn first_sums<S: Simd, T: Real>(simd: S, rows: &[*const T; ROWS], x: &[T], peel: Peel) -> [T::Lanes<S>; ROWS] {
+    let zero = T::splat(simd, T::ZERO);
+    let mut acc = [zero; ROWS];
+    if peel.head > 0 {
+        let x_first = load::<S, T>(x.as_ptr());
+        for r in 0..ROWS {
+            let first = T::mul_add(simd, load::<S, T>(rows[r]), x_first, zero);
+            acc[r] = T::rotate_left(simd, T::select_below(simd, peel.head, first, zero), peel.head);
+        }
+    }
+    acc
+}
+
+/// The row sums, from their vectors after the aligned vectors: the rest of the last whole
+/// vector, the lanes turned back (see [`Peel`]), and the elements past it.
+///
+/// # Safety
+///
+/// As [`dot_rows`], with `x` pointing to the `n` elements of a row.
+#[inline(always)]
+unsafe fn last_sums<S: Simd, T: Real>(
+    simd: S,
+    rows: &[*const T; ROWS],
+    x: *const T,
+    n: usize,
+    peel: Peel,
+    acc: &mut [T::Lanes<S>; ROWS],
+) -> [T; ROWS] {
+    let Peel { head, whole, lanes } = peel;
+    if head > 0 {
+        let x_last = load::<S, T>(x.add(whole - lanes));
+        for r in 0..ROWS {
+            let sum = T::rotate_left(simd, acc[r], lanes - head);
+            let last = load::<S, T>(rows[r].add(whole - lanes));
+            acc[r] = T::select_below(simd, head, sum, T::mul_add(simd, last, x_last, sum));
+        }
+    }
+    let x_tail = std::slice::from_raw_parts(x.add(whole), n - whole);
     let mut sums = [T::ZERO; ROWS];
     for r in 0..ROWS {
-        sums[r] = T::reduce_sum(simd, acc[r]) + dot_tail(tails[r], xt);
+        let tail = std::slice::from_raw_parts(rows[r].add(whole), n - whole);
+        sums[r] = T::reduce_sum(simd, acc[r]) + dot_tail(tail, x_tail);
     }
     sums
+}
+
+/// Elements a vector of `T` holds in the instruction set `S`.
+#[inline(always)]
+fn lanes<S: Simd, T: Real>() -> usize {
+    std::mem::size_of::<T::Lanes<S>>() / std::mem::size_of::<T>()
 }
 
 /// `dest = konst + Σ a·x` over the terms `(a, x)`.
@@ -136,7 +312,7 @@ pub(crate) fn lin_write_simd<S: Simd, T: Real>(simd: S, dest: &mut [T], konst: T
 /// SGEMTV at 1024² f32 took 38.5–41 µs a run on two threads, 33 with its row loads aligned;
 /// ATAX on one thread 130–150 µs, 117–121). Each element's sum still adds its terms in their
 /// order, so the bits do not depend on where the rows lie; the dot products of rows (`A·x`)
-/// keep their lanes from the start of the run for that reason, and do not peel.
+/// peel too, and turn their lanes back (see [`Peel`]).
 #[inline(always)]
 fn vector_head<'a, S: Simd, T: Real + 'a>(mut rows: impl Iterator<Item = &'a [T]>, len: usize) -> usize {
     let width = std::mem::size_of::<T::Lanes<S>>();
@@ -228,53 +404,110 @@ pub(crate) fn add_const_simd<S: Simd, T: Real>(_simd: S, dest: &mut [T], c: T) {
     dest.iter_mut().for_each(|d| *d += c);
 }
 
-/// `Σ_k rows[r][k]·x[k]` for each of [`ROWS`] rows, and `dest += Σ_r coefs[r]·rows[r]`, in
-/// one loop: each element of the rows is loaded once for both sums (`A·x` with `Aᵀ·y`).
-#[pulp::with_simd(dot_add_rows = Arch::new())]
+/// `dots[k] = Σ_j lines[k][j]·x[j]` for every `k`, and `dest += Σ_k coefs[k]·lines[k]`:
+/// [`ROWS`] rows a step ([`dot_add_rows`]), the rest one at a time, one dispatch for all.
+#[pulp::with_simd(dot_add_lines = Arch::new())]
 #[inline(always)]
-pub(crate) fn dot_add_rows_simd<S: Simd, T: Real>(
+pub(crate) fn dot_add_lines_simd<S: Simd, T: Real>(
     simd: S,
-    rows: [&[T]; ROWS],
+    lines: Lines<'_, T>,
+    x: &[T],
+    coefs: &[T],
+    dest: &mut [T],
+    dots: &mut [T],
+) {
+    let (x, dest) = (&x[..lines.len], &mut dest[..lines.len]);
+    let peel = Peel::new::<S, T>(&lines);
+    let done = dots.len() / ROWS * ROWS;
+    let (groups, rest) = dots.split_at_mut(done);
+    let steps = lines.groups(done).zip(groups.chunks_exact_mut(ROWS));
+    for ((first, out), c) in steps.zip(coefs.chunks_exact(ROWS)) {
+        let mut step_coefs = [T::ZERO; ROWS];
+        step_coefs.copy_from_slice(c);
+        // SAFETY: `groups` checked that the rows lie in `lines.data`, `x.len()` elements each.
+        out.copy_from_slice(&unsafe { dot_add_rows(simd, first, lines.stride, x, step_coefs, dest, peel) });
+    }
+    for (k, out) in (done..).zip(rest) {
+        *out = dot_add_row_simd(simd, lines.line(k), x, coefs[k], dest);
+    }
+}
+
+/// `Σ_k rows[r][k]·x[k]` for each of the [`ROWS`] rows `stride` apart from `first`, and
+/// `dest += Σ_r coefs[r]·rows[r]`, in one loop: each element of the rows is loaded once for
+/// both sums (`A·x` with `Aᵀ·y`). Each element of `dest` adds its terms in the rows' order,
+/// peeled or not.
+///
+/// # Safety
+///
+/// The rows, `x.len()` elements each, must be readable; `dest` holds as many.
+#[inline(always)]
+unsafe fn dot_add_rows<S: Simd, T: Real>(
+    simd: S,
+    first: *const T,
+    stride: usize,
     x: &[T],
     coefs: [T; ROWS],
     dest: &mut [T],
+    peel: Peel,
 ) -> [T; ROWS] {
-    let n = dest.len();
-    let (xv, xt) = T::as_lanes::<S>(&x[..n]);
-    let (dv, dt) = T::as_mut_lanes::<S>(dest);
-    let (mut a, mut tails) = ([&[][..]; ROWS], [&[][..]; ROWS]);
+    let rows = row_starts(first, stride);
+    let mut acc = first_sums::<S, T>(simd, &rows, x, peel);
     let mut c = [T::splat(simd, T::ZERO); ROWS];
     for r in 0..ROWS {
-        let (v, t) = T::as_lanes::<S>(&rows[r][..n]);
-        (a[r], tails[r]) = (&v[..dv.len()], t);
         c[r] = T::splat(simd, coefs[r]);
     }
-    let xv = &xv[..dv.len()];
-    let mut acc = [T::splat(simd, T::ZERO); ROWS];
-    for (j, d) in dv.iter_mut().enumerate() {
-        let mut column = *d;
-        for r in 0..ROWS {
-            acc[r] = T::mul_add(simd, a[r][j], xv[j], acc[r]);
-            column = T::mul_add(simd, c[r], a[r][j], column);
-        }
-        *d = column;
+    let Peel { head, whole, lanes } = peel;
+    let (n, x, d) = (x.len(), x.as_ptr(), dest.as_mut_ptr());
+    if head > 0 {
+        let (old, new) = add_columns::<S, T>(simd, &rows, &c, d, 0);
+        store::<S, T>(d, T::select_below(simd, head, new, old));
     }
-    for (k, d) in dt.iter_mut().enumerate() {
+    for j in peel.body().step_by(lanes) {
+        let xs = load::<S, T>(x.add(j));
+        let mut column = load::<S, T>(d.add(j));
         for r in 0..ROWS {
-            *d += coefs[r] * tails[r][k];
+            let a = load::<S, T>(rows[r].add(j));
+            acc[r] = T::mul_add(simd, a, xs, acc[r]);
+            column = T::mul_add(simd, c[r], a, column);
+        }
+        store::<S, T>(d.add(j), column);
+    }
+    if head > 0 {
+        let (old, new) = add_columns::<S, T>(simd, &rows, &c, d, whole - lanes);
+        store::<S, T>(d.add(whole - lanes), T::select_below(simd, head, old, new));
+    }
+    for k in whole..n {
+        for r in 0..ROWS {
+            *d.add(k) += coefs[r] * *rows[r].add(k);
         }
     }
-    let mut sums = [T::ZERO; ROWS];
+    last_sums::<S, T>(simd, &rows, x, n, peel, &mut acc)
+}
+
+/// The vector of `dest` at `at`, and it plus `Σ_r c[r]·rows[r]` there.
+///
+/// # Safety
+///
+/// As [`dot_add_rows`], with a vector from `at` in the rows and `dest`.
+#[inline(always)]
+unsafe fn add_columns<S: Simd, T: Real>(
+    simd: S,
+    rows: &[*const T; ROWS],
+    c: &[T::Lanes<S>; ROWS],
+    dest: *const T,
+    at: usize,
+) -> (T::Lanes<S>, T::Lanes<S>) {
+    let old = load::<S, T>(dest.add(at));
+    let mut column = old;
     for r in 0..ROWS {
-        sums[r] = T::reduce_sum(simd, acc[r]) + dot_tail(tails[r], xt);
+        column = T::mul_add(simd, c[r], load::<S, T>(rows[r].add(at)), column);
     }
-    sums
+    (old, column)
 }
 
 /// [`dot_add_rows`] for one row (the rows of a tile past a multiple of [`ROWS`]).
-#[pulp::with_simd(dot_add_row = Arch::new())]
 #[inline(always)]
-pub(crate) fn dot_add_row_simd<S: Simd, T: Real>(simd: S, row: &[T], x: &[T], coef: T, dest: &mut [T]) -> T {
+fn dot_add_row_simd<S: Simd, T: Real>(simd: S, row: &[T], x: &[T], coef: T, dest: &mut [T]) -> T {
     let n = dest.len();
     let (xv, xt) = T::as_lanes::<S>(&x[..n]);
     let (av, at) = T::as_lanes::<S>(&row[..n]);
@@ -440,13 +673,15 @@ mod tests {
     fn check<S: Simd, T: Real + Into<f64>>(simd: S) {
         let name = std::any::type_name::<S>();
         let mut heads = std::collections::BTreeSet::new();
-        // `lin_add`'s result for each length, from the first offset: the others must match it
-        // bit for bit (each element's terms are added in the same order wherever the rows lie).
-        let mut first_sums: std::collections::BTreeMap<usize, Vec<T>> = Default::default();
-        for (n, offset) in LENGTHS.into_iter().flat_map(|n| [0, 1, 3, 7].map(|o| (n, o))) {
-            // Rows of one matrix, a whole number of vectors apart, from `offset` elements into
-            // it: all as far from a vector boundary, so the loops take their masked head step.
-            let (count, stride) = (ROWS_PER_PASS + 3, n.next_multiple_of(16) + 16);
+        // The row loops' results for each length, from the first offset: the others must match
+        // them bit for bit (each sum adds its terms in the same order wherever the rows lie).
+        let mut first_bits: std::collections::BTreeMap<usize, [Vec<T>; 4]> = Default::default();
+        let layouts = [0, 1, 3, 7].map(|offset| (offset, 16)).into_iter().chain([(3, 17)]);
+        for (n, (offset, gap)) in LENGTHS.into_iter().flat_map(|n| layouts.clone().map(move |l| (n, l))) {
+            // Rows of one matrix from `offset` elements into it, a whole number of vectors
+            // apart (all as far from a vector boundary, so the loops take their masked head
+            // steps) or, `gap` odd, not (each row lies differently, and none is peeled).
+            let (count, stride) = (ROWS_PER_PASS + 3, n.next_multiple_of(16) + gap);
             let mut matrix = vec![T::ZERO; offset + count * stride];
             for r in 0..count {
                 matrix[offset + r * stride..][..n].copy_from_slice(&data::<T>(r, n));
@@ -473,33 +708,41 @@ mod tests {
                 "sum {name} {n} from {offset}"
             );
 
-            let lines: [&[T]; ROWS] = std::array::from_fn(|r| rows[r]);
-            for (r, got) in dot_rows_simd(simd, lines, &x).into_iter().enumerate() {
+            // Every row of the matrix: a step of eight and three more, taken one at a time.
+            let lines = Lines {
+                data: &matrix[offset..],
+                stride,
+                len: n,
+            };
+            heads.insert(Peel::new::<S, T>(&lines).head);
+            let mut dots = vec![T::ZERO; count];
+            dot_lines_simd(simd, lines, &x, &mut dots);
+            for (r, &got) in dots.iter().enumerate() {
                 let (want, mag) = dot_of(&rs[r]);
-                assert!(close(got, want, mag, n), "dot_rows row {r} {name} {n} from {offset}");
+                assert!(close(got, want, mag, n), "dot_lines row {r} {name} {n} from {offset}");
             }
 
-            let coefs: [T; ROWS] = std::array::from_fn(|r| T::from_f64(0.5 - r as f64 * 0.25));
+            let coefs: Vec<T> = (0..count).map(|r| T::from_f64(0.5 - r as f64 * 0.25)).collect();
             let start: Vec<T> = data(50, n);
             let column = |k: usize, rows: usize| {
                 let terms = (0..rows).map(|r| (0.5 - r as f64 * 0.25) * rs[r][k]);
                 let mag = terms.clone().map(f64::abs).sum::<f64>() + start[k].into().abs();
                 (start[k].into() + terms.sum::<f64>(), mag)
             };
-            let mut dest = start.clone();
-            let sums = dot_add_rows_simd(simd, lines, &x, coefs, &mut dest);
-            for r in 0..ROWS {
+            let (mut columns, mut sums) = (start.clone(), vec![T::ZERO; count]);
+            dot_add_lines_simd(simd, lines, &x, &coefs, &mut columns, &mut sums);
+            for (r, &got) in sums.iter().enumerate() {
                 let (want, mag) = dot_of(&rs[r]);
                 assert!(
-                    close(sums[r], want, mag, n),
-                    "dot_add_rows row {r} {name} {n} from {offset}"
+                    close(got, want, mag, n),
+                    "dot_add_lines row {r} {name} {n} from {offset}"
                 );
             }
-            for (k, &got) in dest.iter().enumerate() {
-                let (want, mag) = column(k, ROWS);
+            for (k, &got) in columns.iter().enumerate() {
+                let (want, mag) = column(k, count);
                 assert!(
-                    close(got, want, mag, ROWS),
-                    "dot_add_rows column {k} {name} {n} from {offset}"
+                    close(got, want, mag, count),
+                    "dot_add_lines column {k} {name} {n} from {offset}"
                 );
             }
             let mut one = start.clone();
@@ -529,8 +772,9 @@ mod tests {
                     "lin_add {k} {name} {n} from {offset}"
                 );
             }
-            let first = first_sums.entry(n).or_insert_with(|| dest.clone());
-            assert!(*first == dest, "lin_add {name} {n}: other bits from {offset}");
+            let got = [dest, dots, columns, sums];
+            let first = first_bits.entry(n).or_insert_with(|| got.clone());
+            assert!(*first == got, "{name} {n}: other bits from {offset}, {stride} apart");
         }
         let lanes = std::mem::size_of::<T::Lanes<S>>() / std::mem::size_of::<T>();
         assert_eq!(heads.len() > 1, lanes > 1, "{name}: masked head steps taken {heads:?}");

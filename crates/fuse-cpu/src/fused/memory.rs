@@ -7,6 +7,8 @@
 //! columns from `col0`, `stride` apart. So one formula evaluation reads an input matrix, this
 //! thread's rows of a matrix it writes, or a tile buffer, the same way.
 
+use super::loops::Lines;
+
 /// A read-only window on an array.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct View<'a, T> {
@@ -52,6 +54,16 @@ impl<'a, T: Copy> View<'a, T> {
     pub(crate) fn row(&self, row: usize, col: usize, len: usize) -> &'a [T] {
         let start = (row - self.row0) * self.stride + (col - self.col0);
         &self.data[start..start + len]
+    }
+
+    /// Columns `col .. col + len` of the rows from `row` on.
+    pub(crate) fn lines(&self, row: usize, col: usize, len: usize) -> Lines<'a, T> {
+        let start = (row - self.row0) * self.stride + (col - self.col0);
+        Lines {
+            data: &self.data[start..],
+            stride: self.stride,
+            len,
+        }
     }
 }
 

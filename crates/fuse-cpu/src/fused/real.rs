@@ -75,12 +75,17 @@ pub trait Real:
     fn partial_load<S: Simd>(simd: S, x: &[Self]) -> Self::Lanes<S>;
     /// The first lanes of `v` into `x` (fewer elements than a vector holds).
     fn partial_store<S: Simd>(simd: S, x: &mut [Self], v: Self::Lanes<S>);
+    /// `v` with lane `l` holding lane `(l + by) mod lanes` (one permutation).
+    fn rotate_left<S: Simd>(simd: S, v: Self::Lanes<S>, by: usize) -> Self::Lanes<S>;
+    /// The lanes below `count` from `below`, the others from `rest`.
+    fn select_below<S: Simd>(simd: S, count: usize, below: Self::Lanes<S>, rest: Self::Lanes<S>) -> Self::Lanes<S>;
 }
 
 macro_rules! real {
     ($t:ty, $precision:ident, $variant:ident, $power:ident, [$small:expr, $big:expr, $up:expr, $down:expr],
      $lanes:ident, [$splat:ident, $add:ident, $mul_add:ident, $reduce:ident, $split:ident, $split_mut:ident,
-     $partial_load:ident, $partial_store:ident]) => {
+     $partial_load:ident, $partial_store:ident, $rotate_left:ident, $select:ident],
+     [$index:ty, $indices:ident, $splat_index:ident, $less_than:ident]) => {
         impl Real for $t {
             const ZERO: Self = 0.0;
             const NEG_ZERO: Self = -0.0;
@@ -154,6 +159,19 @@ macro_rules! real {
             fn partial_store<S: Simd>(simd: S, x: &mut [Self], v: S::$lanes) {
                 simd.$partial_store(x, v)
             }
+
+            #[inline(always)]
+            fn rotate_left<S: Simd>(simd: S, v: S::$lanes, by: usize) -> S::$lanes {
+                simd.$rotate_left(v, by)
+            }
+
+            #[inline(always)]
+            fn select_below<S: Simd>(simd: S, count: usize, below: S::$lanes, rest: S::$lanes) -> S::$lanes {
+                const LANE_NUMBERS: [$index; 16] = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15];
+                let numbers = S::$indices(&LANE_NUMBERS).0[0];
+                let mask = simd.$less_than(numbers, simd.$splat_index(count as $index));
+                simd.$select(mask, below, rest)
+            }
         }
     };
 }
@@ -183,8 +201,11 @@ real!(
         as_simd_f32s,
         as_mut_simd_f32s,
         partial_load_f32s,
-        partial_store_f32s
-    ]
+        partial_store_f32s,
+        rotate_left_f32s,
+        select_f32s
+    ],
+    [u32, as_simd_u32s, splat_u32s, less_than_u32s]
 );
 real!(
     f64,
@@ -201,6 +222,9 @@ real!(
         as_simd_f64s,
         as_mut_simd_f64s,
         partial_load_f64s,
-        partial_store_f64s
-    ]
+        partial_store_f64s,
+        rotate_left_f64s,
+        select_f64s
+    ],
+    [u64, as_simd_u64s, splat_u64s, less_than_u64s]
 );
