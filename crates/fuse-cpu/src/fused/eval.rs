@@ -301,6 +301,11 @@ impl<'s, T: Real> RowProduct<'s, T> {
         product
     }
 
+    /// The run of row `i` of the matrix.
+    fn line(&self, i: usize) -> &'s [T] {
+        self.matrix.row(i, self.start, self.len)
+    }
+
     /// The runs of the rows from `i` on.
     fn lines(&self, i: usize) -> Lines<'s, T> {
         self.matrix.lines(i, self.start, self.len)
@@ -359,13 +364,13 @@ pub(crate) fn accumulate<T: Real>(
         // `c·A[i, ·]` (`Aᵀ·y`): the matrix and each row's coefficient looked up once for the
         // tile, not factor by factor for every row (a fifth of a 1024² `Aᵀ·y` went to that).
         let product = RowProduct::new(only_term(stage), matrix, scope, (start, len));
-        let mut coefs = [T::ZERO; CHUNK];
-        for first in rows.clone().step_by(CHUNK) {
-            let coefs = &mut coefs[..(rows.end - first).min(CHUNK)];
-            for (i, c) in (first..).zip(coefs.iter_mut()) {
-                *c = product.coef(i);
-            }
-            loops::add_lines(product.lines(first), coefs, dest);
+        for first in rows.clone().step_by(loops::ROWS_PER_PASS) {
+            let count = (rows.end - first).min(loops::ROWS_PER_PASS);
+            let group: [(T, &[T]); loops::ROWS_PER_PASS] = std::array::from_fn(|k| match k < count {
+                true => (product.coef(first + k), product.line(first + k)),
+                false => (T::ZERO, &[][..]),
+            });
+            loops::lin_add(dest, &group[..count]);
         }
         return;
     }

@@ -375,74 +375,6 @@ fn lin_add_group<S: Simd, T: Real, const N: usize>(simd: S, dest: &mut [T], term
     }
 }
 
-/// `dest += Σ_k coefs[k]·lines[k]` over every `k` (`Aᵀ·y`): [`ROWS`] rows per pass over
-/// `dest` ([`add_rows`]), one dispatch for all; the bits are [`lin_add`]'s on the same groups.
-#[pulp::with_simd(add_lines = Arch::new())]
-#[inline(always)]
-pub(crate) fn add_lines_simd<S: Simd, T: Real>(simd: S, lines: Lines<'_, T>, coefs: &[T], dest: &mut [T]) {
-    let dest = &mut dest[..lines.len];
-    let lanes = lanes::<S, T>();
-    // Rows shorter than a vector: no whole vector to peel around.
-    let done = match lines.len < lanes {
-        true => 0,
-        false => coefs.len() / ROWS * ROWS,
-    };
-    let peel = Peel::new::<S, T>(&lines);
-    for (first, c) in lines.groups(done).zip(coefs.chunks_exact(ROWS)) {
-        let mut step_coefs = [T::ZERO; ROWS];
-        step_coefs.copy_from_slice(c);
-        // SAFETY: `groups` checked that the rows lie in `lines.data`, `dest.len()` elements
-        // each, at least a vector's.
-        unsafe { add_rows(simd, first, lines.stride, step_coefs, dest, peel.head) };
-    }
-    for group in (done..coefs.len()).step_by(ROWS) {
-        let mut terms = [(T::ZERO, &[][..]); ROWS];
-        let count = (coefs.len() - group).min(ROWS);
-        for (k, term) in terms[..count].iter_mut().enumerate() {
-            *term = (coefs[group + k], lines.line(group + k));
-        }
-        lin_add_simd(simd, dest, &terms[..count]);
-    }
-}
-
-/// `dest += Σ_r coefs[r]·rows[r]` for the [`ROWS`] rows `stride` apart from `first`, in one
-/// pass: the `head` elements before the rows' first vector boundary and those past their last
-/// whole vector each in a vector step whose other lanes keep `dest`, the rest aligned.
-///
-/// # Safety
-///
-/// The rows, `dest.len()` elements each and at least a vector's, must be readable.
-#[inline(always)]
-unsafe fn add_rows<S: Simd, T: Real>(
-    simd: S,
-    first: *const T,
-    stride: usize,
-    coefs: [T; ROWS],
-    dest: &mut [T],
-    head: usize,
-) {
-    let rows = row_starts(first, stride);
-    let mut c = [T::splat(simd, T::ZERO); ROWS];
-    for r in 0..ROWS {
-        c[r] = T::splat(simd, coefs[r]);
-    }
-    let (n, lanes, d) = (dest.len(), lanes::<S, T>(), dest.as_mut_ptr());
-    if head > 0 {
-        let (old, new) = add_columns::<S, T>(simd, &rows, &c, d, 0);
-        store::<S, T>(d, T::select_below(simd, head, new, old));
-    }
-    let end = head + (n - head) / lanes * lanes;
-    for j in (head..end).step_by(lanes) {
-        let (_, new) = add_columns::<S, T>(simd, &rows, &c, d, j);
-        store::<S, T>(d.add(j), new);
-    }
-    if end < n {
-        // The last vector of the rows, its lanes before `end` already summed.
-        let (old, new) = add_columns::<S, T>(simd, &rows, &c, d, n - lanes);
-        store::<S, T>(d.add(n - lanes), T::select_below(simd, lanes - (n - end), old, new));
-    }
-}
-
 /// `dest += c·x·y`.
 #[pulp::with_simd(prod_add = Arch::new())]
 #[inline(always)]
@@ -840,12 +772,6 @@ mod tests {
                     "lin_add {k} {name} {n} from {offset}"
                 );
             }
-            let mut added = start.clone();
-            add_lines_simd(simd, lines, &coefs, &mut added);
-            assert!(
-                added == dest,
-                "add_lines {name} {n} from {offset}: other bits than lin_add's"
-            );
             let got = [dest, dots, columns, sums];
             let first = first_bits.entry(n).or_insert_with(|| got.clone());
             assert!(*first == got, "{name} {n}: other bits from {offset}, {stride} apart");
