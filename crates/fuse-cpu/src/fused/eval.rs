@@ -251,9 +251,7 @@ pub(crate) fn row_sums<T: Real>(
     for (first, chunk) in (rows.start..).step_by(CHUNK).zip(sums[..rows.len()].chunks_mut(CHUNK)) {
         let dots = &mut dots[..chunk.len()];
         loops::dot_lines(product.lines(first), product.x, dots);
-        for (i, (s, &d)) in (first..).zip(chunk.iter_mut().zip(dots.iter())) {
-            *s += product.coef(i) * d;
-        }
+        product.add_scaled(first, chunk, dots);
     }
 }
 
@@ -314,6 +312,13 @@ impl<'s, T: Real> RowProduct<'s, T> {
     /// `c` at row `i`.
     fn coef(&self, i: usize) -> T {
         self.by_row.iter().fold(self.constant, |c, v| c * v.item(i))
+    }
+
+    /// `sums[k] += c·dots[k]`, `c` at row `first + k`: the rows' products added to their sums.
+    fn add_scaled(&self, first: usize, sums: &mut [T], dots: &[T]) {
+        for (i, (s, &d)) in (first..).zip(sums.iter_mut().zip(dots)) {
+            *s += self.coef(i) * d;
+        }
     }
 }
 
@@ -414,9 +419,7 @@ pub(crate) fn shared_rows<T: Real>(
             *c = column.coef(i);
         }
         loops::dot_add_lines(row_sum.lines(first), row_sum.x, coefs, dest, dots);
-        for (i, (s, &d)) in (first..).zip(chunk.iter_mut().zip(dots.iter())) {
-            *s += row_sum.coef(i) * d;
-        }
+        row_sum.add_scaled(first, chunk, dots);
     }
 }
 

@@ -318,8 +318,7 @@ fn vector_head<'a, S: Simd, T: Real + 'a>(mut rows: impl Iterator<Item = &'a [T]
     let width = std::mem::size_of::<T::Lanes<S>>();
     let Some(first) = rows.next() else { return 0 };
     let head = first.as_ptr().align_offset(width);
-    let lanes = width / std::mem::size_of::<T>();
-    match head < lanes && rows.all(|r| r.as_ptr().align_offset(width) == head) {
+    match head < lanes::<S, T>() && rows.all(|r| r.as_ptr().align_offset(width) == head) {
         true => head.min(len),
         false => 0,
     }
@@ -776,8 +775,11 @@ mod tests {
             let first = first_bits.entry(n).or_insert_with(|| got.clone());
             assert!(*first == got, "{name} {n}: other bits from {offset}, {stride} apart");
         }
-        let lanes = std::mem::size_of::<T::Lanes<S>>() / std::mem::size_of::<T>();
-        assert_eq!(heads.len() > 1, lanes > 1, "{name}: masked head steps taken {heads:?}");
+        assert_eq!(
+            heads.len() > 1,
+            lanes::<S, T>() > 1,
+            "{name}: masked head steps taken {heads:?}"
+        );
     }
 
     #[test]
