@@ -25,6 +25,28 @@ pub(crate) struct Seg {
     pub len: usize,
 }
 
+/// The share of the next row block that a walk over a tile pulls into the cache (see
+/// [`loops::Ahead`]): the rows from each row of the tile to its counterpart, and which of each
+/// step's [`loops::ROWS`] rows.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct NextBlock {
+    pub rows: usize,
+    pub share: (usize, usize),
+}
+
+impl NextBlock {
+    /// Nothing pulled in.
+    pub const NONE: NextBlock = NextBlock { rows: 0, share: (0, 0) };
+
+    /// The share in rows `stride` elements apart.
+    fn ahead(self, stride: usize) -> loops::Ahead {
+        loops::Ahead {
+            offset: self.rows * stride,
+            share: self.share,
+        }
+    }
+}
+
 /// One operand on a segment: a number for all of it, or a run.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Piece<'s, T> {
@@ -153,7 +175,7 @@ impl<'s, T: Real> Resolved<'s, T> {
 
     /// `dest += ` everything held, then holds nothing.
     fn flush_into(&mut self, dest: &mut [T]) {
-        loops::lin_add(dest, &self.lin[..self.lins]);
+        loops::lin_add(dest, &self.lin[..self.lins], loops::Ahead::NONE);
         for &(c, x, y) in &self.prod[..self.prods] {
             loops::prod_add(dest, c, x, y);
         }
@@ -230,13 +252,13 @@ pub(crate) fn sum<T: Real>(stage: &Stage, scope: &Scope<T>, seg: Seg, scratch: &
 
 /// `sums[k] += Σ stage` over the segment `(rows.start + k, start .. start + len)` of each row:
 /// [`loops::ROWS`] rows a step where the stage is one product of a matrix row and a vector run (`A·x`),
-/// so that each load of the vector serves them all.
+/// so that each load of the vector serves them all, and pulling in `next` as they go.
 pub(crate) fn row_sums<T: Real>(
     stage: &Stage,
     scope: &Scope<T>,
     rows: std::ops::Range<usize>,
     (start, len): (usize, usize),
-    sums: &mut [T],
+    (sums, next): (&mut [T], NextBlock),
     scratch: &mut [Vec<T>],
 ) {
     let seg = |fixed| Seg { fixed, start, len };
@@ -250,7 +272,8 @@ pub(crate) fn row_sums<T: Real>(
     let mut dots = [T::ZERO; CHUNK];
     for (first, chunk) in (rows.start..).step_by(CHUNK).zip(sums[..rows.len()].chunks_mut(CHUNK)) {
         let dots = &mut dots[..chunk.len()];
-        loops::dot_lines(product.lines(first), product.x, dots);
+        let lines = product.lines(first);
+        loops::dot_lines(lines, product.x, dots, next.ahead(lines.stride));
         product.add_scaled(first, chunk, dots);
     }
 }
@@ -343,13 +366,14 @@ pub(crate) fn norm<T: Real>(stage: &Stage, scope: &Scope<T>, seg: Seg, scratch: 
 }
 
 /// `dest += Σ_rows stage` on the segments `(row, start .. start + dest.len())`, several rows
-/// per pass over `dest` where the stage is linear in its runs (`Aᵀ·x`: `dest += x[i]·A[i, ·]`).
+/// per pass over `dest` where the stage is linear in its runs (`Aᵀ·x`: `dest += x[i]·A[i, ·]`),
+/// pulling in `next` as they go where the stage is one product of a matrix row.
 pub(crate) fn accumulate<T: Real>(
     stage: &Stage,
     scope: &Scope<T>,
     rows: std::ops::Range<usize>,
     start: usize,
-    dest: &mut [T],
+    (dest, next): (&mut [T], NextBlock),
     scratch: &mut [Vec<T>],
 ) {
     let len = dest.len();
@@ -369,13 +393,14 @@ pub(crate) fn accumulate<T: Real>(
         // `c·A[i, ·]` (`Aᵀ·y`): the matrix and each row's coefficient looked up once for the
         // tile, not factor by factor for every row (a fifth of a 1024² `Aᵀ·y` went to that).
         let product = RowProduct::new(only_term(stage), matrix, scope, (start, len));
+        let ahead = next.ahead(product.lines(rows.start).stride);
         for first in rows.clone().step_by(loops::ROWS_PER_PASS) {
             let count = (rows.end - first).min(loops::ROWS_PER_PASS);
             let group: [(T, &[T]); loops::ROWS_PER_PASS] = std::array::from_fn(|k| match k < count {
                 true => (product.coef(first + k), product.line(first + k)),
                 false => (T::ZERO, &[][..]),
             });
-            loops::lin_add(dest, &group[..count]);
+            loops::lin_add(dest, &group[..count], ahead);
         }
         return;
     }

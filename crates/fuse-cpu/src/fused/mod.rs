@@ -45,6 +45,7 @@
 //! assert!(relative_error(&got["s"].to_f64(), &want["s"].to_f64()) < 1e-5);
 //! ```
 
+mod cache;
 pub mod calibrate;
 mod crew;
 mod error;
