@@ -30,7 +30,9 @@ pub(crate) struct Seg {
 /// step's [`loops::ROWS`] rows.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct NextBlock {
+    /// Rows from a row to its counterpart in the next block.
     pub rows: usize,
+    /// Of each step's rows, those whose counterparts are pulled in.
     pub share: (usize, usize),
 }
 
