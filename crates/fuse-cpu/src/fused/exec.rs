@@ -229,15 +229,14 @@ fn tile<T>(kernel: &KernelPlan) -> Tile {
             pull: false,
         },
         Space::Matrix(all, cols) => {
-            let run = match kernel.walks {
-                1 => cols.clamp(1, WALK_RUN_BYTES / size),
-                _ => cols.clamp(1, RUN_BYTES / size),
-            };
-            let kept = if kernel.passes > 1 { cols.max(1) } else { run };
-            // Whole steps of the row loops: a tile of fewer rows would run them one by one.
-            let rows = match kernel.walks {
-                1 => WALK_ROWS,
-                _ => (TILE_BYTES / (kept * size)).clamp(loops::ROWS, MAX_TILE_ROWS),
+            let (run, rows) = match kernel.walks {
+                1 => (cols.clamp(1, WALK_RUN_BYTES / size), WALK_ROWS),
+                _ => {
+                    let run = cols.clamp(1, RUN_BYTES / size);
+                    let kept = if kernel.passes > 1 { cols.max(1) } else { run };
+                    // Whole steps of the row loops: a tile of fewer rows would run them one by one.
+                    (run, (TILE_BYTES / (kept * size)).clamp(loops::ROWS, MAX_TILE_ROWS))
+                }
             };
             Tile {
                 rows: (rows / loops::ROWS * loops::ROWS).min(all.next_multiple_of(loops::ROWS).max(loops::ROWS)),
