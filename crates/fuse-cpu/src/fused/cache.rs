@@ -1,30 +1,53 @@
-//! The size of the CPU's last-level cache: whether a matrix can still be in cache when a kernel
-//! walks it again decides whether the walks pull in the next row block ahead of them.
+//! The sizes of the CPU's caches, from sysfs: whether a matrix can still be in the last-level
+//! cache when a kernel walks it again decides whether the walks pull in the next row block
+//! ahead of them; the second level sizes the calibration's environments.
 
 use std::path::Path;
 use std::sync::OnceLock;
 
+/// Where CPU 0's caches are listed (`index*/level`, `index*/type`, `index*/size`).
+const CACHES: &str = "/sys/devices/system/cpu/cpu0/cache";
 /// Assumed where the system does not say: a common last-level cache of one core complex.
-const UNKNOWN_BYTES: usize = 32 << 20;
+const UNKNOWN_LAST_LEVEL: usize = 32 << 20;
+/// Assumed where the system does not say: a common second-level cache.
+const UNKNOWN_SECOND_LEVEL: usize = 1 << 20;
 
-/// Bytes of the largest data cache of the CPU, read once (Linux: cpu0's caches in sysfs).
+/// Bytes of the largest data cache of the CPU, read once.
 pub(crate) fn last_level_bytes() -> usize {
     static BYTES: OnceLock<usize> = OnceLock::new();
-    *BYTES.get_or_init(|| largest_cache(Path::new("/sys/devices/system/cpu/cpu0/cache")).unwrap_or(UNKNOWN_BYTES))
+    *BYTES.get_or_init(|| largest_cache(&data_caches(Path::new(CACHES))).unwrap_or(UNKNOWN_LAST_LEVEL))
 }
 
-/// The largest data or unified cache listed in `dir` (`index*/type`, `index*/size`).
-fn largest_cache(dir: &Path) -> Option<usize> {
+/// Bytes of the CPU's second-level cache.
+pub(crate) fn second_level_bytes() -> usize {
+    level_bytes(&data_caches(Path::new(CACHES)), 2).unwrap_or(UNKNOWN_SECOND_LEVEL)
+}
+
+/// The data and unified caches listed in `dir`: (level, bytes) each.
+fn data_caches(dir: &Path) -> Vec<(u32, usize)> {
     let read = |path: &Path| std::fs::read_to_string(path).ok();
-    std::fs::read_dir(dir)
-        .ok()?
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    entries
         .filter_map(|entry| {
             let path = entry.ok()?.path();
             let kind = read(&path.join("type"))?;
             (kind.trim() != "Instruction").then_some(())?;
-            bytes(&read(&path.join("size"))?)
+            let level = read(&path.join("level"))?.trim().parse().ok()?;
+            Some((level, bytes(&read(&path.join("size"))?)?))
         })
-        .max()
+        .collect()
+}
+
+/// The largest of `caches`.
+fn largest_cache(caches: &[(u32, usize)]) -> Option<usize> {
+    caches.iter().map(|&(_, bytes)| bytes).max()
+}
+
+/// The size of the cache of `level` among `caches`.
+fn level_bytes(caches: &[(u32, usize)], level: u32) -> Option<usize> {
+    caches.iter().find(|&&(l, _)| l == level).map(|&(_, bytes)| bytes)
 }
 
 /// `32768K`, `1M` or `512` as bytes.
@@ -54,22 +77,26 @@ mod tests {
     }
 
     #[test]
-    fn the_largest_data_cache_of_a_listing() {
+    fn the_caches_of_a_listing() {
         let dir = std::env::temp_dir().join(format!("fuse-cache-{}", std::process::id()));
-        for (index, kind, size) in [
-            (0, "Data", "32K"),
-            (1, "Instruction", "64M"),
-            (2, "Unified", "1024K"),
-            (3, "Unified", "32768K"),
+        for (index, level, kind, size) in [
+            (0, 1, "Data", "32K"),
+            (1, 1, "Instruction", "64M"),
+            (2, 2, "Unified", "1024K"),
+            (3, 3, "Unified", "32768K"),
         ] {
             let entry = dir.join(format!("index{index}"));
             std::fs::create_dir_all(&entry).unwrap();
+            std::fs::write(entry.join("level"), format!("{level}\n")).unwrap();
             std::fs::write(entry.join("type"), format!("{kind}\n")).unwrap();
             std::fs::write(entry.join("size"), format!("{size}\n")).unwrap();
         }
         std::fs::create_dir_all(dir.join("uevent-like")).unwrap();
-        assert_eq!(largest_cache(&dir), Some(32 << 20));
+        let caches = data_caches(&dir);
+        assert_eq!(largest_cache(&caches), Some(32 << 20));
+        assert_eq!(level_bytes(&caches, 2), Some(1 << 20));
+        assert_eq!(level_bytes(&caches, 4), None);
         std::fs::remove_dir_all(&dir).unwrap();
-        assert_eq!(largest_cache(&dir), None);
+        assert_eq!(data_caches(&dir), Vec::new());
     }
 }

@@ -16,7 +16,7 @@ use fuse_core::library::{ElementaryFunction, Form};
 use fuse_core::{script, Bindings, HigherOrderKind, Library, Precision, Shape};
 
 use super::timings::{cpu_model, CPU_COMPUTE_CAPABILITY};
-use super::{unfused_plan, CpuError, FusedPlan, Real, Threads};
+use super::{cache, unfused_plan, CpuError, FusedPlan, Real, Threads};
 
 /// Bytes of each array of the copy measurement: far beyond any cache.
 pub const COPY_BYTES: usize = 256 << 20;
@@ -109,7 +109,7 @@ pub fn to_yaml(table: &TimingTable) -> String {
 /// tile may use the second-level cache of a core, and a thread walks whole rows (a row
 /// barrier: row sums finish before later calls of the kernel read them).
 fn hardware(threads: usize) -> Hardware {
-    let cache = l2_bytes();
+    let l2 = cache::second_level_bytes() as u64;
     Hardware {
         name: cpu_model(),
         compute_capability: CPU_COMPUTE_CAPABILITY.to_string(),
@@ -117,24 +117,11 @@ fn hardware(threads: usize) -> Hardware {
         max_threads_per_block: 1024,
         max_threads_per_sm: 2048,
         max_blocks_per_sm: 32,
-        max_shared_per_block: cache,
-        shared_per_sm: cache,
+        max_shared_per_block: l2,
+        shared_per_sm: l2,
         registers_per_sm: 65536,
         row_barrier: true,
     }
-}
-
-/// The second-level cache of CPU 0, from sysfs (1 MiB where it cannot be read).
-fn l2_bytes() -> u64 {
-    let text = std::fs::read_to_string("/sys/devices/system/cpu/cpu0/cache/index2/size").unwrap_or_default();
-    let text = text.trim();
-    let (digits, unit) = text.split_at(text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len()));
-    let scale = match unit {
-        "K" => 1 << 10,
-        "M" => 1 << 20,
-        _ => 1,
-    };
-    digits.parse::<u64>().map(|d| d * scale).unwrap_or(1 << 20)
 }
 
 /// The median of `reps` timings of `f`, in seconds, after one untimed run.
