@@ -116,6 +116,14 @@ mod with_mpi {
                 ms(times.compute),
                 ms(times.exchange)
             );
+            if let Some(link) = program_here.link() {
+                eprintln!(
+                    "  on the device: {} B up, {} B down; collectives {}",
+                    times.to_device,
+                    times.from_device,
+                    link.describe()
+                );
+            }
         }
         // Rank 0 holds the outputs.
         let reported = match comm.rank() {

@@ -238,6 +238,28 @@ impl Device {
             .map_err(driver("cuMemcpyHtoD"))
     }
 
+    /// Queues a device-side copy of `from`'s bytes `at..at + to.len()` into `to`.
+    pub fn copy_range(&self, from: &CudaSlice<u8>, at: usize, to: &mut CudaSlice<u8>) -> Result<(), CudaError> {
+        let end = at
+            .checked_add(to.len())
+            .filter(|&end| end <= from.len())
+            .ok_or_else(|| {
+                CudaError::Unsupported(format!(
+                    "a copy of bytes {at}.. ({} of them) from a buffer of {} (a fuse bug, please report)",
+                    to.len(),
+                    from.len()
+                ))
+            })?;
+        self.stream
+            .memcpy_dtod(&from.slice(at..end), to)
+            .map_err(driver("cuMemcpyDtoD"))
+    }
+
+    /// Queues zeros over all of `to`.
+    pub fn zero(&self, to: &mut CudaSlice<u8>) -> Result<(), CudaError> {
+        self.stream.memset_zeros(to).map_err(driver("cuMemsetD8"))
+    }
+
     /// The elements of `from` in `precision`, on the host (waits for the work queued before).
     pub fn download(&self, from: &CudaSlice<u8>, precision: Precision) -> Result<HostData, CudaError> {
         let bytes = self.stream.clone_dtoh(from).map_err(driver("cuMemcpyDtoH"))?;

@@ -5,3 +5,5 @@
 pub const DRIVER_ENV: &str = "FUSE_CUDA_LIB";
 /// Env var naming libcublas, or a folder holding it.
 pub const CUBLAS_ENV: &str = "FUSE_CUBLAS_LIB";
+/// Env var naming libnccl (NCCL, for collectives between GPUs), or a folder holding it.
+pub const NCCL_ENV: &str = "FUSE_NCCL_LIB";

@@ -44,6 +44,23 @@ pub enum CudaError {
         env = crate::env_vars::CUBLAS_ENV
     )]
     NoCublas(ProbeError),
+    /// libnccl does not load the way cudarc opens it (only collectives between GPUs need it).
+    #[error(
+        "NCCL not found: {}. cudarc opens it as libnccl.so, while NCCL's wheel (pip install nvidia-nccl-cu13) \
+         holds only libnccl.so.2: put a link named libnccl.so to it in a folder on LD_LIBRARY_PATH, \
+         set before fuse starts ({env} names the copy to check)",
+        summary(.0),
+        env = crate::env_vars::NCCL_ENV
+    )]
+    NoNccl(ProbeError),
+    /// An NCCL call failed.
+    #[error("NCCL {call} failed: {result}")]
+    Nccl {
+        /// The NCCL function.
+        call: &'static str,
+        /// Its result code.
+        result: String,
+    },
     /// A CUDA driver call failed.
     /// A device allocation larger than the memory free on the GPU.
     #[error("out of memory on GPU {ordinal}: {bytes} bytes asked, {free} free")]
@@ -177,6 +194,14 @@ pub(crate) fn cublas(call: &'static str) -> impl Fn(cudarc::cublas::result::Cubl
     move |err| CudaError::Cublas {
         call,
         status: format!("{:?}", err.0),
+    }
+}
+
+/// Wraps an NCCL result.
+pub(crate) fn nccl(call: &'static str) -> impl Fn(cudarc::nccl::result::NcclError) -> CudaError {
+    move |err| CudaError::Nccl {
+        call,
+        result: format!("{:?}", err.0),
     }
 }
 

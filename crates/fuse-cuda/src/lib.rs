@@ -10,6 +10,7 @@
 //! - [`baseline`]: the same program written as a cuBLAS user would write it.
 //! - [`calibrate`]: a timing table for this GPU (paper §4.2); [`timings`] picks the table for a
 //!   GPU; [`tune`]: the measured-fastest of the best predicted plans, remembered per GPU.
+//! - [`Nccl`]: collectives between GPUs on device buffers (NCCL), for distributed runs.
 //!
 //! ```no_run
 //! use fuse_codegen::generate::generate_plan;
@@ -38,6 +39,7 @@ mod env_vars;
 pub mod error;
 pub mod kernels;
 pub mod module;
+pub mod nccl;
 pub mod plan;
 pub mod probe;
 pub mod timer;
@@ -46,5 +48,6 @@ pub mod tune;
 
 pub use device::{device_count, Device, DeviceInfo};
 pub use error::CudaError;
+pub use nccl::Nccl;
 pub use plan::{CudaPlan, Workspace};
 pub use timer::{Timer, Timing, TimingOptions};

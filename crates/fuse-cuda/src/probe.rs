@@ -1,8 +1,8 @@
-//! libcuda and libcublas, found before cudarc touches them ([`fuse_codegen::dynlib`] explains
+//! libcuda, libcublas and libnccl, found before cudarc touches them ([`fuse_codegen::dynlib`] explains
 //! why: cudarc panics on first use when a library does not load).
 //!
 //! Every entry point of this crate that reaches the driver calls [`driver`] first, and the
-//! cuBLAS baseline calls [`cublas`]; each loads its library once per process and then checks
+//! cuBLAS baseline calls [`cublas`], the collectives between GPUs [`nccl`]; each loads its library once per process and then checks
 //! the release against the one cudarc's bindings were generated for (CUDA 13.0), because
 //! cudarc also panics when a symbol it binds is missing from an older library.
 
@@ -12,7 +12,7 @@ use std::sync::OnceLock;
 use fuse_codegen::dynlib::{self, Pinned, Spec};
 use libloading::Library;
 
-pub use crate::env_vars::{CUBLAS_ENV, DRIVER_ENV};
+pub use crate::env_vars::{CUBLAS_ENV, DRIVER_ENV, NCCL_ENV};
 use crate::error::CudaError;
 
 /// The CUDA release cudarc's bindings are generated for (feature `cuda-13000`).
@@ -20,6 +20,7 @@ pub const CUDA_RELEASE: (i32, i32) = (13, 0);
 
 const DRIVER_SYMBOL: &[u8] = b"cuDriverGetVersion";
 const CUBLAS_SYMBOL: &[u8] = b"cublasGetProperty";
+const NCCL_SYMBOL: &[u8] = b"ncclGetVersion";
 
 const DRIVER: Spec = Spec {
     label: "CUDA driver",
@@ -53,8 +54,26 @@ const CUBLAS: Spec = Spec {
     cudarc_version: cublas_version,
 };
 
+const NCCL: Spec = Spec {
+    label: "NCCL",
+    cudarc_name: "nccl",
+    env: NCCL_ENV,
+    // cudarc asks the loader for `libnccl.so` (among others), never for NCCL's soname
+    // `libnccl.so.2`: see [`CudaError::NoNccl`].
+    files: &["libnccl.so", "libnccl.so.2"],
+    symbol: NCCL_SYMBOL,
+    companions: &[],
+    // pip install 'nvidia-nccl-cu13' (a dependency of PyTorch's CUDA wheels).
+    wheel: Some("nvidia/nccl/lib"),
+    cudarc_present: nccl_present,
+    cudarc_symbol: nccl_symbol,
+    version: nccl_version_of,
+    cudarc_version: nccl_version,
+};
+
 static DRIVER_LOADED: OnceLock<Pinned> = OnceLock::new();
 static CUBLAS_LOADED: OnceLock<Pinned> = OnceLock::new();
+static NCCL_LOADED: OnceLock<Pinned> = OnceLock::new();
 
 /// Loads libcuda once per process and checks its CUDA release; returns the file it came from.
 pub fn driver() -> Result<&'static Pinned, CudaError> {
@@ -64,6 +83,12 @@ pub fn driver() -> Result<&'static Pinned, CudaError> {
 /// Loads libcublas once per process and checks its release; returns the file it came from.
 pub fn cublas() -> Result<&'static Pinned, CudaError> {
     load(&CUBLAS, &CUBLAS_LOADED, CudaError::NoCublas)
+}
+
+/// Loads libnccl once per process; returns the file it came from. Any NCCL 2 will do: fuse
+/// calls only functions NCCL 2.0 has.
+pub fn nccl() -> Result<&'static Pinned, CudaError> {
+    load(&NCCL, &NCCL_LOADED, CudaError::NoNccl)
 }
 
 fn load(
@@ -82,7 +107,7 @@ fn load(
 /// Refuses a library older than the bindings: cudarc would panic on a missing symbol.
 fn check_release(spec: &Spec, version: Option<(i32, i32)>) -> Result<(), CudaError> {
     match version {
-        Some(found) if found < CUDA_RELEASE => {
+        Some(found) if found < CUDA_RELEASE && spec.cudarc_name != "nccl" => {
             let found = format!("{}.{}", found.0, found.1);
             let needed = format!("{}.{}", CUDA_RELEASE.0, CUDA_RELEASE.1);
             Err(match spec.cudarc_name {
@@ -165,6 +190,39 @@ unsafe fn cublas_symbol(symbol: &[u8]) -> Option<usize> {
     Some(*symbol as usize)
 }
 
+/// `ncclGetVersion`'s 22703 (NCCL 2.27.3) as (2, 27).
+fn split_nccl_version(v: c_int) -> (i32, i32) {
+    (v / 10000, (v % 10000) / 100)
+}
+
+unsafe fn nccl_version_of(library: &Library) -> Option<(i32, i32)> {
+    type F = unsafe extern "C" fn(*mut c_int) -> c_int;
+    // SAFETY: `ncclGetVersion(int*)` needs no communicator and only writes the int.
+    unsafe {
+        let f = library.get::<F>(NCCL_SYMBOL).ok()?;
+        let mut v = 0;
+        (f(&mut v) == 0).then(|| split_nccl_version(v))
+    }
+}
+
+unsafe fn nccl_version() -> Option<(i32, i32)> {
+    let mut v = 0;
+    // SAFETY: called after `nccl_present`, so cudarc's library loads; one valid out-pointer.
+    let status = unsafe { cudarc::nccl::sys::ncclGetVersion(&mut v) };
+    (status == cudarc::nccl::sys::ncclResult_t::ncclSuccess).then(|| split_nccl_version(v))
+}
+
+unsafe fn nccl_present() -> bool {
+    // SAFETY: only dlopens cudarc's candidate names.
+    unsafe { cudarc::nccl::sys::is_culib_present() }
+}
+
+unsafe fn nccl_symbol(symbol: &[u8]) -> Option<usize> {
+    // SAFETY: called after `nccl_present`, so `culib` finds a library and cannot panic.
+    let symbol = unsafe { cudarc::nccl::sys::culib().get::<unsafe extern "C" fn()>(symbol) }.ok()?;
+    Some(*symbol as usize)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -182,5 +240,15 @@ mod tests {
         assert!(err.to_string().contains("CUDA 12.4"), "{err}");
         assert!(check_release(&DRIVER, Some((13, 0))).is_ok());
         assert!(check_release(&CUBLAS, Some((12, 9))).is_err());
+        assert!(
+            check_release(&NCCL, Some((2, 27))).is_ok(),
+            "NCCL numbers its own releases"
+        );
+    }
+
+    #[test]
+    fn nccl_versions_split_like_nccl_numbers_them() {
+        assert_eq!(split_nccl_version(22703), (2, 27));
+        assert_eq!(split_nccl_version(21805), (2, 18));
     }
 }

@@ -213,7 +213,8 @@ inline void context_switch(Context& from, Context& to) { fuse_emu_switch(&from.s
 
 #endif
 
-// A fiber stack with a guard page below it; kept for the life of the module.
+// A fiber stack with a guard page below it; kept from launch to launch until the host gives it
+// back (`fuse_emu_release_stacks`): each is two of the process's mappings, which the kernel caps.
 struct Stack {
     char* base = nullptr;  // start of the usable part
     size_t size = 0;
@@ -677,6 +678,11 @@ inline int export_kernel(const char* name) {
 
 // Comma-separated names of the kernels marked with FUSE_EMU_EXPORT.
 FUSE_EMU_API const char* fuse_emu_kernels() { return fuse_emu::exported().c_str(); }
+
+// Unmaps every fiber stack of this copy (the next launch maps them again).
+FUSE_EMU_API void fuse_emu_release_stacks() {
+    for (fuse_emu::Fiber& f : fuse_emu::runtime.fibers) f.stack.release();
+}
 
 // Makes `kernel` launchable from the host:
 //   const char* fuse_emu_signature_<kernel>(void): parameter type codes, comma-separated.

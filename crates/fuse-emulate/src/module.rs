@@ -6,7 +6,7 @@ use crate::error::EmulateError;
 use fuse_core::cache::{CacheDir, Scratch};
 use libloading::Library;
 use std::ffi::{c_char, c_int, c_void, CStr};
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, PoisonError};
 
 /// Block limits of current NVIDIA GPUs.
@@ -19,6 +19,15 @@ const MAX_SHARED_BYTES: usize = 227 * 1024;
 const ERROR_BYTES: usize = 4096;
 /// Default cap on worker threads: enough to keep tests quick without flooding a machine.
 const MAX_DEFAULT_WORKERS: usize = 8;
+
+/// Fiber stacks that module copies keep between launches, in the whole process. Each stack is
+/// two mappings (a guard page below it), and the kernel caps a process's mappings
+/// (vm.max_map_count, 65530 by default), while a distributed session keeps many modules loaded
+/// on each rank, each with a copy per worker and up to 1024 stacks a copy. Past this many
+/// (about 48k mappings), a copy gives its stacks back after each launch.
+const STACK_BUDGET: usize = 24 * 1024;
+/// Stacks kept now.
+static STACKS_KEPT: AtomicUsize = AtomicUsize::new(0);
 
 /// `struct FuseEmuDim3` of the header.
 #[repr(C)]
@@ -34,6 +43,9 @@ type LaunchFn = unsafe extern "C" fn(Dim3, Dim3, usize, *mut *mut c_void, *mut u
 
 /// `fuse_emu_signature_<kernel>` and `fuse_emu_kernels`.
 type TextFn = unsafe extern "C" fn() -> *const c_char;
+
+/// `fuse_emu_release_stacks`.
+type ReleaseFn = unsafe extern "C" fn();
 
 /// How to build and run a module.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -58,6 +70,8 @@ struct Copies {
     image: Vec<u8>,
     /// Dropped (unloaded) before the folder holding their files.
     loaded: Vec<Library>,
+    /// Fiber stacks each copy keeps (counted in [`STACKS_KEPT`]).
+    stacks: Vec<usize>,
     /// The files the copies were loaded from, each under a name of its own: the loader hands
     /// back an already loaded object for a name it has seen.
     folder: Scratch,
@@ -75,6 +89,7 @@ impl EmulatedModule {
         let mut copies = Copies {
             image: compiler::build(&cache, source, &options.defines)?,
             loaded: Vec::new(),
+            stacks: Vec::new(),
             folder: cache.scratch()?,
         };
         let workers = match options.workers {
@@ -122,7 +137,7 @@ impl EmulatedModule {
             kernel: kernel.to_owned(),
             reason,
         })?;
-        let copies = self.copies.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut copies = self.copies.lock().unwrap_or_else(PoisonError::into_inner);
         // SAFETY: exported by FUSE_EMU_EXPORT for every name in `self.kernels`.
         let signature = unsafe { call_text(&copies.loaded[0], &format!("fuse_emu_signature_{kernel}")) }?;
         check_signature(kernel, &signature, args)?;
@@ -141,7 +156,10 @@ impl EmulatedModule {
             dynamic_shared_bytes,
             args: &pointers,
         };
-        launch.run(&launchers).map_err(EmulateError::Execution)?;
+        let ran = launch.run(&launchers);
+        let threads = (block.0 * block.1 * block.2) as usize;
+        copies.keep_or_release_stacks(workers, threads)?;
+        ran.map_err(EmulateError::Execution)?;
         staged.finish(kernel, args)
     }
 
@@ -157,6 +175,35 @@ impl EmulatedModule {
 }
 
 impl Copies {
+    /// After a launch of blocks of `threads` on the first `used` copies (each now holds stacks
+    /// for at least that many threads): each keeps them while the process keeps no more than
+    /// [`STACK_BUDGET`], and gives all of its own back otherwise.
+    fn keep_or_release_stacks(&mut self, used: usize, threads: usize) -> Result<(), EmulateError> {
+        self.stacks.resize(self.loaded.len(), 0);
+        for k in 0..used.min(self.loaded.len()) {
+            let more = threads.saturating_sub(self.stacks[k]);
+            let fits = |kept: usize| (kept + more <= STACK_BUDGET).then_some(kept + more);
+            if STACKS_KEPT
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, fits)
+                .is_ok()
+            {
+                self.stacks[k] += more;
+                continue;
+            }
+            STACKS_KEPT.fetch_sub(std::mem::take(&mut self.stacks[k]), Ordering::Relaxed);
+            // SAFETY: the header defines it with this type; no launch runs on this copy now
+            // (the module's lock is held).
+            let release = unsafe { self.loaded[k].get::<ReleaseFn>(b"fuse_emu_release_stacks") };
+            let release = release.map_err(|source| EmulateError::Symbol {
+                symbol: "fuse_emu_release_stacks".to_owned(),
+                source,
+            })?;
+            // SAFETY: as above.
+            unsafe { release() };
+        }
+        Ok(())
+    }
+
     /// Loads copies of the library up to `count`, each from a file of its own in the scratch
     /// folder, reached through the folder's handle.
     fn ensure(&mut self, count: usize) -> Result<(), EmulateError> {
@@ -176,6 +223,13 @@ impl Copies {
             self.loaded.push(library);
         }
         Ok(())
+    }
+}
+
+impl Drop for Copies {
+    fn drop(&mut self) {
+        // Unloading a copy unmaps its stacks.
+        STACKS_KEPT.fetch_sub(self.stacks.iter().sum(), Ordering::Relaxed);
     }
 }
 

@@ -151,6 +151,51 @@ fn bicg_over_ranks_follows_the_single_process_residual_history() {
     }
 }
 
+/// A distributed session on a device keeps each rank's rows of A there: after the first
+/// iteration only vectors cross between host and device (the collectives, through the host on
+/// the emulated device; nothing but scalars with NCCL between GPUs), and the residual history
+/// is the single-process one.
+#[test]
+fn bicg_over_ranks_on_a_device_keeps_each_ranks_rows_there() {
+    let _alone = EMULATED_DEVICE.lock().unwrap_or_else(|e| e.into_inner());
+    let n = 157;
+    let system = solver::generate(n, 9);
+    let single = Session::<f64>::new(Backend::Cpu).unwrap();
+    let want = solver::bicg(&single, &system, 0.0, 25, |_, _| {}).unwrap();
+    for ranks in [1, 2, 3] {
+        let results = LocalRanks::new(ranks).run(|comm| {
+            let s = Session::<f64>::distributed(comm, Backend::Emulate).unwrap();
+            let (mut steps, mut before) = (Vec::new(), s.stats());
+            let solution = solver::bicg(&s, &system, 0.0, 25, |_, _| {
+                steps.push(s.stats().since(&before));
+                before = s.stats();
+            });
+            (solution.unwrap(), steps, s.rows(n).unwrap().len(), s.collectives())
+        });
+        for (rank, (got, steps, rows, collectives)) in results.into_iter().enumerate() {
+            assert!(collectives.is_some_and(|c| c.starts_with("through the host")));
+            for (k, (a, b)) in got.residuals.iter().zip(&want.residuals).enumerate() {
+                assert!(
+                    (a - b).abs() <= 1e-8 * b,
+                    "rank {rank} of {ranks}, iteration {}: {a:e} vs {b:e}",
+                    k + 1
+                );
+            }
+            let matrix_rows = (rows * n * 8) as u64;
+            assert!(steps[0].to_device >= matrix_rows, "rank {rank}: {:?}", steps[0]);
+            let vector = (n * 8) as u64;
+            for (k, step) in steps.iter().enumerate().skip(1) {
+                let moved = step.to_device + step.from_device;
+                assert!(
+                    moved <= 12 * vector,
+                    "rank {rank} of {ranks}, iteration {}: {step:?}",
+                    k + 1
+                );
+            }
+        }
+    }
+}
+
 /// A distributed session holds row-block results as row blocks: `read` gives this rank's rows,
 /// `gather` all of them; sums over rows come back whole on every rank.
 #[test]

@@ -58,6 +58,22 @@ impl Memory for CudaMemory {
         }
     }
 
+    fn copy_range(&self, from: &Raw, at: usize, to: &mut Raw, precision: Precision) -> Result<()> {
+        match (from, to) {
+            (Raw::Cuda(from), Raw::Cuda(to)) => {
+                Ok(self.device.copy_range(from, bytes_of(precision, at) as usize, to)?)
+            }
+            _ => Err(mismatch()),
+        }
+    }
+
+    fn zero(&self, to: &mut Raw) -> Result<()> {
+        match to {
+            Raw::Cuda(to) => Ok(self.device.zero(to)?),
+            Raw::Emulated(_) => Err(mismatch()),
+        }
+    }
+
     fn download(&self, from: &Raw, precision: Precision) -> Result<HostData> {
         match from {
             Raw::Cuda(from) => Ok(self.device.download(from, precision)?),

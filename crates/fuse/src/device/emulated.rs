@@ -113,6 +113,28 @@ impl Memory for EmulatedMemory {
         Ok(())
     }
 
+    fn copy_range(&self, from: &Raw, at: usize, to: &mut Raw, _: Precision) -> Result<()> {
+        fn copy<T: Copy>(from: &[T], at: usize, to: &mut [T]) -> Result<()> {
+            let from = from.get(at..at + to.len()).ok_or_else(mismatch)?;
+            to.copy_from_slice(from);
+            Ok(())
+        }
+        match (from, to) {
+            (Raw::Emulated(HostData::F32(from)), Raw::Emulated(HostData::F32(to))) => copy(from, at, to),
+            (Raw::Emulated(HostData::F64(from)), Raw::Emulated(HostData::F64(to))) => copy(from, at, to),
+            _ => Err(mismatch()),
+        }
+    }
+
+    fn zero(&self, to: &mut Raw) -> Result<()> {
+        match to {
+            Raw::Emulated(HostData::F32(v)) => v.fill(0.0),
+            Raw::Emulated(HostData::F64(v)) => v.fill(0.0),
+            Raw::Cuda(_) => return Err(mismatch()),
+        }
+        Ok(())
+    }
+
     fn download(&self, from: &Raw, precision: Precision) -> Result<HostData> {
         match from {
             Raw::Emulated(data) if data.precision() == precision => Ok(data.clone()),

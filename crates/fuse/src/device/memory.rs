@@ -27,6 +27,11 @@ pub(crate) trait Memory: Send + Sync {
     fn free(&self, raw: Raw);
     /// Copies `from` into `to`, an allocation of its precision and length.
     fn upload(&self, from: DataView<'_>, to: &mut Raw) -> Result<()>;
+    /// Copies `from`'s elements `at..at + n` (of `precision`) into `to`, an allocation of `n`
+    /// elements, on the device.
+    fn copy_range(&self, from: &Raw, at: usize, to: &mut Raw, precision: Precision) -> Result<()>;
+    /// Sets every element of `to` to zero.
+    fn zero(&self, to: &mut Raw) -> Result<()>;
     /// The elements of `from` on the host (waits for the work queued before).
     fn download(&self, from: &Raw, precision: Precision) -> Result<HostData>;
     /// Waits for the work queued so far.

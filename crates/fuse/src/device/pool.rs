@@ -101,6 +101,13 @@ impl Pool {
         Ok(buffer)
     }
 
+    /// A buffer of `len` zeros.
+    pub(crate) fn zeros(self: &Arc<Self>, precision: Precision, len: usize) -> Result<Buffer> {
+        let mut buffer = self.take(precision, len)?;
+        self.memory.zero(buffer.raw_mut())?;
+        Ok(buffer)
+    }
+
     /// Fails early, naming the sizes, when `bytes` more than the cache holds cannot fit in
     /// what the device has free.
     pub(crate) fn check_fits(&self, what: &str, bytes: u64) -> Result<()> {
@@ -161,6 +168,32 @@ impl Buffer {
     /// Bytes.
     pub(crate) fn bytes(&self) -> u64 {
         bytes_of(self.precision, self.len)
+    }
+
+    /// Its precision.
+    pub(crate) fn precision(&self) -> Precision {
+        self.precision
+    }
+
+    /// Its length in elements.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// A new buffer (from the same pool) holding elements `range` of this one, copied on the
+    /// device.
+    pub(crate) fn range(&self, range: std::ops::Range<usize>) -> Result<Buffer> {
+        if range.end > self.len || range.start > range.end {
+            return Err(mismatch());
+        }
+        let mut part = self.pool.take(self.precision, range.len())?;
+        (self.pool.memory).copy_range(self.raw(), range.start, part.raw_mut(), self.precision)?;
+        Ok(part)
+    }
+
+    /// The pool it comes from.
+    pub(crate) fn pool(&self) -> &Arc<Pool> {
+        &self.pool
     }
 
     /// Whether it was newly allocated rather than taken from the pool's cache.

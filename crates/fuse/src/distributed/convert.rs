@@ -4,7 +4,7 @@
 use fuse_core::data::try_zeroed_vec;
 use fuse_core::distribute::{Conversion, Local, LocalValue, Transfer};
 use fuse_core::reference::norm2;
-use fuse_core::{HostArray, HostData, Precision};
+use fuse_core::{ArrayView, HostArray, HostData, Precision};
 
 use super::{missing, Rank, Stored};
 use crate::error::{Error, Result};
@@ -12,7 +12,6 @@ use crate::error::{Error, Result};
 impl Rank<'_> {
     /// Makes `c.to` from this rank's form `from` of the same value.
     pub(super) fn convert(&mut self, c: &Conversion, from: Local) -> Result<()> {
-        let (comm, ranks, me) = (self.comm, self.comm.ranks(), self.comm.rank());
         let source = LocalValue {
             value: c.to.value,
             local: from,
@@ -22,7 +21,15 @@ impl Rank<'_> {
             .get(&source)
             .ok_or_else(|| missing(self.plan, source))?
             .view();
-        let src = &src;
+        if let Some(array) = self.converted(c, &src)? {
+            self.store.insert(c.to, Stored::Owned(array));
+        }
+        Ok(())
+    }
+
+    /// `c.to` made from `src` on the host: `None` where this rank holds no such form.
+    pub(super) fn converted(&self, c: &Conversion, src: &ArrayView) -> Result<Option<HostArray>> {
+        let (comm, ranks, me) = (self.comm, self.comm.ranks(), self.comm.rank());
         let whole = (self.plan.program.values[c.to.value].shape.extents(self.sizes))
             .ok_or_else(|| Error::Internal(format!("no sizes for `{}`", self.plan.name(c.to))))?;
         let columns: usize = whole.iter().skip(1).product();
@@ -31,7 +38,7 @@ impl Rank<'_> {
             dims: dims.to_vec(),
             data,
         };
-        let made = match c.transfer {
+        Ok(match c.transfer {
             Transfer::AllGather => Some(with(comm.all_gather(&src.data.to_owned(), &counts)?, &whole)),
             Transfer::Gather => comm.gather(&src.data.to_owned(), &counts)?.map(|d| with(d, &whole)),
             Transfer::AllReduce => {
@@ -56,11 +63,7 @@ impl Rank<'_> {
             Transfer::Slice => Some(src.rows(self.blocks.range(me))),
             Transfer::KeepOnRoot => (me == 0).then(|| src.to_owned()),
             Transfer::Read | Transfer::Given => return Err(Error::Internal("a read is not a conversion".into())),
-        };
-        if let Some(array) = made {
-            self.store.insert(c.to, Stored::Owned(array));
-        }
-        Ok(())
+        })
     }
 }
 

@@ -36,23 +36,28 @@ mod measure;
 #[cfg(feature = "mpi")]
 mod mpi;
 mod ranks;
+mod resident;
 #[cfg(test)]
 mod tests;
 
 use std::collections::HashMap;
 use std::ops::Range;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fuse_core::distribute::{Distributed, Local, LocalValue, RowBlocks, Step, Transfer};
 use fuse_core::{ArrayView, Bindings, HostArray, HostData, Sizes, Views};
 
 use crate::backend::{Backend, CompileOptions, Compiled};
+use crate::device::{Buffer, Pool};
 use crate::error::{Error, Result};
+use resident::OnDevice;
 
 #[cfg(feature = "mpi")]
 pub use self::mpi::Mpi;
 pub use measure::measure_links;
 pub use ranks::{LocalRank, LocalRanks};
+pub use resident::Link;
 
 /// The collectives a distributed run needs. Every rank calls each method in the same order;
 /// `counts` (elements per rank) are the same on every rank.
@@ -158,10 +163,13 @@ pub struct RankProgram {
     sizes: Sizes,
     blocks: RowBlocks,
     compiled: Vec<Compiled>,
+    /// Where the segments run on a device: its pool, and how collectives travel.
+    device: Option<(Arc<Pool>, Arc<Link>)>,
 }
 
 /// Compiles this rank's segments of `plan` at `sizes` for `backend` with `options` (on every
-/// rank; a failure on one is every rank's error).
+/// rank; a failure on one is every rank's error). Where the segments run on a GPU, the ranks
+/// join an NCCL communicator for the program's collectives.
 pub fn compile(
     comm: &dyn Communicator,
     plan: Distributed,
@@ -169,17 +177,41 @@ pub fn compile(
     backend: &Backend,
     options: &CompileOptions,
 ) -> Result<RankProgram> {
+    compile_linked(comm, plan, sizes, backend, options, &mut None)
+}
+
+/// [`compile`] with the collectives' [`Link`] of `link`, made there first where the segments
+/// run on a device and it holds none (a session's programs share one NCCL communicator).
+pub(crate) fn compile_linked(
+    comm: &dyn Communicator,
+    plan: Distributed,
+    sizes: &Sizes,
+    backend: &Backend,
+    options: &CompileOptions,
+    link: &mut Option<Arc<Link>>,
+) -> Result<RankProgram> {
     // The same on every rank: no agreement needed.
     let blocks = plan.blocks(sizes, comm.ranks()).map_err(Error::Distribution)?;
     let local_sizes = plan.local_sizes(sizes, &blocks, comm.rank());
     let compiled: Result<Vec<Compiled>> = (plan.segments.iter())
         .map(|s| backend.compile_with(&s.program, &s.sizes(&local_sizes), options))
         .collect();
+    let compiled = agree(comm, compiled)?;
+    let device = match resident::device_pool(&compiled) {
+        Some(pool) => {
+            if link.is_none() {
+                *link = Some(Arc::new(Link::new(comm, backend)?));
+            }
+            link.clone().map(|link| (pool, link))
+        }
+        None => None,
+    };
     Ok(RankProgram {
-        compiled: agree(comm, compiled)?,
+        compiled,
         plan,
         sizes: sizes.clone(),
         blocks,
+        device,
     })
 }
 
@@ -201,6 +233,11 @@ impl RankProgram {
         &self.plan
     }
 
+    /// How its collectives travel, where its segments run on a device (`None` on the host).
+    pub fn link(&self) -> Option<&Link> {
+        self.device.as_ref().map(|(_, link)| &**link)
+    }
+
     /// The rows of the split symbol this rank holds.
     pub fn rows(&self, rank: usize) -> Range<usize> {
         self.blocks.range(rank)
@@ -214,36 +251,18 @@ impl RankProgram {
 
     /// [`RankProgram::run`], and where this rank's time went.
     pub fn run_timed(&self, comm: &dyn Communicator, source: &dyn InputSource) -> Result<(Bindings, RankTimes)> {
-        let mut times = RankTimes::default();
         let started = Instant::now();
-        let mut rank = Rank {
-            comm,
-            plan: &self.plan,
-            sizes: &self.sizes,
-            blocks: self.blocks,
-            store: HashMap::new(),
-        };
+        let mut rank = self.rank(comm);
         rank.read_inputs(source)?;
-        times.read = started.elapsed();
-        for step in &self.plan.steps {
-            let step_started = Instant::now();
-            match step {
-                Step::Run(k) => {
-                    let outputs = rank.run_segment(*k, &self.compiled[*k]);
-                    times.compute += step_started.elapsed();
-                    let outputs = agree(comm, outputs)?;
-                    for (&form, array) in self.plan.segments[*k].outputs.iter().zip(outputs) {
-                        rank.store.insert(form, Stored::Owned(array));
-                    }
-                }
-                // Reads (no `from`) were done above.
-                Step::Convert(c) => {
-                    if let Some(from) = c.from {
-                        rank.convert(c, from)?;
-                        times.exchange += step_started.elapsed();
-                    }
-                }
-            }
+        if rank.on_device.is_some() {
+            agree(comm, rank.upload_reads())?;
+        }
+        let read = started.elapsed();
+        let mut times = self.steps(&mut rank)?;
+        times.read = read;
+        if rank.on_device.is_some() {
+            agree(comm, rank.download_results())?;
+            (times.to_device, times.from_device) = rank.on_device.as_ref().map_or((0, 0), |d| d.moved);
         }
         let mut results = Bindings::new();
         for r in &self.plan.results {
@@ -253,10 +272,125 @@ impl RankProgram {
         }
         Ok((results, times))
     }
+
+    /// Runs it on device buffers, where its segments run on a device: `given` holds this
+    /// rank's inputs by name (its rows of those split, all of the others), and gets them back
+    /// whatever happens; returns the results this rank holds, by name, left on the device.
+    pub(crate) fn run_on_device(
+        &self,
+        comm: &dyn Communicator,
+        given: &mut HashMap<String, Buffer>,
+    ) -> Result<(HashMap<String, Buffer>, RankTimes)> {
+        let mut rank = self.rank(comm);
+        let reads: Vec<LocalValue> = (self.plan.steps.iter())
+            .filter_map(|s| match s {
+                Step::Convert(c) if c.from.is_none() => Some(c.to),
+                _ => None,
+            })
+            .collect();
+        let device = rank
+            .on_device
+            .as_mut()
+            .ok_or_else(|| Error::Internal("a host program run on a device".into()))?;
+        for &form in &reads {
+            let name = &self.plan.program.values[form.value].variable;
+            if let Some(buffer) = given.remove(name) {
+                device.buffers.insert(form, buffer);
+            }
+        }
+        let ran = self.steps(&mut rank);
+        let device = rank
+            .on_device
+            .as_mut()
+            .ok_or_else(|| Error::Internal("lost the device".into()))?;
+        for &form in &reads {
+            if let Some(buffer) = device.buffers.remove(&form) {
+                given.insert(self.plan.program.values[form.value].variable.clone(), buffer);
+            }
+        }
+        let mut times = ran?;
+        (times.to_device, times.from_device) = device.moved;
+        let results = (self.plan.results.iter())
+            .filter_map(|r| {
+                Some((
+                    self.plan.program.values[r.value].variable.clone(),
+                    device.buffers.remove(r)?,
+                ))
+            })
+            .collect();
+        Ok((results, times))
+    }
+
+    /// Whether its segments run on a device ([`RankProgram::run_on_device`] then applies).
+    pub(crate) fn on_device(&self) -> Option<&Arc<Pool>> {
+        self.device.as_ref().map(|(pool, _)| pool)
+    }
+
+    fn rank<'a>(&'a self, comm: &'a dyn Communicator) -> Rank<'a> {
+        Rank {
+            comm,
+            plan: &self.plan,
+            sizes: &self.sizes,
+            blocks: self.blocks,
+            store: HashMap::new(),
+            on_device: self.device.as_ref().map(|(pool, link)| OnDevice {
+                pool: Arc::clone(pool),
+                link,
+                buffers: HashMap::new(),
+                moved: (0, 0),
+            }),
+        }
+    }
+
+    /// Runs the plan's segments and conversions (the reads are done): where the time went.
+    fn steps(&self, rank: &mut Rank<'_>) -> Result<RankTimes> {
+        let mut times = RankTimes::default();
+        for step in &self.plan.steps {
+            let step_started = Instant::now();
+            match step {
+                Step::Run(k) => self.run_segment(rank, *k, &mut times)?,
+                // Reads (no `from`) were done before.
+                Step::Convert(c) => {
+                    if let Some(from) = c.from {
+                        match rank.on_device {
+                            Some(_) => agree(rank.comm, rank.convert_on_device(c, from))?,
+                            None => rank.convert(c, from)?,
+                        }
+                        times.exchange += step_started.elapsed();
+                    }
+                }
+            }
+        }
+        Ok(times)
+    }
+
+    /// Runs segment `k` and keeps its outputs, on the device where the rank has one.
+    fn run_segment(&self, rank: &mut Rank<'_>, k: usize, times: &mut RankTimes) -> Result<()> {
+        let started = Instant::now();
+        let forms = &self.plan.segments[k].outputs;
+        if rank.on_device.is_some() {
+            let outputs = rank.run_segment_on_device(k, &self.compiled[k]);
+            times.compute += started.elapsed();
+            let outputs = agree(rank.comm, outputs)?;
+            let device = rank
+                .on_device
+                .as_mut()
+                .ok_or_else(|| Error::Internal("lost the device".into()))?;
+            device.buffers.extend(forms.iter().copied().zip(outputs));
+        } else {
+            let outputs = rank.run_segment(k, &self.compiled[k]);
+            times.compute += started.elapsed();
+            let outputs = agree(rank.comm, outputs)?;
+            rank.store
+                .extend(forms.iter().copied().zip(outputs.into_iter().map(Stored::Owned)));
+        }
+        Ok(())
+    }
 }
 
 /// Where one rank's run went: reading (and broadcasting) inputs, computing its parts, and the
-/// conversions between them (collectives, waiting for the other ranks included).
+/// conversions between them (collectives, waiting for the other ranks included); and, where
+/// its parts run on a device, the bytes that crossed between host and device.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct RankTimes {
     /// Reading its inputs and the broadcasts of replicated ones.
@@ -265,6 +399,10 @@ pub struct RankTimes {
     pub compute: Duration,
     /// Collectives and local slices.
     pub exchange: Duration,
+    /// Bytes copied from host to device (inputs read on the host, collectives through it).
+    pub to_device: u64,
+    /// Bytes copied from device to host (results, collectives through the host).
+    pub from_device: u64,
 }
 
 /// One rank's state: the local forms it holds.
@@ -274,6 +412,8 @@ struct Rank<'a> {
     sizes: &'a Sizes,
     blocks: RowBlocks,
     store: HashMap<LocalValue, Stored<'a>>,
+    /// The forms on the device, where the segments run on one.
+    on_device: Option<OnDevice<'a>>,
 }
 
 impl<'a> Rank<'a> {

@@ -48,9 +48,14 @@ fn run_over(
     LocalRanks::new(ranks).run(|comm| run(&comm, &plan, sizes, backend, &CompileOptions::new(), inputs))
 }
 
+/// On the CPU, and on the emulated device (each rank's forms in device buffers, the
+/// collectives through the host).
 #[test]
-fn every_bundled_script_runs_over_ranks_on_the_cpu_as_the_whole_program_computes() {
-    for program in scripts() {
+fn every_bundled_script_runs_over_ranks_as_the_whole_program_computes() {
+    for (program, backend) in scripts()
+        .into_iter()
+        .flat_map(|p| [(p.clone(), Backend::Cpu), (p, Backend::Emulate)])
+    {
         let sizes = awkward(&program);
         let mut inputs = Bindings::new();
         fill_random_inputs(&program, &sizes, 3, &mut inputs);
@@ -60,7 +65,7 @@ fn every_bundled_script_runs_over_ranks_on_the_cpu_as_the_whole_program_computes
             Precision::F64 => 1e-12,
         };
         for ranks in [1, 2, 3, 4] {
-            let mut results = run_over(ranks, &program, &sizes, &Backend::Cpu, &inputs);
+            let mut results = run_over(ranks, &program, &sizes, &backend, &inputs);
             for other in &results[1..] {
                 assert!(
                     other.as_ref().is_ok_and(|o| o.is_empty()),
@@ -73,7 +78,7 @@ fn every_bundled_script_runs_over_ranks_on_the_cpu_as_the_whole_program_computes
                 let error = relative_error(&got[name].to_f64(), &w.to_f64());
                 assert!(
                     error < tolerance,
-                    "{} over {ranks} ranks: `{name}` off by {error:e}",
+                    "{} over {ranks} ranks on {backend}: `{name}` off by {error:e}",
                     program.file
                 );
                 assert_eq!(got[name].dims, w.dims);
@@ -146,19 +151,6 @@ fn links_are_measured_between_ranks_and_one_rank_is_refused() {
     assert!(one[0].as_ref().unwrap_err().to_string().contains("mpirun -n R"));
 }
 
-/// Each rank's part runs on any local backend: the generated CUDA on host threads here.
-#[test]
-fn ranks_run_their_parts_on_the_emulated_gpu_too() {
-    let (program, sizes, inputs) = bundled("gemver");
-    let want = evaluate(&program, &sizes, &inputs).unwrap();
-    let mut results = run_over(2, &program, &sizes, &Backend::Emulate, &inputs);
-    let got = results.swap_remove(0).unwrap();
-    for (name, w) in &want {
-        let error = relative_error(&got[name].to_f64(), &w.to_f64());
-        assert!(error < 2e-5, "`{name}` off by {error:e}");
-    }
-}
-
 /// A rank that panics does not leave the others waiting: they get an error, and the panic
 /// reaches the caller.
 #[test]
@@ -174,4 +166,32 @@ fn a_panicking_rank_breaks_the_others_out_of_their_collective() {
     });
     let panic = caught.unwrap_err();
     assert_eq!(panic.downcast_ref::<&str>(), Some(&"rank 1 fails"));
+}
+
+/// On a device, a rank uploads what it read once, runs every segment on device buffers, and
+/// downloads only what its collectives pass through the host and, on rank 0, the results.
+#[test]
+fn ranks_on_a_device_keep_their_forms_there_between_segments() {
+    let (program, sizes, inputs) = bundled("bicgk");
+    let plan = distribute(&program, &Library::builtin().unwrap()).unwrap();
+    let (m, n) = (sizes.get("m").unwrap(), sizes.get("n").unwrap());
+    let runs = LocalRanks::new(2).run(|comm| {
+        let compiled = compile(&comm, plan.clone(), &sizes, &Backend::Emulate, &CompileOptions::new()).unwrap();
+        let link = compiled.link().map(Link::describe);
+        let (_, times) = compiled.run_timed(&comm, &inputs).unwrap();
+        (link, times, compiled.rows(comm.rank()).len())
+    });
+    let bytes = program.precision.bytes();
+    for (rank, (link, times, rows)) in runs.into_iter().enumerate() {
+        assert!(link.is_some_and(|l| l.starts_with("through the host")));
+        // Up: its rows of A and r, all of p; on rank 0 the sums of s and the gathered q.
+        // Down: its partial s and its rows of q for the collectives; on rank 0 the results.
+        let root = if rank == 0 { (n + m) as u64 } else { 0 };
+        assert_eq!(
+            times.to_device,
+            bytes * ((rows * n + n + rows) as u64 + root),
+            "rank {rank}"
+        );
+        assert_eq!(times.from_device, bytes * ((n + rows) as u64 + root), "rank {rank}");
+    }
 }

@@ -5,7 +5,7 @@
 //! ([`distribute_held`]), runs each rank's part, and leaves row-block results as row blocks
 //! and sums over rows reduced on every rank.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::ops::Range;
 use std::sync::Arc;
 use std::time::Instant;
@@ -18,7 +18,8 @@ use super::handle::{Handle, Matrix, Vector};
 use super::state::{Computed, Copies, Data, State};
 use super::Session;
 use crate::backend::{Backend, CompileOptions};
-use crate::distributed::{self, Communicator, InputSource, Stored};
+use crate::device::Pool;
+use crate::distributed::{self, agree, Communicator, InputSource, RankProgram, Stored};
 use crate::element::{checked_array, Element};
 use crate::error::{Error, Result};
 
@@ -56,6 +57,13 @@ impl<T: Element> Session<T> {
     /// How many ranks the session runs over (1 in one process).
     pub fn ranks(&self) -> usize {
         self.comm().map_or(1, |c| c.ranks())
+    }
+
+    /// How the collectives of a distributed session on a device travel — `NCCL between GPUs`,
+    /// or `through the host (why not NCCL)` — once a flush has run there; `None` before, and on
+    /// a backend that computes on the host (its collectives are the communicator's).
+    pub fn collectives(&self) -> Option<String> {
+        self.state.borrow().link.as_ref().map(|link| link.describe())
     }
 
     /// The rows of a `rows`-row matrix this rank holds: balanced blocks in rank order (all of
@@ -183,20 +191,59 @@ impl State {
                 let library = super::state::library(options)?;
                 let parsed = fuse_core::script::parse("session.yaml", &script.text(), &library)?;
                 let plan = distribute_held(&parsed, &library, &held)?;
-                let program = Arc::new(distributed::compile(comm, plan, &parsed.sizes, backend, options)?);
+                let program = distributed::compile_linked(comm, plan, &parsed.sizes, backend, options, &mut self.link);
+                let program = Arc::new(program?);
                 self.stats.compilations += 1;
                 self.ranked.insert(key, Arc::clone(&program));
                 program
             }
         };
         let started = Instant::now();
-        let arrays = program.run(comm, &Held(self.host_views(&script.inputs)?))?;
+        let local = match program.on_device() {
+            Some(pool) => self.run_ranks_on_device(&program, comm, script, pool)?,
+            None => Computed::Host(program.run(comm, &Held(self.host_views(&script.inputs)?))?),
+        };
         self.stats.compute += started.elapsed();
         let plan = program.plan();
         let by_rows: HashSet<String> = (plan.results.iter())
             .filter(|r| r.local == Local::Rows)
             .map(|r| plan.program.values[r.value].variable.clone())
             .collect();
-        Ok(Computed::Distributed { arrays, by_rows })
+        Ok(Computed::Distributed {
+            local: Box::new(local),
+            by_rows,
+        })
+    }
+
+    /// Runs `program` on the inputs' device buffers (uploaded first where a value is only on
+    /// the host); the inputs' buffers stay with their values, the results are left on the device.
+    fn run_ranks_on_device(
+        &mut self,
+        program: &RankProgram,
+        comm: &dyn Communicator,
+        script: &Canonical,
+        pool: &Arc<Pool>,
+    ) -> Result<Computed> {
+        let mut given = HashMap::new();
+        let mut taken = Ok(());
+        for (id, name) in &script.inputs {
+            match self.take_device(*id, pool) {
+                Ok(buffer) => _ = given.insert(name.clone(), buffer),
+                Err(e) => {
+                    taken = Err(e);
+                    break;
+                }
+            }
+        }
+        let ran = agree(comm, taken).and_then(|()| program.run_on_device(comm, &mut given));
+        for (id, name) in &script.inputs {
+            if let Some(buffer) = given.remove(name) {
+                self.return_device(*id, buffer);
+            }
+        }
+        let (results, times) = ran?;
+        self.stats.to_device += times.to_device;
+        self.stats.from_device += times.from_device;
+        Ok(Computed::Device(results.into_iter().collect()))
     }
 }

@@ -11,7 +11,7 @@ use super::canonical::{self, Canonical, PendingArg, PendingCall};
 use super::handle::Token;
 use crate::backend::{Backend, CompileOptions, Compiled};
 use crate::device::{resident, Buffer, DevicePlan, Pool};
-use crate::distributed::{Communicator, RankProgram};
+use crate::distributed::{Communicator, Link, RankProgram};
 use crate::error::{Error, Result};
 
 /// What a session has done so far. Counts add up over the session's life: the difference of
@@ -152,6 +152,8 @@ pub(super) struct State {
     cache: PlanCache<Compiled>,
     /// Each rank's compiled parts, in a distributed session.
     pub(super) ranked: PlanCache<RankProgram>,
+    /// How the collectives of its programs on a device travel (one NCCL communicator for all).
+    pub(super) link: Option<Arc<Link>>,
     pub(super) stats: Stats,
 }
 
@@ -165,6 +167,7 @@ impl State {
             sweep_at: 64,
             cache: PlanCache::default(),
             ranked: PlanCache::default(),
+            link: None,
             stats: Stats::default(),
         }
     }
@@ -326,8 +329,8 @@ impl State {
             None => resident::run(plan, program, compiled.sizes(), &mut given),
         };
         for (v, id) in owners {
-            if let (Some(Data::Ready(copies)), Some(buffer)) = (self.slot_data(id), given.remove(&v)) {
-                copies.device = Some(buffer);
+            if let Some(buffer) = given.remove(&v) {
+                self.return_device(id, buffer);
             }
         }
         let run = ran?;
@@ -343,7 +346,7 @@ impl State {
 
     /// Value `id`'s device buffer, moved out of its slot for a run (uploaded first if the
     /// value is only on the host); [`Self::run_on_device`] puts it back.
-    fn take_device(&mut self, id: u64, pool: &Arc<Pool>) -> Result<Buffer> {
+    pub(super) fn take_device(&mut self, id: u64, pool: &Arc<Pool>) -> Result<Buffer> {
         let copies = match self.slot_data(id) {
             Some(Data::Ready(copies)) => copies,
             Some(Data::Failed(e)) => return Err(Error::Failed(Arc::clone(e))),
@@ -359,6 +362,13 @@ impl State {
             self.stats.device_allocations += 1;
         }
         Ok(buffer)
+    }
+
+    /// Puts value `id`'s device buffer back in its slot after a run.
+    pub(super) fn return_device(&mut self, id: u64, buffer: Buffer) {
+        if let Some(Data::Ready(copies)) = self.slot_data(id) {
+            copies.device = Some(buffer);
+        }
     }
 
     /// Value `id` on the device, uploaded first if it is only on the host.
@@ -480,10 +490,11 @@ pub(super) enum Computed {
     Host(Bindings),
     /// On the device.
     Device(BTreeMap<String, Buffer>),
-    /// On the host of this rank; those named in `by_rows` as its block of rows.
+    /// This rank's results (on the host or on the device); those named in `by_rows` as its
+    /// block of rows.
     Distributed {
         /// The results this rank holds.
-        arrays: Bindings,
+        local: Box<Computed>,
         /// Those held as a block of rows.
         by_rows: HashSet<String>,
     },
@@ -497,9 +508,9 @@ impl Computed {
                 device: Some(buffer),
                 ..Copies::default()
             }),
-            Computed::Distributed { arrays, by_rows } => arrays.remove(name).map(|array| Copies {
+            Computed::Distributed { local, by_rows } => local.take(name).map(|copies| Copies {
                 by_rows: by_rows.contains(name),
-                ..Copies::host(array)
+                ..copies
             }),
         }
     }
