@@ -22,7 +22,9 @@
 #                  run at small odd sizes
 #   solver    120  the BiCG example (target/release/examples/bicg, data resident on the GPU) at
 #                  n = 8192 f64 and 16384 f32: time per iteration against its kernels' time (CUDA
-#                  events), beside the same solver in PyTorch and CuPy (scripts/bicg_peers.py)
+#                  events), beside the same solver in PyTorch and CuPy (scripts/bicg_peers.py); and
+#                  at 8192 f64 as a distributed session of one rank, its collectives through NCCL
+#                  (bytes crossing to and from the device per iteration: scalars only)
 # and, after every stage, the report: benches/results/<gpu>-<date>.md (scripts/report.py).
 #
 # Without arguments it runs every stage not done yet, in this order — the numbers the open
@@ -80,7 +82,7 @@ find_lib() {
 python_lib_dirs() {
     "$PYTHON" - <<'PY' 2>/dev/null
 import importlib, os
-for module in ("nvidia.cu13", "nvidia.cuda_nvrtc", "nvidia.cublas"):
+for module in ("nvidia.cu13", "nvidia.cuda_nvrtc", "nvidia.cublas", "nvidia.nccl"):
     try:
         for path in importlib.import_module(module).__path__:
             print(os.path.join(path, "lib"))
@@ -109,6 +111,22 @@ setup_environment() {
     done
     [ -n "$NVRTC_DIR" ] && export FUSE_NVRTC_LIB="$NVRTC_DIR"
     [ -n "$CUBLAS_DIR" ] && export FUSE_CUBLAS_LIB="$CUBLAS_DIR"
+    # cudarc opens NCCL only as libnccl.so; NCCL's wheel has libnccl.so.2 alone: link it.
+    # shellcheck disable=SC2086
+    NCCL_DIR=$(find_lib libnccl.so $candidates /usr/lib/x86_64-linux-gnu)
+    if [ -z "$NCCL_DIR" ]; then
+        local nccl2
+        # shellcheck disable=SC2086
+        nccl2=$(find_lib libnccl.so.2 $candidates /usr/lib/x86_64-linux-gnu)
+        if [ -n "$nccl2" ]; then
+            NCCL_DIR=$(mktemp -d "${TMPDIR:-/tmp}/fuse-nccl.XXXXXX")
+            ln -s "$nccl2/libnccl.so.2" "$NCCL_DIR/libnccl.so"
+        fi
+    fi
+    if [ -n "$NCCL_DIR" ]; then
+        export LD_LIBRARY_PATH="$NCCL_DIR:$LD_LIBRARY_PATH"
+        export FUSE_NCCL_LIB="$NCCL_DIR"
+    fi
     export PYTHONUNBUFFERED=1
 }
 
@@ -151,7 +169,7 @@ stage_env() {
     "$FUSE" --version
     "$FUSE" devices
     echo
-    echo "FUSE_NVRTC_LIB=${FUSE_NVRTC_LIB:-unset} FUSE_CUBLAS_LIB=${FUSE_CUBLAS_LIB:-unset}"
+    echo "FUSE_NVRTC_LIB=${FUSE_NVRTC_LIB:-unset} FUSE_CUBLAS_LIB=${FUSE_CUBLAS_LIB:-unset} FUSE_NCCL_LIB=${FUSE_NCCL_LIB:-unset}"
     echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
     "$PYTHON" -c 'import sys, torch; print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda)'
     "$PYTHON" -c 'import jax; print("jax", jax.__version__, jax.devices())' 2>&1 | tail -1
@@ -276,6 +294,11 @@ stage_solver() {
         echo "bicg $spec: exit $?"
         tail -2 "$RAW/solver-${spec/:/-}.log"
     done
+    # One rank of a distributed session: A stays on the GPU, the collectives go through NCCL.
+    "$BICG" 8192 --precision f64 --backend cuda --local-ranks 1 --iterations 30 --no-stop \
+        >"$RAW/solver-nccl-8192-f64.log" 2>&1
+    echo "bicg 8192:f64 --local-ranks 1: exit $?"
+    tail -3 "$RAW/solver-nccl-8192-f64.log"
     # shellcheck disable=SC2046
     "$PYTHON" scripts/bicg_peers.py $(printf -- '--size %s ' "${SOLVER_SIZES[@]}") --iterations 30 --json "$RAW/solver-peers.json" || status=1
     return $status

@@ -123,3 +123,58 @@ fn on_a_gpu_device_memory_goes_in_and_out_without_the_host() {
         );
     }
 }
+
+/// A distributed session of one rank on the GPU: its collectives go through NCCL where libnccl
+/// loads (else through the host, saying why), and after the first flush only the new vector
+/// goes up and only the values read come down — the matrix stays on the GPU.
+#[test]
+fn on_a_gpu_a_distributed_session_keeps_its_rows_there_and_sums_through_nccl() {
+    if std::env::var("FUSE_TEST_CUDA").map_or(true, |v| v != "1") {
+        eprintln!("on_a_gpu_a_distributed_session_keeps_its_rows_there_and_sums_through_nccl: skipped — set FUSE_TEST_CUDA=1 on a machine with an NVIDIA GPU");
+        return;
+    }
+    let (m, n) = (67, 45);
+    let a: Vec<f32> = (0..m * n).map(|k| ((k * 7919) % 201) as f32 / 100.0 - 1.0).collect();
+    let vector =
+        |len: usize, seed: usize| -> Vec<f32> { (0..len).map(|k| ((k * seed) % 17) as f32 / 8.0 - 1.0).collect() };
+    let outcome = fuse::distributed::LocalRanks::new(1).run(|comm| -> fuse::Result<_> {
+        let s = Session::<f32>::distributed(comm, Backend::Cuda { device: 0 })?;
+        let a_rows = s.matrix_rows(m, n, a.clone())?;
+        let mut sums = Vec::new();
+        let mut moved = Vec::new();
+        for seed in [3, 5] {
+            let before = s.stats();
+            let r = s.vector_rows(m, vector(m, seed))?;
+            let t = s.sgemtv(&a_rows, &r)?;
+            sums.push(s.read(&t)?);
+            let step = s.stats().since(&before);
+            moved.push((step.to_device, step.from_device));
+        }
+        Ok((sums, moved, s.collectives()))
+    });
+    let (sums, moved, collectives) = outcome.into_iter().next().unwrap().unwrap();
+    let collectives = collectives.expect("a flush ran on the GPU");
+    eprintln!("collectives: {collectives}");
+    for (sum, seed) in sums.iter().zip([3, 5]) {
+        let r = vector(m, seed);
+        for j in 0..n {
+            let want: f64 = (0..m).map(|i| a[i * n + j] as f64 * r[i] as f64).sum();
+            assert!(
+                (sum[j] as f64 - want).abs() <= 1e-4 * (1.0 + want.abs()),
+                "t[{j}]: {} vs {want}",
+                sum[j]
+            );
+        }
+    }
+    let (r_bytes, t_bytes) = ((m * 4) as u64, (n * 4) as u64);
+    if collectives == "NCCL between GPUs" {
+        assert_eq!(moved[1], (r_bytes, t_bytes), "only r up and t down");
+    } else {
+        assert!(collectives.starts_with("through the host"), "{collectives}");
+        assert_eq!(
+            moved[1],
+            (r_bytes + t_bytes, 2 * t_bytes),
+            "r and the summed t up, the partial t and t down"
+        );
+    }
+}

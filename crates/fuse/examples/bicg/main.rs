@@ -5,6 +5,7 @@
 //! cargo run --release -p fuse --example bicg -- [N] [--backend cuda|cpu|emulate|reference] [--precision f32|f64] [--iterations K] [--no-stop]
 //! cargo build --release -p fuse --features mpi --example bicg
 //! mpirun -n 4 target/release/examples/bicg 4000 --distributed   # each rank its rows of A
+//! target/release/examples/bicg 8192 --backend cuda --local-ranks 1  # ranks as threads: NCCL
 //! ```
 //!
 //! `examples/python/bicg.py` is the same solver from Python, on the same system, with the same
@@ -19,6 +20,7 @@ mod solver;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
+use fuse::distributed::{Communicator, LocalRanks};
 use fuse::{Backend, Element, Session};
 use solver::Blas;
 
@@ -46,6 +48,10 @@ struct Args {
     /// `--features mpi`); rank 0 prints.
     #[arg(long)]
     distributed: bool,
+    /// Run R ranks as threads of this process, each holding its rows of A (on the GPU, rank r
+    /// on GPU r, their collectives through NCCL); rank 0 prints.
+    #[arg(long, value_name = "R", conflicts_with = "distributed")]
+    local_ranks: Option<usize>,
 }
 
 fn main() {
@@ -66,9 +72,27 @@ fn solve<T: Element>(args: &Args, backend: Backend, tol: f64) -> fuse::Result<()
 where
     Session<T>: Blas<T>,
 {
+    let Some(ranks) = args.local_ranks else {
+        return solve_on(args, new_session::<T>(args.distributed, backend)?, tol);
+    };
+    let outcomes = LocalRanks::new(ranks).run(|comm| {
+        let backend = match backend {
+            Backend::Cuda { device } => Backend::Cuda {
+                device: device + comm.rank(),
+            },
+            ref other => other.clone(),
+        };
+        solve_on(args, Session::<T>::distributed(comm, backend)?, tol)
+    });
+    outcomes.into_iter().collect()
+}
+
+fn solve_on<T: Element>(args: &Args, session: Session<T>, tol: f64) -> fuse::Result<()>
+where
+    Session<T>: Blas<T>,
+{
     let n = args.n;
     let system = solver::generate(n, 2024);
-    let session = new_session::<T>(args.distributed, backend)?;
     let say = |line: String| {
         if session.rank() == 0 {
             println!("{line}");
@@ -99,6 +123,9 @@ where
         ));
         last = (Instant::now(), session.stats());
     })?;
+    if let Some(collectives) = session.collectives() {
+        say(format!("collectives: {collectives}"));
+    }
     let stats = session.stats();
     say(format!(
         "{} iterations; true residual ‖b − A·x‖/‖b‖ = {:.3e}; {} flushes, {} compilations, {} cache hits",
