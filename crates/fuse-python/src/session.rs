@@ -166,16 +166,7 @@ impl Session {
             sessions.f32.as_ref().map(|s| s.stats()),
             sessions.f64.as_ref().map(|s| s.stats()),
         ];
-        let sum = all.into_iter().flatten().fold(Stats::default(), |a, b| Stats {
-            flushes: a.flushes + b.flushes,
-            compilations: a.compilations + b.compilations,
-            cache_hits: a.cache_hits + b.cache_hits,
-            calls: a.calls + b.calls,
-            to_device: a.to_device + b.to_device,
-            from_device: a.from_device + b.from_device,
-            device_allocations: a.device_allocations + b.device_allocations,
-            compute: a.compute + b.compute,
-        });
+        let sum = all.into_iter().flatten().fold(Stats::default(), |a, b| a + b);
         let dict = PyDict::new(py);
         dict.set_item("flushes", sum.flushes)?;
         dict.set_item("compilations", sum.compilations)?;

@@ -191,6 +191,11 @@ fn bicg_over_ranks_on_a_device_keeps_each_ranks_rows_there() {
                     "rank {rank} of {ranks}, iteration {}: {step:?}",
                     k + 1
                 );
+                // The communication of an iteration: the sum of Aᵀ·p̃'s partial vectors, this
+                // rank's rows of p gathered, and three scalars (α's and β's dots, the residual).
+                let exchanged = (step.collectives, step.communicated);
+                let want = (5, vector + (rows as u64 + 3) * 8);
+                assert_eq!(exchanged, want, "rank {rank} of {ranks}, iteration {}", k + 1);
             }
         }
     }

@@ -114,8 +114,12 @@ where
         let step = stats.since(&last.1);
         let wall = now - last.0;
         times.push((wall, step.compute));
+        let exchanged = match step.collectives {
+            0 => String::new(),
+            c => format!("; {c} collectives, {} B in from this rank", step.communicated),
+        };
         say(format!(
-            "iteration {k:3}  ‖r‖/‖b‖ = {residual:.3e}  {:8.3} ms (compute {:.3} ms, {} B to / {} B from the device)",
+            "iteration {k:3}  ‖r‖/‖b‖ = {residual:.3e}  {:8.3} ms (compute {:.3} ms, {} B to / {} B from the device{exchanged})",
             ms(wall),
             ms(step.compute),
             step.to_device,

@@ -352,6 +352,14 @@ impl RankProgram {
                 // Reads (no `from`) were done before.
                 Step::Convert(c) => {
                     if let Some(from) = c.from {
+                        if c.transfer.communicates() {
+                            let source = LocalValue {
+                                value: c.to.value,
+                                local: from,
+                            };
+                            times.collectives += 1;
+                            times.communicated += rank.local_len(source)? as u64 * self.plan.program.precision.bytes();
+                        }
                         match rank.on_device {
                             Some(_) => agree(rank.comm, rank.convert_on_device(c, from))?,
                             None => rank.convert(c, from)?,
@@ -403,6 +411,10 @@ pub struct RankTimes {
     pub to_device: u64,
     /// Bytes copied from device to host (results, collectives through the host).
     pub from_device: u64,
+    /// Collectives it took part in (the reads' broadcasts left out).
+    pub collectives: u64,
+    /// Bytes it put into them: its block of each gather, its partial sums of each reduction.
+    pub communicated: u64,
 }
 
 /// One rank's state: the local forms it holds.

@@ -219,7 +219,7 @@ impl<'a> Rank<'a> {
             .ok_or_else(|| Error::Internal(format!("no sizes for `{}`", self.plan.name(form))))
     }
 
-    fn local_len(&self, form: LocalValue) -> Result<usize> {
+    pub(super) fn local_len(&self, form: LocalValue) -> Result<usize> {
         Ok(self.local_dims(form)?.iter().product())
     }
 

@@ -19,7 +19,7 @@ use super::state::{Computed, Copies, Data, State};
 use super::Session;
 use crate::backend::{Backend, CompileOptions};
 use crate::device::Pool;
-use crate::distributed::{self, agree, Communicator, InputSource, RankProgram, Stored};
+use crate::distributed::{self, agree, Communicator, InputSource, RankProgram, RankTimes, Stored};
 use crate::element::{checked_array, Element};
 use crate::error::{Error, Result};
 
@@ -199,11 +199,18 @@ impl State {
             }
         };
         let started = Instant::now();
-        let local = match program.on_device() {
+        let (local, times) = match program.on_device() {
             Some(pool) => self.run_ranks_on_device(&program, comm, script, pool)?,
-            None => Computed::Host(program.run(comm, &Held(self.host_views(&script.inputs)?))?),
+            None => {
+                let (arrays, times) = program.run_timed(comm, &Held(self.host_views(&script.inputs)?))?;
+                (Computed::Host(arrays), times)
+            }
         };
         self.stats.compute += started.elapsed();
+        self.stats.to_device += times.to_device;
+        self.stats.from_device += times.from_device;
+        self.stats.collectives += times.collectives;
+        self.stats.communicated += times.communicated;
         let plan = program.plan();
         let by_rows: HashSet<String> = (plan.results.iter())
             .filter(|r| r.local == Local::Rows)
@@ -223,7 +230,7 @@ impl State {
         comm: &dyn Communicator,
         script: &Canonical,
         pool: &Arc<Pool>,
-    ) -> Result<Computed> {
+    ) -> Result<(Computed, RankTimes)> {
         let mut given = HashMap::new();
         let mut taken = Ok(());
         for (id, name) in &script.inputs {
@@ -242,8 +249,6 @@ impl State {
             }
         }
         let (results, times) = ran?;
-        self.stats.to_device += times.to_device;
-        self.stats.from_device += times.from_device;
-        Ok(Computed::Device(results.into_iter().collect()))
+        Ok((Computed::Device(results.into_iter().collect()), times))
     }
 }

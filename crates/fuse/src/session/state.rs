@@ -33,6 +33,11 @@ pub struct Stats {
     pub from_device: u64,
     /// Buffers newly allocated on the device; a buffer reused from the device's pool is not one.
     pub device_allocations: u64,
+    /// Collectives this rank of a distributed session took part in (0 in one process).
+    pub collectives: u64,
+    /// Bytes this rank put into them: its block of each gather, its partial vector of each sum
+    /// (what a collective's traffic is measured in).
+    pub communicated: u64,
     /// Time the flushes took to compute: the kernels' time by CUDA events on a GPU, the wall
     /// time of the run elsewhere.
     pub compute: Duration,
@@ -61,7 +66,29 @@ impl Stats {
             to_device: self.to_device - earlier.to_device,
             from_device: self.from_device - earlier.from_device,
             device_allocations: self.device_allocations - earlier.device_allocations,
+            collectives: self.collectives - earlier.collectives,
+            communicated: self.communicated - earlier.communicated,
             compute: self.compute.saturating_sub(earlier.compute),
+        }
+    }
+}
+
+/// The counts of two sessions together (a program's f32 and f64 sessions, say).
+impl std::ops::Add for Stats {
+    type Output = Stats;
+
+    fn add(self, other: Stats) -> Stats {
+        Stats {
+            flushes: self.flushes + other.flushes,
+            compilations: self.compilations + other.compilations,
+            cache_hits: self.cache_hits + other.cache_hits,
+            calls: self.calls + other.calls,
+            to_device: self.to_device + other.to_device,
+            from_device: self.from_device + other.from_device,
+            device_allocations: self.device_allocations + other.device_allocations,
+            collectives: self.collectives + other.collectives,
+            communicated: self.communicated + other.communicated,
+            compute: self.compute + other.compute,
         }
     }
 }
