@@ -25,6 +25,10 @@
 #                  events), beside the same solver in PyTorch and CuPy (scripts/bicg_peers.py); and
 #                  at 8192 f64 as a distributed session of one rank, its collectives through NCCL
 #                  (bytes crossing to and from the device per iteration: scalars only)
+#   python     90  fuseblas on the GPU: the wheel carried in target/wheels (pip wheel
+#                  ./crates/fuse-python -w target/wheels) installed in a venv beside this
+#                  Python's PyTorch, its DLPack tests (PyTorch CUDA tensors read in place,
+#                  outputs taken back without a copy) under FUSE_TEST_CUDA=1
 # and, after every stage, the report: benches/results/<gpu>-<date>.md (scripts/report.py).
 #
 # Without arguments it runs every stage not done yet, in this order — the numbers the open
@@ -33,7 +37,7 @@
 # 15 minutes), so the same command run again continues with what is left. `--plan` prints which
 # stages each call runs where every stage takes its whole budget (they usually take half):
 #
-#   call 1: env selftest bench ncu peers      call 2: calibrate tune sanitize solver
+#   call 1: env selftest bench ncu peers      call 2: calibrate tune sanitize solver python
 #
 # Raw output goes to benches/results/<gpu>-<date>/ (one log or JSON per stage; the fuse caches
 # live there too, so a later call finds the calibrated table and tuned plans), and under $OUT, when
@@ -49,8 +53,8 @@ BICG=${BICG:-target/release/examples/bicg}
 PYTHON=${PYTHON:-python3}
 BUDGET=${GPU_CHECK_BUDGET:-540}
 START=$SECONDS
-ALL_STAGES=(env selftest bench ncu peers calibrate tune sanitize solver)
-declare -A COST=([env]=15 [selftest]=30 [bench]=150 [ncu]=120 [peers]=200 [calibrate]=110 [tune]=120 [sanitize]=60 [solver]=120)
+ALL_STAGES=(env selftest bench ncu peers calibrate tune sanitize solver python)
+declare -A COST=([env]=15 [selftest]=30 [bench]=150 [ncu]=120 [peers]=200 [calibrate]=110 [tune]=120 [sanitize]=60 [solver]=120 [python]=90)
 # BiCG solver sizes and precisions (the resident-data stage).
 SOLVER_SIZES=(8192:f64 16384:f32)
 BLAS2=(atax bicgk sgemv sgemvt gemver gesummv madd)
@@ -302,6 +306,16 @@ stage_solver() {
     # shellcheck disable=SC2046
     "$PYTHON" scripts/bicg_peers.py $(printf -- '--size %s ' "${SOLVER_SIZES[@]}") --iterations 30 --json "$RAW/solver-peers.json" || status=1
     return $status
+}
+
+stage_python() {
+    local wheel venv=${TMPDIR:-/tmp}/fuseblas-venv
+    wheel=$(ls target/wheels/fuseblas-*.whl 2>/dev/null | tail -1)
+    [ -n "$wheel" ] || { echo "no wheel in target/wheels: build one (pip wheel ./crates/fuse-python -w target/wheels) and carry it"; return 2; }
+    "$PYTHON" -m venv --system-site-packages "$venv" || return 1
+    "$venv/bin/python" -m pip install --quiet --no-deps --force-reinstall "$wheel" || return 1
+    "$venv/bin/python" -c "import pytest, torch" || { echo "pytest and PyTorch are needed beside the wheel"; return 1; }
+    FUSE_TEST_CUDA=1 "$venv/bin/python" -m pytest -q -p no:cacheprovider crates/fuse-python/tests/test_gpu_dlpack.py
 }
 
 # --- driver -------------------------------------------------------------------------------------

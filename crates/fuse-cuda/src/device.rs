@@ -297,6 +297,18 @@ impl Device {
         Ok(unsafe { self.stream.upgrade_device_ptr::<u8>(pointer, bytes) })
     }
 
+    /// `bytes` of this GPU's memory at `pointer`, allocated by someone else, as a slice on this
+    /// device's stream. The slice must be given up with [`CudaSlice::leak`], never dropped:
+    /// dropping it would free the owner's memory.
+    ///
+    /// # Safety
+    /// `pointer` must address `bytes` bytes of an allocation on this GPU that stays allocated
+    /// while the slice lives.
+    pub unsafe fn borrow(&self, pointer: u64, bytes: usize) -> CudaSlice<u8> {
+        // SAFETY: the caller's promise.
+        unsafe { self.stream.upgrade_device_ptr::<u8>(pointer, bytes) }
+    }
+
     /// A device-side copy of `from` as elements of `T` (no trip through the host).
     pub fn copy_as<T: cudarc::driver::DeviceRepr>(&self, from: &CudaSlice<u8>) -> Result<CudaSlice<T>, CudaError> {
         let copy = self.stream.clone_dtod(from).map_err(driver("cuMemcpyDtoD"))?;

@@ -7,6 +7,7 @@
 #![allow(clippy::result_large_err)]
 
 mod arrays;
+mod device;
 mod errors;
 mod interrupt;
 mod program;
@@ -20,6 +21,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<program::Program>()?;
     m.add_class::<session::Session>()?;
     m.add_class::<session::Value>()?;
+    m.add_class::<device::GpuArray>()?;
     m.add_function(wrap_pyfunction!(arrays::view_address, m)?)?;
     m.add_function(wrap_pyfunction!(backends, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

@@ -1,6 +1,6 @@
 //! The script API: a script compiled for a backend, called with numpy arrays by name.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
 use fuse::{Backend, Bindings, CompileOptions, Compiled, Precision, Script, SizeSource, Sizes, Threads, Views};
@@ -9,6 +9,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use crate::arrays::{borrow, to_python, view, Real};
+use crate::device::{self, GpuArray, Imported};
 use crate::errors::{input_error, IntoPy};
 use crate::interrupt::interruptible;
 
@@ -187,10 +188,16 @@ impl Program {
 impl Program {
     fn run_as<'py, T: Real>(&self, py: Python<'py>, arrays: &Bound<'py, PyDict>) -> PyResult<Bound<'py, PyDict>> {
         let mut borrowed: Vec<(String, PyReadonlyArrayDyn<'py, T>)> = Vec::with_capacity(arrays.len());
+        let mut on_gpu = Vec::new();
         for (name, object) in arrays.iter() {
             let name: String = name.extract()?;
-            let array = borrow::<T>(&object, &format!("input `{name}`"))?;
-            borrowed.push((name, array));
+            match device::cuda_device(&object)? {
+                Some(ordinal) => on_gpu.push((name, object, ordinal)),
+                None => borrowed.push((name.clone(), borrow::<T>(&object, &format!("input `{name}`"))?)),
+            }
+        }
+        if !on_gpu.is_empty() {
+            return self.run_on_gpu(py, &borrowed, &on_gpu);
         }
         let p = self.script.program();
         let shapes: Vec<SizeSource> = p
@@ -225,6 +232,72 @@ impl Program {
         for name in self.outputs() {
             if let Some(array) = by_name.remove(&name) {
                 result.set_item(name, to_python(py, array)?)?;
+            }
+        }
+        Ok(result)
+    }
+
+    /// Runs where some inputs are GPU arrays (`on_gpu`: name, object, GPU): those read in
+    /// place through DLPack, the host ones copied up; the array outputs are left on the GPU
+    /// (`DeviceArray`s), the scalars come back as floats.
+    fn run_on_gpu<'py, T: Real>(
+        &self,
+        py: Python<'py>,
+        host: &[(String, PyReadonlyArrayDyn<'py, T>)],
+        on_gpu: &[(String, Bound<'py, PyAny>, usize)],
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let precision = self.script.program().precision;
+        let mut imported = Vec::with_capacity(on_gpu.len());
+        for (name, object, ordinal) in on_gpu {
+            if self.backend != (Backend::Cuda { device: *ordinal }) {
+                return Err(input_error(format!(
+                    "input `{name}` is in the memory of cuda:{ordinal}, but this program runs on {}: compile it \
+                     with backend=\"cuda:{ordinal}\" to read GPU arrays in place",
+                    self.backend
+                )));
+            }
+            imported.push((
+                name.clone(),
+                device::import(object, &format!("input `{name}`"), precision, *ordinal)?,
+            ));
+        }
+        let p = self.script.program();
+        let dims_of = |name: &str| -> Option<Vec<usize>> {
+            let on_host = host.iter().find(|(n, _)| n == name).map(|(_, a)| a.shape().to_vec());
+            on_host.or_else(|| {
+                imported
+                    .iter()
+                    .find(|(n, _)| n == name)
+                    .map(|(_, i)| i.array.dims().to_vec())
+            })
+        };
+        let extents: Vec<(String, Vec<usize>)> = (p.inputs.iter())
+            .filter_map(|&v| Some((p.values[v].variable.clone(), dims_of(&p.values[v].variable)?)))
+            .collect();
+        let shapes: Vec<SizeSource> = (extents.iter())
+            .map(|(name, dims)| SizeSource::Shape {
+                input: name,
+                dims,
+                what: format!("argument `{name}`"),
+            })
+            .collect();
+        let compiled = self.compiled(py, &self.bind(&shapes)?)?;
+        let mut inputs = BTreeMap::new();
+        for (name, array) in host {
+            inputs.insert(name.clone(), compiled.upload(view(array)?).py_err()?);
+        }
+        let mut owners = Vec::with_capacity(imported.len());
+        for (name, Imported { array, owner }) in imported {
+            inputs.insert(name, array);
+            owners.push(owner);
+        }
+        let (outputs, _) = py.detach(|| compiled.run_on_device(&mut inputs)).py_err()?;
+        drop((inputs, owners)); // the producers' arrays are theirs again
+        let result = PyDict::new(py);
+        for (name, array) in outputs {
+            match array.dims().is_empty() {
+                true => result.set_item(&name, to_python(py, array.to_host().py_err()?)?)?,
+                false => result.set_item(&name, GpuArray::new(array)?)?,
             }
         }
         Ok(result)

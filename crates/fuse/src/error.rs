@@ -148,6 +148,16 @@ pub enum Error {
         /// The bytes free, for the message.
         free: String,
     },
+    /// An array in one device's memory given to a program that runs on another.
+    #[error("input `{name}` is in the memory of {array}, but the program runs on {program}")]
+    DeviceMismatch {
+        /// The input.
+        name: String,
+        /// Where the array is.
+        array: String,
+        /// Where the program runs.
+        program: String,
+    },
     /// A method that exchanges GPU memory, called on a session that runs elsewhere.
     #[error("{method} needs a session on the CUDA backend; this one runs on {backend}")]
     NotOnGpu {

@@ -13,7 +13,7 @@ pub mod select;
 mod session;
 
 pub use backend::{Backend, CompileOptions, Compiled};
-pub use device::RunTimes;
+pub use device::{DeviceArray, RunTimes};
 pub use element::{array, Element};
 pub use error::{Error, Result};
 pub use io::{Inputs, Outputs};

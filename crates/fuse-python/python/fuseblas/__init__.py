@@ -23,7 +23,8 @@ an NVIDIA GPU. Two ways in:
       np.asarray(t)                       # q and t run as one program
 
 Arrays are read in place where they can be (see :func:`compile`); results come back as numpy
-arrays that own fuse's buffers. Errors are the exceptions of :mod:`fuseblas._errors`,
+arrays that own fuse's buffers — or, for a program on a GPU called with GPU arrays (CuPy,
+PyTorch, JAX through DLPack), as :class:`DeviceArray` s left in GPU memory. Errors are the exceptions of :mod:`fuseblas._errors`,
 re-exported here.
 """
 
@@ -42,6 +43,7 @@ __all__ = [
     "Program",
     "Session",
     "Value",
+    "DeviceArray",
     "default_backend",
     "FuseError",
     "InputError",
@@ -52,7 +54,8 @@ __all__ = [
 __version__: str = _core.__version__
 
 Value = _core.Value
-Output = Union[np.ndarray, float]
+DeviceArray = _core.DeviceArray
+Output = Union[np.ndarray, float, "_core.DeviceArray"]
 
 
 def default_backend() -> Tuple[str, str]:
@@ -96,18 +99,28 @@ _DLPACK_DEVICES = {1: "cpu", 2: "cuda", 3: "cuda_host", 4: "opencl", 7: "vulkan"
                    13: "cuda_managed", 14: "oneapi"}
 
 
+def _dlpack_device(value: object) -> Optional[Tuple[int, int]]:
+    """``value``'s DLPack device (type, index), or None if it does not speak DLPack."""
+    if isinstance(value, np.ndarray) or not hasattr(value, "__dlpack_device__"):
+        return None
+    kind, index = (int(v) for v in value.__dlpack_device__())
+    return kind, index
+
+
 def _host_array(what: str, value: object) -> object:
     """``value`` as numpy sees it in host memory: an object that speaks DLPack from the CPU as a
     view of its memory (``numpy.from_dlpack``, no copy), anything else unchanged for
     ``numpy.asarray``. An array on another device is an :class:`InputError` naming it."""
-    if isinstance(value, np.ndarray) or not hasattr(value, "__dlpack_device__"):
+    device = _dlpack_device(value)
+    if device is None:
         return value
-    kind, index = (int(v) for v in value.__dlpack_device__())
+    kind, index = device
     if kind != 1:
-        device = f"{_DLPACK_DEVICES.get(kind, f'DLPack device type {kind}')}:{index}"
+        where = f"{_DLPACK_DEVICES.get(kind, f'DLPack device type {kind}')}:{index}"
         raise InputError(
-            f"{what} is on {device}: fuseblas reads arrays in host memory and does not take device "
-            "memory through DLPack yet; pass a host copy (`x.cpu()`, `cupy.asnumpy(x)`, `jax.device_get(x)`)"
+            f"{what} is on {where}: a session reads arrays in host memory; pass a host copy "
+            "(`x.cpu()`, `cupy.asnumpy(x)`, `jax.device_get(x)`), or give GPU arrays to a "
+            "program compiled for the GPU (`fuseblas.compile(..., backend=\"cuda\")`)"
         )
     return np.from_dlpack(value)
 
@@ -128,8 +141,17 @@ class Program:
     **Arrays.** Each input must have the script's dtype (``prog.dtype``). A C-contiguous array
     of that dtype is read in place, without a copy — a numpy array, or any array in host memory
     that speaks DLPack (a PyTorch CPU tensor, a JAX array on the CPU), taken through
-    ``numpy.from_dlpack``. An array on a GPU is refused (:class:`InputError`): fuseblas does not
-    take device memory through DLPack yet; pass a host copy. Any other array whose dtype
+    ``numpy.from_dlpack``.
+
+    **GPU arrays.** A program compiled for a GPU (``backend="cuda"`` or ``"cuda:N"``) also reads
+    arrays in that GPU's memory in place — CuPy arrays, PyTorch CUDA tensors, JAX arrays on the
+    GPU, anything with ``__dlpack__`` — C-contiguous and of the script's dtype (anything else is
+    an :class:`InputError`; fuseblas copies nothing on the GPU). They are taken with
+    ``__dlpack__(stream=1)``: the producer's pending work is ordered before fuse's, which runs on
+    the GPU's legacy default stream. When any input is such an array, the array outputs stay on
+    the GPU as :class:`DeviceArray` s (``torch.from_dlpack(out["q"])``,
+    ``cupy.from_dlpack(out["q"])``: no copy; ``.to_host()`` for numpy), the host inputs are
+    copied up once, and scalar outputs come back as floats. Any other array whose dtype
     converts to the script's without loss (``numpy.can_cast(..., "safe")``: float32 or integers
     into a float64 script) and any non-contiguous array is converted once per call; a float64
     array for a float32 script is refused (:class:`InputError`) rather than silently rounded.
@@ -153,7 +175,7 @@ class Program:
                 result[name] = self._write(name, result, target)
         return result
 
-    def _prepare(self, name: str, value: object) -> np.ndarray:
+    def _prepare(self, name: str, value: object) -> object:
         dtype = self._dtype
         if type(value) is np.ndarray and value.dtype == dtype and value.flags.c_contiguous:
             return value  # read in place
@@ -161,6 +183,8 @@ class Program:
             return np.array(value, dtype=dtype)
         if isinstance(value, (list, tuple)):
             return np.ascontiguousarray(value, dtype=dtype)
+        if (_dlpack_device(value) or (1, 0))[0] == 2:
+            return value  # a CUDA array: read in place by the native half, through DLPack
         if not isinstance(value, np.ndarray):
             value = _host_array(f"input `{name}`", value)
         if value.dtype != dtype and not np.can_cast(value.dtype, dtype, "safe"):
@@ -173,6 +197,8 @@ class Program:
     def _write(self, name: str, result: Dict[str, Output], target: np.ndarray) -> np.ndarray:
         if name not in result:
             raise InputError(f"out: there is no output `{name}` (the outputs are {', '.join(self.outputs)})")
+        if isinstance(result[name], DeviceArray):
+            raise InputError(f"out: output `{name}` stays on the GPU (a DeviceArray); out= writes host arrays")
         value = np.asarray(result[name])
         if not isinstance(target, np.ndarray) or target.shape != value.shape or target.dtype != value.dtype:
             got = f"{target.dtype} {target.shape}" if isinstance(target, np.ndarray) else type(target).__name__

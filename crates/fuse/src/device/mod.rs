@@ -8,12 +8,14 @@
 //! supplies its [`Memory`] (allocate, free, copy in, copy out) and a [`DevicePlan`] that queues
 //! the plan's steps on buffers.
 
+mod array;
 mod cuda;
 mod emulated;
 mod memory;
 mod pool;
 pub(crate) mod resident;
 
+pub use array::DeviceArray;
 pub(crate) use cuda::CudaMemory;
 pub(crate) use emulated::EmulatedMemory;
 pub(crate) use memory::{mismatch, Memory, Raw};

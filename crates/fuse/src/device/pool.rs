@@ -31,6 +31,8 @@ pub(crate) struct Buffer {
     len: usize,
     /// Newly allocated for it, not taken from the cache.
     fresh: bool,
+    /// Memory someone else allocated: given up when dropped, never freed or cached.
+    borrowed: bool,
     pool: Arc<Pool>,
 }
 
@@ -78,6 +80,7 @@ impl Pool {
             precision,
             len,
             fresh,
+            borrowed: false,
             pool: Arc::clone(self),
         })
     }
@@ -90,8 +93,17 @@ impl Pool {
             precision,
             len,
             fresh: false,
+            borrowed: false,
             pool: Arc::clone(self),
         }
+    }
+
+    /// `raw`, memory of this device that someone else allocated and keeps, as a buffer of
+    /// `len` elements of `precision`: given up when dropped, neither freed nor cached.
+    pub(crate) fn borrow(self: &Arc<Self>, raw: Raw, precision: Precision, len: usize) -> Buffer {
+        let mut buffer = self.adopt(raw, precision, len);
+        buffer.borrowed = true;
+        buffer
     }
 
     /// A buffer holding `data`, copied from the host.
@@ -210,6 +222,12 @@ impl Buffer {
 impl Drop for Buffer {
     fn drop(&mut self) {
         if let Some(raw) = self.raw.take() {
+            if self.borrowed {
+                if let Raw::Cuda(slice) = raw {
+                    slice.leak(); // the owner frees it
+                }
+                return;
+            }
             let mut cache = self.pool.lock();
             cache.free.entry((self.precision, self.len)).or_default().push(raw);
         }
