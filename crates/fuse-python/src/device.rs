@@ -169,12 +169,13 @@ pub(crate) struct Imported {
     pub(crate) owner: ImportedDlpack,
 }
 
-/// `object` (a CUDA array with `__dlpack__`) as a borrowed device array of `precision`: C
-/// contiguous, on GPU `ordinal`, without a copy; anything else is an `InputError` naming `what`.
+/// `object` (a CUDA array with `__dlpack__`) as a borrowed device array: C-contiguous, on GPU
+/// `ordinal`, float32 or float64 (`want`'s where given), without a copy; anything else is an
+/// `InputError` naming `what`.
 pub(crate) fn import(
     object: &Bound<'_, PyAny>,
     what: &str,
-    precision: Precision,
+    want: Option<Precision>,
     ordinal: usize,
 ) -> PyResult<Imported> {
     let request = ImportRequest::new(object.as_borrowed())?;
@@ -189,12 +190,16 @@ pub(crate) fn import(
             device.device_type, device.device_id
         )));
     }
-    if tensor.dtype() != dtype(precision) {
-        return Err(input_error(format!(
-            "{what} has DLPack dtype {:?}, but the program computes in {precision}",
-            tensor.dtype()
-        )));
-    }
+    let precision = [Precision::F32, Precision::F64]
+        .into_iter()
+        .find(|&p| dtype(p) == tensor.dtype() && want.is_none_or(|w| w == p))
+        .ok_or_else(|| {
+            let computes = want.map_or("float32 or float64".to_string(), |w| w.to_string());
+            input_error(format!(
+                "{what} has DLPack dtype {:?}, but fuseblas computes in {computes} here",
+                tensor.dtype()
+            ))
+        })?;
     if !tensor.is_compact().unwrap_or(false) {
         return Err(input_error(format!(
             "{what} is not C-contiguous (fuseblas reads GPU arrays in place, row by row): pass a contiguous copy"

@@ -258,7 +258,7 @@ impl Program {
             }
             imported.push((
                 name.clone(),
-                device::import(object, &format!("input `{name}`"), precision, *ordinal)?,
+                device::import(object, &format!("input `{name}`"), Some(precision), *ordinal)?,
             ));
         }
         let p = self.script.program();

@@ -4,12 +4,13 @@
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use fuse::{AnyHandle, Backend, CallArg, CompileOptions, Element, Handle, Stats};
+use fuse::{AnyHandle, Backend, CallArg, CompileOptions, Element, Handle, Precision, Stats};
 use numpy::{PyArrayDyn, PyArrayMethods, PyUntypedArrayMethods};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyFloat};
 
 use crate::arrays::{to_python, Real};
+use crate::device::{self, GpuArray};
 use crate::errors::{input_error, IntoPy};
 use crate::interrupt::interruptible;
 use crate::program::{options, parse_backend};
@@ -109,6 +110,50 @@ impl Session {
             Ok(a) => self.array_as(a),
             Err(_) => Err(input_error("a session holds float32 or float64 numpy arrays")),
         }
+    }
+
+    /// A value holding a copy, made on the GPU, of `array`: a CuPy, PyTorch or JAX array in the
+    /// memory of the session's GPU (taken through DLPack), float32 or float64, 1 or 2
+    /// dimensions, C-contiguous.
+    fn array_from_gpu(&self, array: &Bound<'_, PyAny>) -> PyResult<Value> {
+        let backend = lock(&self.shared).backend.clone();
+        let ordinal = device::cuda_device(array)?.unwrap_or(0);
+        if backend != (Backend::Cuda { device: ordinal }) {
+            return Err(input_error(format!(
+                "the array is in the memory of cuda:{ordinal}, but this session runs on {backend}: make it with \
+                 backend=\"cuda:{ordinal}\" to take GPU arrays"
+            )));
+        }
+        let imported = device::import(array, "the array", None, ordinal)?;
+        let mut sessions = lock(&self.shared);
+        let handle = match imported.array.precision() {
+            Precision::F32 => Handles::F32(
+                f32::session(&mut sessions)
+                    .py_err()?
+                    .array_from_device(&imported.array)
+                    .py_err()?,
+            ),
+            Precision::F64 => Handles::F64(
+                f64::session(&mut sessions)
+                    .py_err()?
+                    .array_from_device(&imported.array)
+                    .py_err()?,
+            ),
+        };
+        drop(sessions);
+        Ok(self.value(handle))
+    }
+
+    /// A copy, made on the GPU, of `value`'s contents as a `DeviceArray` (computed first if
+    /// pending); the session must run on a GPU.
+    fn to_device(&self, value: &Value) -> PyResult<GpuArray> {
+        let mut sessions = lock(&self.shared);
+        let array = match &value.handle {
+            Handles::F32(h) => f32::session(&mut sessions).py_err()?.to_device_array(h),
+            Handles::F64(h) => f64::session(&mut sessions).py_err()?.to_device_array(h),
+        }
+        .py_err()?;
+        GpuArray::new(array)
     }
 
     /// A run-time scalar `value` of `dtype` (`"float32"` or `"float64"`).

@@ -62,3 +62,19 @@ def test_arrays_on_the_gpu_that_do_not_fit_are_refused():
     strided = cuda(np.ones((8, 12), np.float32))[:, ::2]
     with pytest.raises(fuseblas.InputError, match="not C-contiguous"):
         program(A=strided, p=np.ones(6, np.float32), r=np.ones(8, np.float32))
+
+
+def test_a_session_on_the_gpu_takes_and_gives_gpu_arrays():
+    s = fuseblas.Session(backend="cuda")
+    rng = np.random.default_rng(3)
+    A, x = rng.standard_normal((257, 131)), rng.standard_normal(131)
+    a_gpu = cuda(A)
+    value = s.array(a_gpu)
+    a_gpu.fill_(0.0)  # the session's value is a copy: the caller's array may change
+    q = s.gemv(value, s.array(cuda(x)))
+    q_out = torch.from_dlpack(s.to_device(q)).cpu().numpy()
+    assert relative_error(q_out, A @ x) < TOLERANCE["float64"]
+    before = s.stats()
+    assert relative_error(np.asarray(s.gemv(value, s.array(cuda(x)))), A @ x) < TOLERANCE["float64"]
+    step = {k: s.stats()[k] - before[k] for k in ("to_device", "from_device")}
+    assert step == {"to_device": 0, "from_device": 257 * 8}, "A stays on the GPU; only q comes back"

@@ -150,8 +150,10 @@ def test_gpu_arrays_given_to_a_program_elsewhere_are_refused_with_both_devices_n
     A = np.ones((4, 3), np.float32)
     with pytest.raises(fuseblas.InputError, match=r'input `A` is in the memory of cuda:1, but this program runs on cpu: .*backend="cuda:1"'):
         program(A=DeviceTensor(A), p=np.ones(3, np.float32), r=np.ones(4, np.float32))
-    with pytest.raises(fuseblas.InputError, match=r"the array is on cuda:1: a session reads arrays in host memory"):
+    with pytest.raises(fuseblas.InputError, match=r'the array is in the memory of cuda:1, but this session runs on cpu: .*backend="cuda:1"'):
         fuseblas.Session(backend="cpu").array(DeviceTensor(A))
+    with pytest.raises(fuseblas.InputError, match=r"the array is on cuda:1, which fuseblas does not read: pass a host copy"):
+        fuseblas.Session(backend="cpu").array(DeviceTensor(A), dtype=np.float64)
 
 
 def test_other_arrays_are_converted_once_by_a_documented_rule_or_refused():

@@ -133,3 +133,38 @@ fn on_a_gpu_a_script_runs_on_borrowed_device_memory() {
     drop((inputs, outputs));
     assert_eq!(stream.clone_dtoh(&owned[0]).unwrap(), a, "the owner's matrix is intact");
 }
+
+/// A session on a device takes a device array by a copy made there (values never change) and
+/// gives a value back as one, without a trip through the host; an array of another precision
+/// or shape, or a session on the host, is refused.
+#[test]
+fn a_session_on_a_device_takes_and_gives_device_arrays() {
+    let s = fuse::Session::<f64>::new(Backend::Emulate).unwrap();
+    let (m, n) = (5, 3);
+    let a: Vec<f64> = (0..m * n).map(|k| k as f64 - 4.5).collect();
+    let a_value = s.matrix(m, n, a.clone()).unwrap();
+    let on_device = s.to_device_array(&a_value).unwrap();
+    assert_eq!(on_device.dims(), [m, n]);
+    let before = s.stats();
+    let again = match s.array_from_device(&on_device).unwrap() {
+        fuse::AnyHandle::Matrix(matrix) => matrix,
+        other => panic!("a {m}×{n} array gave {other:?}"),
+    };
+    let q = s.dgemv(&again, &s.vector(vec![1.0; n]).unwrap()).unwrap();
+    let got = s.read(&q).unwrap();
+    let step = s.stats().since(&before);
+    for (i, g) in got.iter().enumerate() {
+        assert_eq!(*g, a[i * n..(i + 1) * n].iter().sum::<f64>(), "q[{i}]");
+    }
+    assert_eq!(step.to_device, (n * 8) as u64, "only the vector went up");
+    let err = fuse::Session::<f32>::new(Backend::Emulate)
+        .unwrap()
+        .array_from_device(&on_device)
+        .unwrap_err();
+    assert!(err.to_string().contains("holds f64 values, not f32"), "{err}");
+    let err = fuse::Session::<f64>::new(Backend::Cpu)
+        .unwrap()
+        .array_from_device(&on_device)
+        .unwrap_err();
+    assert!(matches!(err, Error::NotOnGpu { .. }), "{err}");
+}

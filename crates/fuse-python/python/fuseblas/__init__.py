@@ -118,9 +118,8 @@ def _host_array(what: str, value: object) -> object:
     if kind != 1:
         where = f"{_DLPACK_DEVICES.get(kind, f'DLPack device type {kind}')}:{index}"
         raise InputError(
-            f"{what} is on {where}: a session reads arrays in host memory; pass a host copy "
-            "(`x.cpu()`, `cupy.asnumpy(x)`, `jax.device_get(x)`), or give GPU arrays to a "
-            "program compiled for the GPU (`fuseblas.compile(..., backend=\"cuda\")`)"
+            f"{what} is on {where}, which fuseblas does not read: pass a host copy "
+            "(`x.cpu()`, `cupy.asnumpy(x)`, `jax.device_get(x)`)"
         )
     return np.from_dlpack(value)
 
@@ -274,7 +273,11 @@ class Session:
 
     def array(self, data: object, dtype: object = None) -> "_core.Value":
         """A value holding a copy of ``data`` (a scalar, vector or matrix), in ``dtype`` if
-        given, else ``data``'s own dtype (float64 for Python numbers and lists)."""
+        given, else ``data``'s own dtype (float64 for Python numbers and lists). On a session on
+        a GPU, ``data`` may be a GPU array of that GPU (CuPy, PyTorch, JAX: float32 or float64,
+        C-contiguous, taken through DLPack; ``dtype`` must then be None): the copy is made there."""
+        if (_dlpack_device(data) or (1, 0))[0] == 2 and dtype is None:
+            return self._native.array_from_gpu(data)
         array = np.asarray(_host_array("the array", data), dtype=dtype)
         if array.dtype not in (np.float32, np.float64):
             if dtype is not None or not np.can_cast(array.dtype, np.float64, "safe"):
@@ -285,6 +288,11 @@ class Session:
     def scalar(self, value: float, dtype: object = np.float64) -> "_core.Value":
         """A run-time scalar value (changing it does not compile anew, unlike a literal)."""
         return self._native.scalar(float(value), np.dtype(dtype).name)
+
+    def to_device(self, value: "_core.Value") -> "_core.DeviceArray":
+        """A copy of ``value``, made on the session's GPU, as a :class:`DeviceArray`
+        (``torch.from_dlpack`` and ``cupy.from_dlpack`` take it without a further copy)."""
+        return self._native.to_device(value)
 
     def read(self, value: "_core.Value") -> Output:
         """``value`` as a numpy array (a float for a scalar), running what it waits for."""

@@ -50,6 +50,16 @@ impl DeviceArray {
         })
     }
 
+    /// `buffer` as an array of extents `dims`.
+    pub(crate) fn new(buffer: Buffer, dims: Vec<usize>) -> DeviceArray {
+        DeviceArray { buffer, dims }
+    }
+
+    /// Its buffer.
+    pub(crate) fn buffer(&self) -> &Buffer {
+        &self.buffer
+    }
+
     /// Extents, outermost first.
     pub fn dims(&self) -> &[usize] {
         &self.dims
