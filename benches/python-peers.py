@@ -6,6 +6,10 @@ ratios, with their range (> 1: fuseblas faster).
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python3 benches/python-peers.py [--sizes 2048,8192] [--rounds 3] [--runs 10]
 
+With `--device cuda` (a GPU, PyTorch with CUDA): fuseblas on the GPU called with PyTorch CUDA
+tensors (read in place through DLPack, outputs left on the GPU) against PyTorch eager,
+`torch.compile` and, where installed, `jax.jit` and CuPy; every call waits for its GPU work.
+
 Needs fuseblas installed (release: `pip install ./crates/fuse-python`). The numbers are what a
 Python user calling each library sees, call overhead included; inputs are the same arrays for all.
 """
@@ -22,6 +26,12 @@ try:
     import torch
 except ImportError:
     torch = None
+
+try:
+    import jax
+    import jax.numpy as jnp
+except ImportError:
+    jax = jnp = None
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -57,6 +67,22 @@ def torch_gemver(d):
     return b, x, torch.mv(b, x) * float(d["alpha"])
 
 
+def jax_bicgk(d):
+    return d["A"] @ d["p"], d["A"].T @ d["r"]
+
+
+def jax_atax(d):
+    return d["A"].T @ (d["A"] @ d["x"])
+
+
+def jax_gemver(d):
+    b = d["A"] + jnp.outer(d["u1"], d["v1"]) + jnp.outer(d["u2"], d["v2"])
+    x = d["beta"] * (b.T @ d["y"]) + d["z"]
+    return b, x, d["alpha"] * (b @ x)
+
+
+JAX = {"bicgk": jax_bicgk, "atax": jax_atax, "gemver": jax_gemver}
+
 SEQUENCES = {
     "bicgk": (numpy_bicgk, torch_bicgk, ["A", "p", "r"]),
     "atax": (numpy_atax, torch_atax, ["A", "x"]),
@@ -76,6 +102,24 @@ def arrays(names, n, rng):
     return out
 
 
+def gpu_calls(program, name, data):
+    """The GPU contenders of one point, each call returning once its GPU work is done."""
+    torch_fn, jax_fn = SEQUENCES[name][1], JAX[name]
+    cuda = {k: torch.from_numpy(np.atleast_1d(v)).cuda() if np.ndim(v) else float(v) for k, v in data.items()}
+    sync = torch.cuda.synchronize
+
+    def timed(fn, args):
+        return lambda: (fn(args), sync())
+
+    calls = {"fuseblas": lambda: program(**cuda), "torch": timed(torch_fn, cuda),
+             "torch.compile": timed(torch.compile(torch_fn), cuda)}
+    if jnp is not None:
+        jarrays = {k: jax.device_put(v) for k, v in data.items()}
+        jitted = jax.jit(jax_fn)
+        calls["jax.jit"] = lambda: jax.block_until_ready(jitted(jarrays))
+    return calls
+
+
 def median_us(call, runs):
     call()
     times = []
@@ -91,16 +135,24 @@ def main():
     parser.add_argument("--sizes", default="2048,8192")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     rng = np.random.default_rng(0)
-    peers = "numpy" + (f", torch {torch.__version__} ({torch.get_num_threads()} threads)" if torch else "")
-    print(f"fuseblas {fuseblas.__version__} (cpu backend), numpy {np.__version__}; peers: {peers}; f32")
+    if args.device == "cuda":
+        peers = f"torch {torch.__version__} eager and torch.compile" + (f", jax {jax.__version__} jit" if jnp is not None else "")
+        print(f"fuseblas {fuseblas.__version__} (cuda backend, PyTorch CUDA tensors in and out); peers: {peers}; f32")
+    else:
+        peers = "numpy" + (f", torch {torch.__version__} ({torch.get_num_threads()} threads)" if torch else "")
+        print(f"fuseblas {fuseblas.__version__} (cpu backend), numpy {np.__version__}; peers: {peers}; f32")
     points = {}
     for n in sizes:
         for name, (np_fn, torch_fn, names) in SEQUENCES.items():
             data = arrays(names, n, rng)
-            program = fuseblas.compile(ROOT / "scripts" / f"{name}.yaml", backend="cpu", sizes={"m": n, "n": n})
+            program = fuseblas.compile(ROOT / "scripts" / f"{name}.yaml", backend=args.device, sizes={"m": n, "n": n})
+            if args.device == "cuda":
+                points[(name, n)] = (calls := gpu_calls(program, name, data), {k: [] for k in calls})
+                continue
             tensors = {k: (torch.from_numpy(np.atleast_1d(v)) if np.ndim(v) else v) for k, v in data.items()} if torch else None
             # Bound now: a closure over the loop's variables would see the last point's.
             calls = {"fuseblas": lambda p=program, d=data: p(**d), "numpy": lambda f=np_fn, d=data: f(d)}
@@ -116,12 +168,14 @@ def main():
                 times[who].append(median_us(call, args.runs))
             line = ", ".join(f"{who} {t[-1]:.0f} µs" for who, t in times.items())
             print(f"round {round_ + 1}: {name} {n}²: {line}")
-    print("\n| sequence | size | " + " | ".join(f"{who} µs" for who in next(iter(points.values()))[1]) + " | numpy / fuseblas |" + (" torch / fuseblas |" if torch else ""))
-    print("|---" * (3 + len(next(iter(points.values()))[1]) + (1 if torch else 0)) + "|")
+    who_all = list(next(iter(points.values()))[1])
+    peers = [who for who in who_all if who != "fuseblas"]
+    print("\n| sequence | size | " + " | ".join(f"{who} µs" for who in who_all) + " | " + " | ".join(f"{p} / fuseblas" for p in peers) + " |")
+    print("|---" * (2 + len(who_all) + len(peers)) + "|")
     for (name, n), (_, times) in points.items():
         med = {who: statistics.median(t) for who, t in times.items()}
-        ratios = f" {ratio(times, 'numpy')} |" + (f" {ratio(times, 'torch')} |" if torch else "")
-        print(f"| {name} | {n}² | " + " | ".join(f"{v:.0f}" for v in med.values()) + " |" + ratios)
+        ratios = " | ".join(ratio(times, p) for p in peers)
+        print(f"| {name} | {n}² | " + " | ".join(f"{v:.0f}" for v in med.values()) + f" | {ratios} |")
 
 
 def ratio(times, peer):

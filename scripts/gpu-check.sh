@@ -28,7 +28,9 @@
 #   python     90  fuseblas on the GPU: the wheel carried in target/wheels (pip wheel
 #                  ./crates/fuse-python -w target/wheels) installed in a venv beside this
 #                  Python's PyTorch, its DLPack tests (PyTorch CUDA tensors read in place,
-#                  outputs taken back without a copy) under FUSE_TEST_CUDA=1
+#                  outputs taken back without a copy) under FUSE_TEST_CUDA=1, and
+#                  benches/python-peers.py --device cuda (fuseblas from Python against PyTorch
+#                  eager, torch.compile and jax.jit at 2048² and 8192²)
 # and, after every stage, the report: benches/results/<gpu>-<date>.md (scripts/report.py).
 #
 # Without arguments it runs every stage not done yet, in this order — the numbers the open
@@ -315,7 +317,12 @@ stage_python() {
     "$PYTHON" -m venv --system-site-packages "$venv" || return 1
     "$venv/bin/python" -m pip install --quiet --no-deps --force-reinstall "$wheel" || return 1
     "$venv/bin/python" -c "import pytest, torch" || { echo "pytest and PyTorch are needed beside the wheel"; return 1; }
-    FUSE_TEST_CUDA=1 "$venv/bin/python" -m pytest -q -p no:cacheprovider crates/fuse-python/tests/test_gpu_dlpack.py
+    local status=0
+    FUSE_TEST_CUDA=1 "$venv/bin/python" -m pytest -q -p no:cacheprovider crates/fuse-python/tests/test_gpu_dlpack.py || status=1
+    "$venv/bin/python" benches/python-peers.py --device cuda --sizes 2048,8192 --rounds 3 --runs 20 \
+        >"$RAW/python-peers-cuda.txt" 2>&1 || status=1
+    tail -8 "$RAW/python-peers-cuda.txt"
+    return $status
 }
 
 # --- driver -------------------------------------------------------------------------------------

@@ -11,6 +11,7 @@
 //! precision.
 
 mod executables;
+mod on_device;
 mod options;
 
 use std::fmt;

@@ -1,22 +1,19 @@
-//! Arrays in a device's memory for the script API: a program compiled for a GPU (or for the
-//! emulated device) runs on arrays that are already there — borrowed from their owner without
-//! a copy, as PyTorch's or CuPy's through DLPack — and leaves its outputs there, for the next
-//! program or for the caller to take.
-
-use std::collections::BTreeMap;
+//! Arrays in a device's memory: a program compiled for a GPU (or for the emulated device) runs
+//! on arrays that are already there — borrowed from their owner without a copy, as PyTorch's or
+//! CuPy's through DLPack — and leaves its outputs there, for the next program, a session or the
+//! caller to take (`Compiled::run_on_device`, in the backend).
 
 use cudarc::driver::DevicePtr;
-use fuse_core::data::{input_extents, BindError};
-use fuse_core::{ArrayView, HostArray, Precision};
+use fuse_core::{HostArray, Precision};
 use fuse_cuda::Device;
 
-use super::{resident, Buffer, CudaMemory, Raw, RunTimes};
-use crate::backend::Compiled;
-use crate::error::{Error, Result};
+use super::{Buffer, CudaMemory, Raw};
+use crate::error::Result;
 
 /// An array in the memory of the device a compiled program runs on: an input of
-/// [`Compiled::run_on_device`] (made by [`Compiled::upload`], borrowed with
-/// [`DeviceArray::borrow_cuda`], or an earlier output), or one of its outputs.
+/// [`Compiled::run_on_device`](crate::Compiled::run_on_device) (made by
+/// [`Compiled::upload`](crate::Compiled::upload), borrowed with [`DeviceArray::borrow_cuda`], or
+/// an earlier output), or one of its outputs.
 pub struct DeviceArray {
     buffer: Buffer,
     dims: Vec<usize>,
@@ -25,8 +22,8 @@ pub struct DeviceArray {
 impl DeviceArray {
     /// The `dims` elements (row-major) of `precision` at `pointer` on GPU `ordinal`, borrowed
     /// without a copy: fuse never frees this memory, and writes it only where the array is
-    /// given as an output's storage (it never is by [`Compiled::run_on_device`], which reads
-    /// its inputs).
+    /// given as an output's storage (it never is by
+    /// [`Compiled::run_on_device`](crate::Compiled::run_on_device), which reads its inputs).
     ///
     /// # Safety
     /// `pointer` must address that many elements of an allocation on that GPU which stays
@@ -58,6 +55,11 @@ impl DeviceArray {
     /// Its buffer.
     pub(crate) fn buffer(&self) -> &Buffer {
         &self.buffer
+    }
+
+    /// Its buffer and extents.
+    pub(crate) fn into_parts(self) -> (Buffer, Vec<usize>) {
+        (self.buffer, self.dims)
     }
 
     /// Extents, outermost first.
@@ -98,103 +100,5 @@ impl std::fmt::Debug for DeviceArray {
             None => "the emulated device".to_string(),
         };
         write!(f, "DeviceArray({} {:?} on {place})", self.precision(), self.dims)
-    }
-}
-
-impl Compiled {
-    /// A copy of `array` in the memory of the device this program runs on, for
-    /// [`Compiled::run_on_device`]. An error on a backend that computes on the host.
-    pub fn upload(&self, array: ArrayView<'_>) -> Result<DeviceArray> {
-        let plan = self.device_plan("upload")?;
-        Ok(DeviceArray {
-            buffer: plan.pool().upload(array.data)?,
-            dims: array.dims.to_vec(),
-        })
-    }
-
-    /// Runs on arrays in the device's memory, one per input by name (they stay the caller's;
-    /// a run only reads them), and leaves every output there, by name; with where the time
-    /// went (no uploads or downloads). An array of another device, shape or precision is an
-    /// error naming it; so is a backend that computes on the host.
-    pub fn run_on_device(
-        &self,
-        inputs: &mut BTreeMap<String, DeviceArray>,
-    ) -> Result<(BTreeMap<String, DeviceArray>, RunTimes)> {
-        let plan = self.device_plan("run_on_device")?;
-        let program = self.program();
-        self.check_device_inputs(inputs, plan.pool())?;
-        let mut given = BTreeMap::new();
-        let mut lent = Vec::new();
-        for &v in program.inputs.iter().filter(|v| plan.buffers().contains(v)) {
-            let name = &program.values[v].variable;
-            if let Some(array) = inputs.remove(name) {
-                given.insert(v, array.buffer);
-                lent.push((v, name.clone(), array.dims));
-            }
-        }
-        let ran = resident::run(plan, program, self.sizes(), &mut given);
-        for (v, name, dims) in lent {
-            if let Some(buffer) = given.remove(&v) {
-                inputs.insert(name, DeviceArray { buffer, dims });
-            }
-        }
-        let ran = ran?;
-        let outputs = (ran.outputs.into_iter())
-            .map(|(v, buffer)| {
-                let dims = program.values[v].shape.extents(self.sizes()).unwrap_or_default();
-                (program.values[v].variable.clone(), DeviceArray { buffer, dims })
-            })
-            .collect();
-        let times = RunTimes {
-            compute: ran.compute,
-            ..RunTimes::default()
-        };
-        Ok((outputs, times))
-    }
-
-    fn device_plan(&self, method: &str) -> Result<&dyn super::DevicePlan> {
-        self.device().ok_or_else(|| Error::NotOnGpu {
-            method: method.to_string(),
-            backend: self.backend().to_string(),
-        })
-    }
-
-    /// Every input present, of its extents and precision, on the program's device.
-    fn check_device_inputs(
-        &self,
-        inputs: &BTreeMap<String, DeviceArray>,
-        pool: &std::sync::Arc<super::Pool>,
-    ) -> Result<()> {
-        let program = self.program();
-        for (&v, want) in program.inputs.iter().zip(input_extents(program, self.sizes())) {
-            let name = &program.values[v].variable;
-            let array = inputs.get(name).ok_or_else(|| BindError::Missing(name.clone()))?;
-            if array.dims != want {
-                return Err(BindError::Shape {
-                    name: name.clone(),
-                    got: array.dims.clone().into(),
-                    want: want.into(),
-                    declared: program.values[v].shape.to_string(),
-                    file: program.file.clone(),
-                }
-                .into());
-            }
-            if array.precision() != program.precision {
-                return Err(BindError::Precision {
-                    name: name.clone(),
-                    got: array.precision(),
-                    want: program.precision,
-                }
-                .into());
-            }
-            if !std::sync::Arc::ptr_eq(array.buffer.pool(), pool) {
-                return Err(Error::DeviceMismatch {
-                    name: name.clone(),
-                    array: array.buffer.pool().memory().name(),
-                    program: pool.memory().name(),
-                });
-            }
-        }
-        Ok(())
     }
 }
