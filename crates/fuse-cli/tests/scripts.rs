@@ -64,11 +64,16 @@ fn gpu_check_measures_the_claims_in_its_first_call() {
             "{stage} not in the first call: {plan}"
         );
     }
-    let stages: usize = plan
-        .lines()
-        .map(|l| l.split(": ").nth(1).unwrap_or("").split_whitespace().count())
-        .sum();
-    assert_eq!(stages, 9, "every stage in some call: {plan}");
+    let planned: Vec<&str> = (plan.lines())
+        .flat_map(|l| l.split(": ").nth(1).unwrap_or("").split_whitespace())
+        .collect();
+    let script = std::fs::read_to_string(repo().join("scripts/gpu-check.sh")).unwrap();
+    let all = (script.lines())
+        .find_map(|l| l.strip_prefix("ALL_STAGES=("))
+        .and_then(|l| l.strip_suffix(')'))
+        .expect("gpu-check.sh lists ALL_STAGES");
+    let all: Vec<&str> = all.split_whitespace().collect();
+    assert_eq!(planned, all, "every stage in some call, in order: {plan}");
 }
 
 #[test]
