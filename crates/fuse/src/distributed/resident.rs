@@ -186,8 +186,13 @@ impl<'a> Rank<'a> {
             (Transfer::Slice, _) => Some(src.range(rows.start * columns..rows.end * columns)?),
             (Transfer::KeepOnRoot, _) => (me == 0).then(|| src.range(0..src.len())).transpose()?,
             (transfer, Link::Nccl(nccl)) if transfer != Transfer::AllNorm => {
+                // Every rank holds its result's memory before any enters the collective: a
+                // rank out of memory there would leave the others waiting in it.
+                let mut out = agree(self.comm, nccl_output(transfer, src, &counts, me))?;
                 let nccl = nccl.lock().unwrap_or_else(PoisonError::into_inner);
-                nccl_convert(&nccl, transfer, src, &counts, me)?
+                nccl_convert(&nccl, transfer, src, &mut out, &counts)?;
+                let only_root = matches!(transfer, Transfer::Gather | Transfer::Reduce);
+                (!only_root || me == 0).then_some(out)
             }
             _ => return self.convert_through_host(c, source),
         };
@@ -204,7 +209,11 @@ impl<'a> Rank<'a> {
         let src = device.buffers.remove(&source).ok_or_else(|| missing(plan, source))?;
         let data = device.download(&src);
         device.buffers.insert(source, src);
-        let host = HostArray { dims, data: data? };
+        // Agreed before the collective, like the NCCL path's memory.
+        let host = HostArray {
+            dims,
+            data: agree(self.comm, data)?,
+        };
         if let Some(array) = self.converted(c, &host.view())? {
             let device = self.device()?;
             let buffer = device.upload(&array)?;
@@ -231,39 +240,32 @@ impl<'a> Rank<'a> {
     }
 }
 
-/// `transfer` of `src` through NCCL: the new form's buffer, or `None` where this rank holds none.
-fn nccl_convert(nccl: &Nccl, transfer: Transfer, src: &Buffer, counts: &[usize], me: usize) -> Result<Option<Buffer>> {
+/// The buffer `transfer` of `src` writes into: all of the value for a gather, the sum's
+/// length for a reduction, this rank's block for a reduce-scatter (a copy of `src` for an
+/// in-place sum).
+fn nccl_output(transfer: Transfer, src: &Buffer, counts: &[usize], me: usize) -> Result<Buffer> {
     let (pool, precision) = (src.pool(), src.precision());
-    let made = match transfer {
-        Transfer::AllGather | Transfer::Gather => {
-            let mut all = pool.take(precision, counts.iter().sum())?;
-            let (Raw::Cuda(local), Raw::Cuda(out)) = (src.raw(), all.raw_mut()) else {
-                return Err(crate::device::mismatch());
-            };
-            nccl.all_gather(local, out, counts, precision)?;
-            // NCCL has no gather: rank 0's result is the all-gather's, the others drop theirs.
-            (transfer == Transfer::AllGather || me == 0).then_some(all)
-        }
-        Transfer::AllReduce | Transfer::Reduce => {
-            let mut sum = src.range(0..src.len())?;
-            let Raw::Cuda(data) = sum.raw_mut() else {
-                return Err(crate::device::mismatch());
-            };
-            match transfer {
-                Transfer::AllReduce => nccl.all_reduce_sum(data, precision)?,
-                _ => nccl.reduce_sum(data, precision)?,
-            }
-            (transfer == Transfer::AllReduce || me == 0).then_some(sum)
-        }
-        Transfer::ReduceScatter => {
-            let mut mine = pool.take(precision, counts[me])?;
-            let (Raw::Cuda(data), Raw::Cuda(out)) = (src.raw(), mine.raw_mut()) else {
-                return Err(crate::device::mismatch());
-            };
-            nccl.reduce_scatter_sum(data, out, counts, precision)?;
-            Some(mine)
-        }
-        other => return Err(Error::Internal(format!("{other:?} is not an NCCL collective"))),
+    match transfer {
+        Transfer::AllGather | Transfer::Gather => pool.take(precision, counts.iter().sum()),
+        Transfer::AllReduce | Transfer::Reduce => src.range(0..src.len()),
+        Transfer::ReduceScatter => pool.take(precision, counts[me]),
+        other => Err(Error::Internal(format!("{other:?} is not an NCCL collective"))),
+    }
+}
+
+/// `transfer` of `src` through NCCL into `out` (from [`nccl_output`]). NCCL has no gather: a
+/// gather is an all-gather whose result only rank 0 keeps; likewise a reduce keeps rank 0's.
+fn nccl_convert(nccl: &Nccl, transfer: Transfer, src: &Buffer, out: &mut Buffer, counts: &[usize]) -> Result<()> {
+    let precision = src.precision();
+    let (Raw::Cuda(src), Raw::Cuda(out)) = (src.raw(), out.raw_mut()) else {
+        return Err(crate::device::mismatch());
     };
-    Ok(made)
+    match transfer {
+        Transfer::AllGather | Transfer::Gather => nccl.all_gather(src, out, counts, precision)?,
+        Transfer::AllReduce => nccl.all_reduce_sum(out, precision)?,
+        Transfer::Reduce => nccl.reduce_sum(out, precision)?,
+        Transfer::ReduceScatter => nccl.reduce_scatter_sum(src, out, counts, precision)?,
+        other => return Err(Error::Internal(format!("{other:?} is not an NCCL collective"))),
+    }
+    Ok(())
 }
