@@ -202,6 +202,12 @@ impl Device {
         &self.stream
     }
 
+    /// The GPU's UUID: the same GPU seen by two processes has the same one.
+    pub fn uuid(&self) -> Result<[u8; 16], CudaError> {
+        let uuid = self.context.uuid().map_err(driver("cuDeviceGetUuid"))?;
+        Ok(uuid.bytes.map(|b| b as u8))
+    }
+
     /// Bytes of device memory free now.
     pub fn free_bytes(&self) -> Result<u64, CudaError> {
         let (free, _) = self.context.mem_get_info().map_err(driver("cuMemGetInfo"))?;

@@ -31,8 +31,8 @@ pub enum Link {
 }
 
 impl Link {
-    /// The link for a run of `compiled` on `backend` over `comm`: NCCL where every rank runs on
-    /// a GPU and loads libnccl, else the host. Collective: every rank must call it.
+    /// The link for runs on `backend` over `comm`: NCCL where every rank runs on a GPU of its
+    /// own and loads libnccl, else the host. Collective: every rank must call it.
     pub(super) fn new(comm: &dyn Communicator, backend: &Backend) -> Result<Link> {
         let Backend::Cuda { device } = *backend else {
             return Ok(Link::Host {
@@ -47,6 +47,13 @@ impl Link {
         if let Some(rank) = everywhere.iter().position(|&ok| ok == 0) {
             return Ok(Link::Host {
                 why: format!("rank {rank} has no NCCL"),
+            });
+        }
+        let uuid = Device::open(device).and_then(|d| d.uuid()).map_err(Error::from);
+        let uuids = all_gather_bytes(comm, agree(comm, uuid)?.to_vec())?;
+        if (1..uuids.len()).any(|r| uuids[..r].contains(&uuids[r])) {
+            return Ok(Link::Host {
+                why: "ranks share a GPU, and NCCL needs one GPU per rank".to_string(),
             });
         }
         let made = match comm.rank() {
@@ -66,6 +73,18 @@ impl Link {
             Link::Host { why } => format!("through the host ({why})"),
         }
     }
+}
+
+/// Every rank's `bytes`, in rank order, on every rank (one broadcast per rank: for a few
+/// bytes when a link is made).
+fn all_gather_bytes(comm: &dyn Communicator, bytes: Vec<u8>) -> Result<Vec<Vec<u8>>> {
+    (0..comm.ranks())
+        .map(|root| {
+            let mut data = if root == comm.rank() { bytes.clone() } else { Vec::new() };
+            comm.broadcast_bytes(root, &mut data)?;
+            Ok(data)
+        })
+        .collect()
 }
 
 /// A rank's forms on the device, and what crossed between host and device for them.
