@@ -90,6 +90,10 @@ fn arrays_that_do_not_fit_are_refused_by_name() {
         "{err}"
     );
     assert_eq!(inputs.len(), 3, "a refused run gives every input back");
+    inputs.insert("pp".into(), upload(vec![n]));
+    let err = compiled.run_on_device(&mut inputs).unwrap_err().to_string();
+    assert!(err.contains("`pp` is not an input of bicgk"), "{err}");
+    inputs.remove("pp");
     let on_cpu = bicgk(&Backend::Cpu);
     let err = on_cpu.run_on_device(&mut inputs).unwrap_err();
     assert!(matches!(err, Error::NotOnGpu { .. }), "{err}");

@@ -276,7 +276,7 @@ impl Compiled {
 
     /// [`Compiled::run_views`], and where the time went (see [`Compiled::run_timed`]).
     pub fn run_views_timed(&self, inputs: &Views) -> Result<(Outputs, RunTimes)> {
-        self.check_names(inputs)?;
+        self.check_names(inputs.keys())?;
         check_inputs(&self.program, &self.sizes, inputs)?;
         if !self.executable.provisioned() {
             self.check_run_memory()?;
@@ -381,10 +381,11 @@ impl Compiled {
     }
 
     /// Rejects a binding that names no input: a misspelt name would otherwise be ignored.
-    fn check_names(&self, inputs: &Views) -> Result<()> {
+    /// Every name given is an input of the program (a typo would otherwise be ignored).
+    fn check_names<'n>(&self, mut given: impl Iterator<Item = &'n String>) -> Result<()> {
         let p = &self.program;
         let names: Vec<&str> = p.inputs.iter().map(|&v| p.values[v].variable.as_str()).collect();
-        match inputs.keys().find(|k| !names.contains(&k.as_str())) {
+        match given.find(|k| !names.contains(&k.as_str())) {
             Some(name) => Err(Error::UnknownInput {
                 name: name.clone(),
                 program: p.name.clone(),

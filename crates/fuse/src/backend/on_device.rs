@@ -70,6 +70,7 @@ impl Compiled {
 
     /// Every input present, of its extents and precision, on the program's device.
     fn check_device_inputs(&self, inputs: &BTreeMap<String, DeviceArray>, pool: &Arc<Pool>) -> Result<()> {
+        self.check_names(inputs.keys())?;
         let program = self.program();
         for (&v, want) in program.inputs.iter().zip(input_extents(program, self.sizes())) {
             let name = &program.values[v].variable;

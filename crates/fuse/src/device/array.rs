@@ -8,7 +8,7 @@ use fuse_core::{HostArray, Precision};
 use fuse_cuda::Device;
 
 use super::{Buffer, CudaMemory, Raw};
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// An array in the memory of the device a compiled program runs on: an input of
 /// [`Compiled::run_on_device`](crate::Compiled::run_on_device) (made by
@@ -36,11 +36,15 @@ impl DeviceArray {
         dims: Vec<usize>,
         precision: Precision,
     ) -> Result<DeviceArray> {
-        let len = dims.iter().product::<usize>();
+        let bytes = (dims
+            .iter()
+            .try_fold(precision.bytes() as usize, |n, &d| n.checked_mul(d)))
+        .ok_or_else(|| Error::Internal(format!("an array of extents {dims:?} is larger than memory")))?;
+        let len = bytes / precision.bytes() as usize;
         let device = Device::open(ordinal)?;
         let pool = CudaMemory::pool(&device)?;
         // SAFETY: the caller's promise; the buffer gives the slice up rather than free it.
-        let slice = unsafe { device.borrow(pointer, (precision.bytes() as usize) * len) };
+        let slice = unsafe { device.borrow(pointer, bytes) };
         Ok(DeviceArray {
             buffer: pool.borrow(Raw::Cuda(slice), precision, len),
             dims,
