@@ -291,10 +291,11 @@ impl Program {
             inputs.insert(name, array);
             owners.push(owner);
         }
-        let (outputs, _) = py.detach(|| compiled.run_on_device(&mut inputs)).py_err()?;
+        let (mut outputs, _) = py.detach(|| compiled.run_on_device(&mut inputs)).py_err()?;
         drop((inputs, owners)); // the producers' arrays are theirs again
         let result = PyDict::new(py);
-        for (name, array) in outputs {
+        for name in self.outputs() {
+            let Some(array) = outputs.remove(&name) else { continue };
             match array.dims().is_empty() {
                 true => result.set_item(&name, to_python(py, array.to_host().py_err()?)?)?,
                 false => result.set_item(&name, GpuArray::new(array)?)?,
