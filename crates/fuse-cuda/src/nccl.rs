@@ -23,6 +23,7 @@ pub const ID_BYTES: usize = 128;
 /// One rank's NCCL communicator, on the stream of its [`Device`].
 pub struct Nccl {
     comm: Comm,
+    device: Device,
 }
 
 // SAFETY: an NCCL communicator may be used from any thread as long as no two threads use it at
@@ -42,11 +43,16 @@ impl Nccl {
     /// all have.
     pub fn join(device: &Device, rank: usize, ranks: usize, id: &[u8]) -> Result<Nccl, CudaError> {
         probe::nccl()?;
+        // NCCL takes the GPU of the communicator from the thread's current context.
+        bind(device)?;
         let internal: [c_char; ID_BYTES] = (id.iter().map(|&b| b as c_char).collect::<Vec<_>>().try_into())
             .map_err(|_| CudaError::Unsupported(format!("an NCCL id of {} bytes, not {ID_BYTES}", id.len())))?;
         let comm = Comm::from_rank(device.stream().clone(), rank, ranks, Id::uninit(internal))
             .map_err(nccl("ncclCommInitRank"))?;
-        Ok(Nccl { comm })
+        Ok(Nccl {
+            comm,
+            device: device.clone(),
+        })
     }
 
     /// This rank.
@@ -61,6 +67,7 @@ impl Nccl {
 
     /// The element-wise sum of every rank's `data` (elements of `precision`), in place.
     pub fn all_reduce_sum(&self, data: &mut CudaSlice<u8>, precision: Precision) -> Result<(), CudaError> {
+        bind(&self.device)?;
         on_precision!(precision, T => {
             let mut view = typed_mut::<T>(data)?;
             self.comm
@@ -72,6 +79,7 @@ impl Nccl {
 
     /// The element-wise sum into `data` on rank 0 (the others' `data` is left as it was).
     pub fn reduce_sum(&self, data: &mut CudaSlice<u8>, precision: Precision) -> Result<(), CudaError> {
+        bind(&self.device)?;
         on_precision!(precision, T => {
             let mut view = typed_mut::<T>(data)?;
             self.comm
@@ -89,6 +97,7 @@ impl Nccl {
         counts: &[usize],
         precision: Precision,
     ) -> Result<(), CudaError> {
+        bind(&self.device)?;
         on_precision!(precision, T => {
             let local = typed::<T>(local)?;
             let mut all = typed_mut::<T>(all)?;
@@ -116,6 +125,7 @@ impl Nccl {
         counts: &[usize],
         precision: Precision,
     ) -> Result<(), CudaError> {
+        bind(&self.device)?;
         on_precision!(precision, T => {
             let data = typed::<T>(data)?;
             let mut mine = typed_mut::<T>(mine)?;
@@ -134,6 +144,14 @@ impl Nccl {
         });
         Ok(())
     }
+}
+
+/// Makes `device`'s context current on this thread (a session may move between threads).
+fn bind(device: &Device) -> Result<(), CudaError> {
+    device
+        .context()
+        .bind_to_thread()
+        .map_err(crate::error::driver("cuCtxSetCurrent"))
 }
 
 /// Runs `$body` with `$t` the element type of `$precision`.
