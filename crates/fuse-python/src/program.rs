@@ -222,7 +222,12 @@ impl Program {
             // once more, into the interpreter's f64 arrays or the emulated device's buffers).
             Backend::Reference | Backend::Emulate => {
                 let owned: Bindings = views.iter().map(|(name, a)| (name.clone(), a.to_owned())).collect();
-                interruptible(py, move || compiled.run(&owned.into()))?
+                let note = format!(
+                    "running {} on {} (slow: a test backend)",
+                    compiled.program().name,
+                    self.backend
+                );
+                interruptible(py, &note, move || compiled.run(&owned.into()))?
             }
             _ => py.detach(|| compiled.run_views(&views)),
         }
@@ -323,7 +328,12 @@ impl Program {
         }
         let (script, backend, options) = (Arc::clone(&self.script), self.backend.clone(), self.options.clone());
         let overrides: Vec<(String, usize)> = sizes.iter().map(|(k, v)| (k.to_string(), v)).collect();
-        let compiled = interruptible(py, move || {
+        let note = format!(
+            "compiling {} for {} at {sizes} (on a GPU the first compile of a program takes seconds; it is cached on disk)",
+            self.name(),
+            self.backend
+        );
+        let compiled = interruptible(py, &note, move || {
             let sizes = script.program().bind_sizes(&overrides)?;
             backend.compile_with(script.program(), &sizes, &options)
         })?

@@ -59,6 +59,12 @@ enum Handles {
 
 type Shared = Arc<Mutex<Sessions>>;
 
+/// What a flush that takes long is doing.
+fn flush_note(shared: &Shared) -> String {
+    let backend = lock(shared).backend.to_string();
+    format!("a session flush on {backend} is compiling or running its calls (a new program compiles first: seconds on a GPU, cached on disk)")
+}
+
 fn lock(shared: &Shared) -> MutexGuard<'_, Sessions> {
     // A panic inside fuse while the sessions were held leaves them as consistent as an error.
     shared.lock().unwrap_or_else(|e| e.into_inner())
@@ -196,7 +202,8 @@ impl Session {
     /// Runs every recorded call that a held value depends on.
     fn flush(&self, py: Python<'_>) -> PyResult<()> {
         let shared = Arc::clone(&self.shared);
-        interruptible(py, move || {
+        let note = flush_note(&shared);
+        interruptible(py, &note, move || {
             let sessions = lock(&shared);
             sessions.f32.as_ref().map_or(Ok(()), |s| s.flush())?;
             sessions.f64.as_ref().map_or(Ok(()), |s| s.flush())
@@ -350,7 +357,8 @@ impl Value {
     /// Runs the recorded calls first if it is not computed yet (Ctrl-C answered).
     fn read(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         let (shared, handle) = (Arc::clone(&self.shared), self.handle.clone());
-        let array = interruptible(py, move || {
+        let note = flush_note(&shared);
+        let array = interruptible(py, &note, move || {
             let mut sessions = lock(&shared);
             match handle {
                 Handles::F32(h) => read::<f32>(&mut sessions, &h),

@@ -352,3 +352,18 @@ def test_a_thousand_calls_leak_neither_references_nor_memory():
     assert len(gc.get_objects()) - objects < 50
     # Each call returns 2 KiB of outputs: a leak of them or of the inputs' views would show.
     assert resident() - before < 4 << 20
+
+
+def test_work_that_takes_long_says_what_it_is_on_the_fuseblas_logger(caplog):
+    fuseblas._core._set_note_after_ms(0)  # every note at once, instead of after a second
+    try:
+        with caplog.at_level("INFO", logger="fuseblas"):
+            program = fuseblas.compile(SCRIPTS / "bicgk.yaml", backend="cpu", sizes={"m": 33, "n": 17})
+            s = fuseblas.Session(backend="cpu")
+            np.asarray(s.gemv(s.array(np.ones((3, 2))), s.array(np.ones(2))))
+    finally:
+        fuseblas._core._set_note_after_ms(1000)
+    notes = [r.getMessage() for r in caplog.records if r.name == "fuseblas"]
+    assert any(n.startswith("compiling bicgk for cpu at m=33 n=17") for n in notes), notes
+    assert any(n.startswith("a session flush on cpu is compiling or running") for n in notes), notes
+    assert program.name == "bicgk"

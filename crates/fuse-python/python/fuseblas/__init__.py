@@ -79,7 +79,8 @@ def compile(
     interpreter fuse is tested against). ``sizes`` fixes size symbols (``{"m": 1000}``);
     every other size comes from the shapes of the arrays of each call, else the script's
     defaults. Where ``sizes`` fixes them all, the script is compiled now; otherwise on the
-    first call at each new set of sizes. ``threads`` sets the CPU backend's threads (default:
+    first call at each new set of sizes. A compile that takes more than a second (a first
+    compile on a GPU: NVRTC, then cached on disk) says so on the ``fuseblas`` logger at INFO. ``threads`` sets the CPU backend's threads (default:
     ``FUSE_NUM_THREADS``, else every core the process may use).
 
     Raises :class:`ScriptError` for a malformed script, with its file, line and column.
