@@ -320,8 +320,8 @@ stage_python() {
     local status=0
     FUSE_TEST_CUDA=1 "$venv/bin/python" -m pytest -q -p no:cacheprovider crates/fuse-python/tests/test_gpu_dlpack.py || status=1
     "$venv/bin/python" benches/python-peers.py --device cuda --sizes 2048,8192 --rounds 3 --runs 20 \
-        >"$RAW/python-peers-cuda.txt" 2>&1 || status=1
-    tail -8 "$RAW/python-peers-cuda.txt"
+        >"$RAW/python-peers-cuda.log" 2>&1 || status=1
+    tail -8 "$RAW/python-peers-cuda.log"
     return $status
 }
 

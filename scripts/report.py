@@ -21,7 +21,7 @@ import sys
 SPEEDUP_TARGETS = {"bicgk": 1.8, "gemver": 2.5, "axpydot": 1.8, "waxpby": 1.8, "vadd": 1.8}
 COPY_TARGET = 85.0
 FIRST_PLAN_TARGET = 95.0
-STAGES = ["env", "selftest", "sanitize", "calibrate", "bench", "tune", "peers", "solver", "ncu"]
+STAGES = ["env", "selftest", "sanitize", "calibrate", "bench", "tune", "peers", "solver", "ncu", "python"]
 # Time per BiCG iteration at most this many times its kernels' time (data resident on the GPU).
 SOLVER_OVERHEAD_TARGET = 1.3
 
@@ -177,6 +177,10 @@ def solver_section(raw):
         wall, compute = float(timing.group(1)), float(timing.group(2))
         ratio = wall / compute if compute else float("inf")
         torch, cupy = peers.get((n, precision, "torch")), peers.get((n, precision, "cupy"))
+        if "nccl" in path.name:
+            lines.append(f"| {n} | {precision}, one rank (NCCL) | {wall:.3f} | {compute:.3f} | {ratio:.2f}× | | |")
+            misses += nccl_misses(text, n, precision)
+            continue
         lines.append(f"| {n} | {precision} | {wall:.3f} | {compute:.3f} | {ratio:.2f}× | {fmt(torch, '.3f')} | {fmt(cupy, '.3f')} |")
         if ratio > SOLVER_OVERHEAD_TARGET:
             misses.append(f"BiCG n={n} {precision}: {ratio:.2f}× its kernels' time, target {SOLVER_OVERHEAD_TARGET}×")
@@ -184,6 +188,25 @@ def solver_section(raw):
             misses.append(f"BiCG n={n} {precision}: {wall:.3f} ms per iteration, PyTorch {torch:.3f} ms")
     lines += ["", "Targets missed:", ""] + ([f"- {m}" for m in misses] or ["- none"]) + [""]
     return "\n".join(lines)
+
+
+MOVED = re.compile(r"(\d+) B to / (\d+) B from the device")
+# Bytes an iteration of a distributed session on a GPU may move between host and device with
+# NCCL: the scalars it reads, nothing else.
+NCCL_MOVED_TARGET = 256
+
+
+def nccl_misses(text, n, precision):
+    """What the one-rank distributed BiCG run misses: NCCL not used, or vectors crossing."""
+    misses = []
+    if "collectives: NCCL between GPUs" not in text:
+        said = next((line for line in text.splitlines() if line.startswith("collectives:")), "no collectives line")
+        misses.append(f"BiCG n={n} {precision} over one rank: not through NCCL ({said})")
+    moved = [int(a) + int(b) for a, b in MOVED.findall(text)[3:]]
+    if moved and max(moved) > NCCL_MOVED_TARGET:
+        misses.append(f"BiCG n={n} {precision} over one rank: {max(moved)} B an iteration between host and "
+                      f"device, target {NCCL_MOVED_TARGET} B (scalars only)")
+    return misses
 
 
 def raw_sections(raw):

@@ -92,7 +92,29 @@ fn the_report_checks_the_targets() {
         "sizes": {"m": 8192, "n": 8192}, "framework": "jax.jit", "us": 95.0, "kernels": 2}]}"#;
     std::fs::write(raw.join("peers.json"), peers).unwrap();
     std::fs::write(raw.join("selftest.log"), "selftest: 1 plans checked: 1 ok, 0 failed\n").unwrap();
+    // A one-rank distributed BiCG whose collectives went through the host: vectors crossed.
+    let iteration = |k: usize| {
+        format!("iteration {k:3}  ‖r‖/‖b‖ = 1e-3  1.000 ms (compute 0.900 ms, 65536 B to / 65560 B from the device)\n")
+    };
+    let nccl_log = format!(
+        "BiCG, n = 8192, f64, backend cuda\n{}collectives: through the host (NCCL not found)\n\
+         time per iteration (median of iterations 4–5): 1.000 ms, of which compute 0.900 ms (1.11× the compute)\n",
+        (1..=5).map(iteration).collect::<String>()
+    );
+    std::fs::write(raw.join("solver-nccl-8192-f64.log"), nccl_log).unwrap();
     let report = ok(&run(&python(), &["scripts/report.py", raw.to_str().unwrap()]));
+    assert!(
+        report.contains("| 8192 | f64, one rank (NCCL) | 1.000 | 0.900 | 1.11× |"),
+        "{report}"
+    );
+    assert!(
+        report.contains("over one rank: not through NCCL (collectives: through the host (NCCL not found))"),
+        "{report}"
+    );
+    assert!(
+        report.contains("over one rank: 131096 B an iteration between host and device, target 256 B"),
+        "{report}"
+    );
     assert!(
         report.contains("| bicgk | m=8192 n=8192 | 100.0 | 150.0 | 1.50× | 90.0 |"),
         "{report}"
