@@ -125,7 +125,9 @@ setup_environment() {
         # shellcheck disable=SC2086
         nccl2=$(find_lib libnccl.so.2 $candidates /usr/lib/x86_64-linux-gnu)
         if [ -n "$nccl2" ]; then
+            # A folder of our own (mktemp: not one another user could have made), gone at exit.
             NCCL_DIR=$(mktemp -d "${TMPDIR:-/tmp}/fuse-nccl.XXXXXX")
+            trap 'rm -rf "$NCCL_DIR"' EXIT
             ln -s "$nccl2/libnccl.so.2" "$NCCL_DIR/libnccl.so"
         fi
     fi
