@@ -30,7 +30,8 @@
 #                  Python's PyTorch, its DLPack tests (PyTorch CUDA tensors read in place,
 #                  outputs taken back without a copy) under FUSE_TEST_CUDA=1, and
 #                  benches/python-peers.py --device cuda (fuseblas from Python against PyTorch
-#                  eager, torch.compile and jax.jit at 2048² and 8192²)
+#                  eager, torch.compile and jax.jit at 2048² and 8192²), and the BiCG example
+#                  from Python at 8192² f64
 # and, after every stage, the report: benches/results/<gpu>-<date>.md (scripts/report.py).
 #
 # Without arguments it runs every stage not done yet, in this order — the numbers the open
@@ -324,6 +325,10 @@ stage_python() {
     "$venv/bin/python" benches/python-peers.py --device cuda --sizes 2048,8192 --rounds 3 --runs 20 \
         >"$RAW/python-peers-cuda.log" 2>&1 || status=1
     tail -8 "$RAW/python-peers-cuda.log"
+    # The BiCG example from Python on the GPU (its Rust twin and PyTorch/CuPy: the solver stage).
+    "$venv/bin/python" examples/python/bicg.py 8192 --backend cuda --iterations 30 --no-stop \
+        >"$RAW/python-bicg-8192-f64.log" 2>&1 || status=1
+    tail -2 "$RAW/python-bicg-8192-f64.log"
     return $status
 }
 
