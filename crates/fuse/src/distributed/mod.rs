@@ -10,6 +10,10 @@
 //! makes every rank return the same [`Error::Rank`] at the next agreement point, so no rank is
 //! left waiting in a collective: agreements follow compiling, reading and every segment.
 //!
+//! Where the local backend runs on a device (a GPU, or the emulated one), each rank's forms stay
+//! in device memory from segment to segment and the conversions move device buffers: between
+//! GPUs through NCCL, else through the host and the communicator ([`Link`], in `resident.rs`).
+//!
 //! ```
 //! use fuse::distributed::{run, LocalRanks};
 //! use fuse::{Backend, Bindings, CompileOptions, Library};
