@@ -179,7 +179,9 @@ pub(crate) fn import(
     ordinal: usize,
 ) -> PyResult<Imported> {
     let request = ImportRequest::new(object.as_borrowed())?;
-    let owner = request.import(Some(&LegacyDefaultStream), Some(false))?;
+    // No `copy` argument: producers that predate it (DLPack < 1.0) would refuse it, and none
+    // copies GPU memory unasked.
+    let owner = request.import(Some(&LegacyDefaultStream), None)?;
     let tensor = owner
         .validate()
         .map_err(|e| input_error(format!("{what}: not a valid DLPack tensor ({e})")))?;
