@@ -30,10 +30,7 @@ impl Rank<'_> {
     /// `c.to` made from `src` on the host: `None` where this rank holds no such form.
     pub(super) fn converted(&self, c: &Conversion, src: &ArrayView) -> Result<Option<HostArray>> {
         let (comm, ranks, me) = (self.comm, self.comm.ranks(), self.comm.rank());
-        let whole = (self.plan.program.values[c.to.value].shape.extents(self.sizes))
-            .ok_or_else(|| Error::Internal(format!("no sizes for `{}`", self.plan.name(c.to))))?;
-        let columns: usize = whole.iter().skip(1).product();
-        let counts = self.blocks.counts(columns);
+        let (whole, counts) = (self.whole_dims(c.to)?, self.counts(c.to)?);
         let with = |data: HostData, dims: &[usize]| HostArray {
             dims: dims.to_vec(),
             data,

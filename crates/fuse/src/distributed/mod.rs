@@ -292,10 +292,7 @@ impl RankProgram {
                 _ => None,
             })
             .collect();
-        let device = rank
-            .on_device
-            .as_mut()
-            .ok_or_else(|| Error::Internal("a host program run on a device".into()))?;
+        let device = rank.device()?;
         for &form in &reads {
             let name = &self.plan.program.values[form.value].variable;
             if let Some(buffer) = given.remove(name) {
@@ -303,10 +300,7 @@ impl RankProgram {
             }
         }
         let ran = self.steps(&mut rank);
-        let device = rank
-            .on_device
-            .as_mut()
-            .ok_or_else(|| Error::Internal("lost the device".into()))?;
+        let device = rank.device()?;
         for &form in &reads {
             if let Some(buffer) = device.buffers.remove(&form) {
                 given.insert(self.plan.program.values[form.value].variable.clone(), buffer);
@@ -384,11 +378,7 @@ impl RankProgram {
             let outputs = rank.run_segment_on_device(k, &self.compiled[k]);
             times.compute += started.elapsed();
             let outputs = agree(rank.comm, outputs)?;
-            let device = rank
-                .on_device
-                .as_mut()
-                .ok_or_else(|| Error::Internal("lost the device".into()))?;
-            device.buffers.extend(forms.iter().copied().zip(outputs));
+            rank.device()?.buffers.extend(forms.iter().copied().zip(outputs));
         } else {
             let outputs = rank.run_segment(k, &self.compiled[k]);
             times.compute += started.elapsed();
@@ -498,9 +488,31 @@ impl<'a> Rank<'a> {
 
     /// Zeros in the local shape of `form`.
     fn zeros(&self, form: LocalValue) -> Result<HostArray> {
-        let dims = (self.plan.local_shape(form).extents(&self.local_sizes()))
-            .ok_or_else(|| Error::Internal(format!("no sizes for `{}`", self.plan.name(form))))?;
-        convert::zeros(self.plan.program.precision, dims)
+        convert::zeros(self.plan.program.precision, self.local_dims(form)?)
+    }
+
+    /// The extents of this rank's `form`.
+    fn local_dims(&self, form: LocalValue) -> Result<Vec<usize>> {
+        (self.plan.local_shape(form).extents(&self.local_sizes())).ok_or_else(|| self.no_sizes(form))
+    }
+
+    /// Elements of this rank's `form`.
+    fn local_len(&self, form: LocalValue) -> Result<usize> {
+        Ok(self.local_dims(form)?.iter().product())
+    }
+
+    /// The extents of all of `form`'s value.
+    fn whole_dims(&self, form: LocalValue) -> Result<Vec<usize>> {
+        (self.plan.program.values[form.value].shape.extents(self.sizes)).ok_or_else(|| self.no_sizes(form))
+    }
+
+    /// Elements of each rank's row block of `form`'s value.
+    fn counts(&self, form: LocalValue) -> Result<Vec<usize>> {
+        Ok(self.blocks.counts(self.whole_dims(form)?.iter().skip(1).product()))
+    }
+
+    fn no_sizes(&self, form: LocalValue) -> Error {
+        Error::Internal(format!("no sizes for `{}`", self.plan.name(form)))
     }
 
     /// Runs segment `k`; its outputs in the order of its program's outputs.

@@ -117,7 +117,8 @@ pub(super) fn device_pool(compiled: &[Compiled]) -> Option<Arc<Pool>> {
 }
 
 impl<'a> Rank<'a> {
-    fn device(&mut self) -> Result<&mut OnDevice<'a>> {
+    /// The rank's forms on the device (an error in a run on the host).
+    pub(super) fn device(&mut self) -> Result<&mut OnDevice<'a>> {
         let on = self.on_device.as_mut();
         on.ok_or_else(|| Error::Internal("a device step of a run on the host".into()))
     }
@@ -196,18 +197,16 @@ impl<'a> Rank<'a> {
         let rows = self.blocks.range(me);
         let columns: usize = self.local_dims(source)?.iter().skip(1).product();
         let counts = self.counts(c.to)?;
-        let device = self
-            .on_device
-            .as_mut()
-            .ok_or_else(|| Error::Internal("no device".into()))?;
-        let src = device.buffers.get(&source).ok_or_else(|| missing(self.plan, source))?;
+        let (plan, comm) = (self.plan, self.comm);
+        let device = self.device()?;
+        let src = device.buffers.get(&source).ok_or_else(|| missing(plan, source))?;
         let made = match (c.transfer, device.link) {
             (Transfer::Slice, _) => Some(src.range(rows.start * columns..rows.end * columns)?),
             (Transfer::KeepOnRoot, _) => (me == 0).then(|| src.range(0..src.len())).transpose()?,
             (transfer, Link::Nccl(nccl)) if transfer != Transfer::AllNorm => {
                 // Every rank holds its result's memory before any enters the collective: a
                 // rank out of memory there would leave the others waiting in it.
-                let mut out = agree(self.comm, nccl_output(transfer, src, &counts, me))?;
+                let mut out = agree(comm, nccl_output(transfer, src, &counts, me))?;
                 let nccl = nccl.lock().unwrap_or_else(PoisonError::into_inner);
                 nccl_convert(&nccl, transfer, src, &mut out, &counts)?;
                 let only_root = matches!(transfer, Transfer::Gather | Transfer::Reduce);
@@ -239,23 +238,6 @@ impl<'a> Rank<'a> {
             device.buffers.insert(c.to, buffer);
         }
         Ok(())
-    }
-
-    /// The extents of this rank's `form`.
-    fn local_dims(&self, form: LocalValue) -> Result<Vec<usize>> {
-        (self.plan.local_shape(form).extents(&self.local_sizes()))
-            .ok_or_else(|| Error::Internal(format!("no sizes for `{}`", self.plan.name(form))))
-    }
-
-    pub(super) fn local_len(&self, form: LocalValue) -> Result<usize> {
-        Ok(self.local_dims(form)?.iter().product())
-    }
-
-    /// Elements of each rank's row block of `form`'s value.
-    fn counts(&self, form: LocalValue) -> Result<Vec<usize>> {
-        let whole = (self.plan.program.values[form.value].shape.extents(self.sizes))
-            .ok_or_else(|| Error::Internal(format!("no sizes for `{}`", self.plan.name(form))))?;
-        Ok(self.blocks.counts(whole.iter().skip(1).product()))
     }
 }
 
