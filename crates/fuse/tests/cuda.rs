@@ -2,7 +2,10 @@
 //! `Error::Cuda` saying so (never a panic); on a GPU, behind `FUSE_TEST_CUDA=1`, the script API
 //! and a lazy session on it match the reference.
 
+mod gpu;
+
 use fuse::{Backend, Error, Inputs, Script, Session};
+use gpu::gpu_tests_on;
 
 const BICGK: &str = "
 precision: f64
@@ -51,8 +54,7 @@ fn without_a_gpu_compiling_for_cuda_says_so() {
 
 #[test]
 fn on_a_gpu_scripts_and_sessions_match_the_reference() {
-    if std::env::var("FUSE_TEST_CUDA").map_or(true, |v| v != "1") {
-        eprintln!("on_a_gpu_scripts_and_sessions_match_the_reference: skipped — set FUSE_TEST_CUDA=1 on a machine with an NVIDIA GPU");
+    if !gpu_tests_on("on_a_gpu_scripts_and_sessions_match_the_reference") {
         return;
     }
     let script = Script::from_str("bicgk.yaml", BICGK).unwrap();
@@ -94,8 +96,7 @@ fn exchanging_gpu_memory_needs_a_session_on_the_gpu() {
 /// a copy, the result comes back as device memory, and nothing but the result's read crosses.
 #[test]
 fn on_a_gpu_device_memory_goes_in_and_out_without_the_host() {
-    if std::env::var("FUSE_TEST_CUDA").map_or(true, |v| v != "1") {
-        eprintln!("on_a_gpu_device_memory_goes_in_and_out_without_the_host: skipped — set FUSE_TEST_CUDA=1 on a machine with an NVIDIA GPU");
+    if !gpu_tests_on("on_a_gpu_device_memory_goes_in_and_out_without_the_host") {
         return;
     }
     let (m, n) = (67, 45);
@@ -129,8 +130,7 @@ fn on_a_gpu_device_memory_goes_in_and_out_without_the_host() {
 /// goes up and only the values read come down — the matrix stays on the GPU.
 #[test]
 fn on_a_gpu_a_distributed_session_keeps_its_rows_there_and_sums_through_nccl() {
-    if std::env::var("FUSE_TEST_CUDA").map_or(true, |v| v != "1") {
-        eprintln!("on_a_gpu_a_distributed_session_keeps_its_rows_there_and_sums_through_nccl: skipped — set FUSE_TEST_CUDA=1 on a machine with an NVIDIA GPU");
+    if !gpu_tests_on("on_a_gpu_a_distributed_session_keeps_its_rows_there_and_sums_through_nccl") {
         return;
     }
     let (m, n) = (67, 45);

@@ -3,11 +3,14 @@
 //! refuses arrays that do not fit with the error naming them; on a GPU (`FUSE_TEST_CUDA=1`) it
 //! also runs on memory borrowed from another library, which stays that library's.
 
+mod gpu;
+
 use std::collections::BTreeMap;
 
 use fuse::stages::fuse_core::reference::evaluate;
 use fuse::stages::fuse_core::{ArrayView, DataView};
 use fuse::{Backend, Compiled, DeviceArray, Error, HostArray, Script};
+use gpu::gpu_tests_on;
 
 /// The bundled BiCGK (f32) at 67 × 45 on `backend`.
 fn bicgk(backend: &Backend) -> Compiled {
@@ -105,8 +108,7 @@ fn arrays_that_do_not_fit_are_refused_by_name() {
 /// has dropped its arrays, the owner's buffers are intact and still allocated.
 #[test]
 fn on_a_gpu_a_script_runs_on_borrowed_device_memory() {
-    if std::env::var("FUSE_TEST_CUDA").map_or(true, |v| v != "1") {
-        eprintln!("on_a_gpu_a_script_runs_on_borrowed_device_memory: skipped — set FUSE_TEST_CUDA=1 on a machine with an NVIDIA GPU");
+    if !gpu_tests_on("on_a_gpu_a_script_runs_on_borrowed_device_memory") {
         return;
     }
     use fuse::cudarc::driver::DevicePtr;
