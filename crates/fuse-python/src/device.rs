@@ -15,7 +15,7 @@ use dlpark::python::{
     export_dlpack, DlpackExporter, DlpackStream, ExportRequest, ImportRequest, ImportedDlpack, StreamArg,
 };
 use dlpark::{DlpackFlags, Managed, ManagedTensorBase};
-use fuse::{DeviceArray, Precision};
+use fuse::{Backend, DeviceArray, Precision};
 use pyo3::prelude::*;
 
 use crate::errors::{input_error, IntoPy};
@@ -169,15 +169,23 @@ pub(crate) struct Imported {
     pub(crate) owner: ImportedDlpack,
 }
 
-/// `object` (a CUDA array with `__dlpack__`) as a borrowed device array: C-contiguous, on GPU
-/// `ordinal`, float32 or float64 (`want`'s where given), without a copy; anything else is an
-/// `InputError` naming `what`.
+/// `object` (a CUDA array with `__dlpack__`, on GPU `ordinal`) as a borrowed device array for a
+/// program or session (`holder`) that runs on `backend`, which must be that GPU: C-contiguous,
+/// float32 or float64 (`want`'s where given), without a copy; anything else is an `InputError`
+/// naming `what`.
 pub(crate) fn import(
     object: &Bound<'_, PyAny>,
     what: &str,
     want: Option<Precision>,
     ordinal: usize,
+    (backend, holder): (&Backend, &str),
 ) -> PyResult<Imported> {
+    if *backend != (Backend::Cuda { device: ordinal }) {
+        return Err(input_error(format!(
+            "{what} is in the memory of cuda:{ordinal}, but this {holder} runs on {backend}: make it with \
+             backend=\"cuda:{ordinal}\" to use GPU arrays in place"
+        )));
+    }
     let request = ImportRequest::new(object.as_borrowed())?;
     // No `copy` argument: producers that predate it (DLPack < 1.0) would refuse it, and none
     // copies GPU memory unasked.

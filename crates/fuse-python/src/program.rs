@@ -254,16 +254,15 @@ impl Program {
         let precision = self.script.program().precision;
         let mut imported = Vec::with_capacity(on_gpu.len());
         for (name, object, ordinal) in on_gpu {
-            if self.backend != (Backend::Cuda { device: *ordinal }) {
-                return Err(input_error(format!(
-                    "input `{name}` is in the memory of cuda:{ordinal}, but this program runs on {}: compile it \
-                     with backend=\"cuda:{ordinal}\" to read GPU arrays in place",
-                    self.backend
-                )));
-            }
             imported.push((
                 name.clone(),
-                device::import(object, &format!("input `{name}`"), Some(precision), *ordinal)?,
+                device::import(
+                    object,
+                    &format!("input `{name}`"),
+                    Some(precision),
+                    *ordinal,
+                    (&self.backend, "program"),
+                )?,
             ));
         }
         let p = self.script.program();

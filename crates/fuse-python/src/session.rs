@@ -124,13 +124,7 @@ impl Session {
     fn array_from_gpu(&self, array: &Bound<'_, PyAny>) -> PyResult<Value> {
         let backend = lock(&self.shared).backend.clone();
         let ordinal = device::cuda_device(array)?.unwrap_or(0);
-        if backend != (Backend::Cuda { device: ordinal }) {
-            return Err(input_error(format!(
-                "the array is in the memory of cuda:{ordinal}, but this session runs on {backend}: make it with \
-                 backend=\"cuda:{ordinal}\" to take GPU arrays"
-            )));
-        }
-        let imported = device::import(array, "the array", None, ordinal)?;
+        let imported = device::import(array, "the array", None, ordinal, (&backend, "session"))?;
         let mut sessions = lock(&self.shared);
         let handle = match imported.array.precision() {
             Precision::F32 => Handles::F32(
