@@ -324,11 +324,6 @@ impl<'s, T: Real> RowProduct<'s, T> {
         product
     }
 
-    /// The run of row `i` of the matrix.
-    fn line(&self, i: usize) -> &'s [T] {
-        self.matrix.row(i, self.start, self.len)
-    }
-
     /// The runs of the rows from `i` on.
     fn lines(&self, i: usize) -> Lines<'s, T> {
         self.matrix.lines(i, self.start, self.len)
@@ -337,6 +332,13 @@ impl<'s, T: Real> RowProduct<'s, T> {
     /// `c` at row `i`.
     fn coef(&self, i: usize) -> T {
         self.by_row.iter().fold(self.constant, |c, v| c * v.item(i))
+    }
+
+    /// `c` at each row from `first` on, one per element of `coefs`.
+    fn coefs(&self, first: usize, coefs: &mut [T]) {
+        for (i, c) in (first..).zip(coefs.iter_mut()) {
+            *c = self.coef(i);
+        }
     }
 
     /// `sums[k] += c·dots[k]`, `c` at row `first + k`: the rows' products added to their sums.
@@ -395,14 +397,12 @@ pub(crate) fn accumulate<T: Real>(
         // `c·A[i, ·]` (`Aᵀ·y`): the matrix and each row's coefficient looked up once for the
         // tile, not factor by factor for every row (a fifth of a 1024² `Aᵀ·y` went to that).
         let product = RowProduct::new(only_term(stage), matrix, scope, (start, len));
-        let ahead = next.ahead(product.lines(rows.start).stride);
-        for first in rows.clone().step_by(loops::ROWS_PER_PASS) {
-            let count = (rows.end - first).min(loops::ROWS_PER_PASS);
-            let group: [(T, &[T]); loops::ROWS_PER_PASS] = std::array::from_fn(|k| match k < count {
-                true => (product.coef(first + k), product.line(first + k)),
-                false => (T::ZERO, &[][..]),
-            });
-            loops::lin_add(dest, &group[..count], ahead);
+        let mut coefs = [T::ZERO; CHUNK];
+        for first in rows.clone().step_by(CHUNK) {
+            let coefs = &mut coefs[..(rows.end - first).min(CHUNK)];
+            product.coefs(first, coefs);
+            let lines = product.lines(first);
+            loops::add_lines(lines, coefs, dest, next.ahead(lines.stride));
         }
         return;
     }
@@ -442,9 +442,7 @@ pub(crate) fn shared_rows<T: Real>(
         .zip(row_sums[..rows.len()].chunks_mut(CHUNK))
     {
         let (dots, coefs) = (&mut dots[..chunk.len()], &mut coefs[..chunk.len()]);
-        for (i, c) in (first..).zip(coefs.iter_mut()) {
-            *c = column.coef(i);
-        }
+        column.coefs(first, coefs);
         loops::dot_add_lines(row_sum.lines(first), row_sum.x, coefs, dest, dots);
         row_sum.add_scaled(first, chunk, dots);
     }
