@@ -142,7 +142,8 @@ const GPU_WORDS: [&str; 6] = ["kernel", "block", "shared", "barrier", "on chip",
 #[test]
 fn on_the_cpu_plans_are_passes_of_threads_over_tiles() {
     // ATAX on the CPU is one pass (a thread finishes its rows' sums, then walks them again),
-    // where the analytic H100 keeps two kernels at these sizes.
+    // where the analytic H100 keeps two kernels at these sizes. A (8 MB) fits the last-level
+    // cache, so its row blocks are 256 KiB: 64 rows of 4000 bytes.
     let sizes = ["--size", "m=2048", "--size", "n=1000"];
     let explain = |backend: &str| {
         stdout(&fuse(
@@ -155,7 +156,7 @@ fn on_the_cpu_plans_are_passes_of_threads_over_tiles() {
     assert!(cpu.contains("share A, t: fused in pass 1"), "{cpu}");
     assert!(cpu.contains(" thread"), "{cpu}");
     assert!(
-        cpu.contains("tiles of 32 rows × 1000 columns, each tile walked twice"),
+        cpu.contains("tiles of 64 rows × 1000 columns, each tile walked twice"),
         "{cpu}"
     );
     assert!(cpu.contains("in cache t"), "{cpu}");
