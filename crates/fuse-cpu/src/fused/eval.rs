@@ -30,8 +30,9 @@ pub(crate) struct Seg {
 /// step's [`loops::ROWS`] rows.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct NextBlock {
-    /// Rows from a row to its counterpart in the next block.
-    pub rows: usize,
+    /// Rows from a row to its counterpart in the next block: negative where the walk goes
+    /// backward, and the next block is the one before.
+    pub rows: isize,
     /// Of each step's rows, those whose counterparts are pulled in.
     pub share: (usize, usize),
 }
@@ -43,7 +44,7 @@ impl NextBlock {
     /// The share in rows `stride` elements apart.
     fn ahead(self, stride: usize) -> loops::Ahead {
         loops::Ahead {
-            offset: self.rows * stride,
+            offset: self.rows * stride as isize,
             share: self.share,
         }
     }

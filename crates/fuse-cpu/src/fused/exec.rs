@@ -22,6 +22,7 @@ use super::eval::{self, Loc, Locs, NextBlock, Piece, Scope, Seg};
 use super::memory::{split_rows, Local, View, ViewMut};
 use super::norm::Norm;
 use super::prepare::{KernelPlan, Op, Prepared, SharedRows, Space};
+use super::threads::Order;
 use super::{cache, loops, Real, Threads};
 
 /// Bytes of one run along a tile row: runs of this length keep the vectors of a segment in
@@ -279,9 +280,13 @@ pub(crate) fn layout<T>(kernel: &KernelPlan, threads: usize) -> String {
         true => ", each walk pulling its share of the next row block into cache",
         false => "",
     };
+    let backward = match kernel.backward {
+        true => ", from the last rows (those the kernel before left in cache)",
+        false => "",
+    };
     let plural = |n: usize| if n == 1 { "" } else { "s" };
     format!(
-        "{threads} thread{} sharing {parts} part{} in {tiles}{walks}{pulls}",
+        "{threads} thread{} sharing {parts} part{} in {tiles}{walks}{pulls}{backward}",
         plural(threads),
         plural(parts)
     )
@@ -322,9 +327,17 @@ impl<'a, T: Real> Shared<'_, 'a, T> {
                 pieces[p].push((*c, piece));
             }
         }
-        self.share(bounds.into_iter().zip(pieces).collect(), |(range, pieces)| {
-            self.part(range, pieces)
-        })
+        let parts = bounds.into_iter().zip(pieces).collect();
+        let work = |(range, pieces)| self.part(range, pieces);
+        let order = if self.kernel.backward {
+            Order::Backward
+        } else {
+            Order::Forward
+        };
+        match self.threads {
+            Some(threads) => threads.share_in(order, parts, work),
+            None => order.serial(parts, work),
+        }
     }
 
     /// The locals of one part: tile buffers, and windows on its pieces of memory.
@@ -363,11 +376,16 @@ impl<'a, T: Real> Shared<'_, 'a, T> {
                 }
             }
             Space::Matrix(_, cols) => {
-                for r0 in (start..end).step_by(self.tile.rows) {
+                let blocks = (start..end).step_by(self.tile.rows);
+                let blocks: Vec<usize> = match self.kernel.backward {
+                    true => blocks.rev().collect(),
+                    false => blocks.collect(),
+                };
+                for r0 in blocks {
                     let r1 = (r0 + self.tile.rows).min(end);
                     for pass in 0..self.kernel.passes {
                         work.rows.iter_mut().for_each(|a| a.fill(T::ZERO));
-                        let next = self.next_block(pass, r1, end);
+                        let next = self.next_block(pass, (start, end), r0);
                         for c0 in (0..cols).step_by(self.tile.cols) {
                             let w = self.tile.cols.min(cols - c0);
                             locals.iter_mut().for_each(|l| l.place(r0, c0));
@@ -385,17 +403,26 @@ impl<'a, T: Real> Shared<'_, 'a, T> {
         }
     }
 
-    /// What the walk of `pass` over the row block ending at row `r1` pulls in of the next block
-    /// where the tile pulls: an equal share of every step's rows in each pass; nothing past the
-    /// part's rows, which end at `end`.
-    fn next_block(&self, pass: usize, r1: usize, end: usize) -> NextBlock {
-        let passes = self.kernel.passes;
-        if !self.tile.pull || r1 >= end {
+    /// What the walk of `pass` over the row block from row `r0` pulls in of the next block
+    /// where the tile pulls: an equal share of every step's rows in each pass; nothing outside
+    /// the part's rows, `start .. end`. Going backward the next block is the one before, and
+    /// whole (only a part's last block may be short).
+    fn next_block(&self, pass: usize, (start, end): (usize, usize), r0: usize) -> NextBlock {
+        let (passes, rows) = (self.kernel.passes, self.tile.rows);
+        let last = match self.kernel.backward {
+            true => r0 == start,
+            false => r0 + rows >= end,
+        };
+        if !self.tile.pull || last {
             return NextBlock::NONE;
         }
         let share = |p: usize| p * loops::ROWS / passes;
         NextBlock {
-            rows: self.tile.rows,
+            rows: if self.kernel.backward {
+                -(rows as isize)
+            } else {
+                rows as isize
+            },
             share: (share(pass), share(pass + 1)),
         }
     }

@@ -115,8 +115,8 @@ impl<'a, T> Lines<'a, T> {
 /// pulled in by each walk, 15.8 for one walk of `A·x`).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Ahead {
-    /// Elements from a row to its counterpart in the next block.
-    pub(crate) offset: usize,
+    /// Elements from a row to its counterpart in the next block (before it, going backward).
+    pub(crate) offset: isize,
     /// Of each step's [`ROWS`] rows, those whose counterparts this walk pulls in.
     pub(crate) share: (usize, usize),
 }
@@ -147,7 +147,7 @@ impl Pull for Ahead {
     #[inline(always)]
     fn pull<T>(&self, rows: &[*const T], j: usize) {
         for &row in &rows[self.share.0.min(rows.len())..self.share.1.min(rows.len())] {
-            prefetch(row.wrapping_add(self.offset + j));
+            prefetch(row.wrapping_offset(self.offset).wrapping_add(j));
         }
     }
 }
@@ -868,7 +868,7 @@ mod tests {
     /// Half of every step's rows pulled in from the block after the next, rows `stride` apart.
     fn pulling(stride: usize) -> Ahead {
         Ahead {
-            offset: 2 * ROWS * stride,
+            offset: (2 * ROWS * stride) as isize,
             share: (ROWS / 2, ROWS),
         }
     }

@@ -102,6 +102,10 @@ pub(crate) struct KernelPlan {
     pub shared_rows: Vec<SharedRows>,
     /// Walks over each tile (see [`walks`]): a tile walked more than once is kept in cache.
     pub walks: usize,
+    /// The matrices it walks (reads rows of, or computes), in increasing order.
+    pub matrices: Vec<ValueId>,
+    /// Whether it walks its rows from the last (see [`set_directions`]).
+    pub backward: bool,
     /// Scratch buffers the generic evaluator needs for its deepest stage.
     pub depth: usize,
     /// The values its calls read or compute, in increasing order.
@@ -131,6 +135,7 @@ pub(crate) fn prepare(program: &Program, sizes: &Sizes, plan: &Plan) -> Result<P
         check_reads(&ctx, &kernel_of, k, &kernel.calls)?;
         kernels.push(lower_kernel(&ctx, k, &kernel.calls)?);
     }
+    set_directions(&mut kernels);
     // A slot for each result that a kernel computes into memory: not one kept in tile buffers,
     // nor one folded into the calls that read it (GEMVER's `B1`), which is never computed.
     let mut in_memory = vec![false; program.values.len()];
@@ -260,10 +265,17 @@ fn lower_kernel(ctx: &Context, k: usize, calls: &[CallId]) -> Result<KernelPlan,
         .max()
         .unwrap_or(0);
     let shared_rows = shared_rows(&lowered);
+    let space = space.ok_or_else(|| invalid(format!("kernel {} has no calls", k + 1)))?;
+    let matrices = match space {
+        Space::Matrix(..) => values.iter().copied().filter(|&m| touches(&lowered, m) > 0).collect(),
+        Space::Vector(_) => Vec::new(),
+    };
     Ok(KernelPlan {
-        space: space.ok_or_else(|| invalid(format!("kernel {} has no calls", k + 1)))?,
+        space,
         passes: lowered.iter().map(|c| c.pass + 1).max().unwrap_or(1),
         walks: walks(&lowered, &shared_rows, &values),
+        matrices,
+        backward: false,
         shared_rows,
         calls: lowered,
         chip,
@@ -277,13 +289,39 @@ fn lower_kernel(ctx: &Context, k: usize, calls: &[CallId]) -> Result<KernelPlan,
 /// `B`) — a row and column sum run together (BiCGK's) counting once. GESUMMV's two products,
 /// each over its own matrix, walk the tile once; ATAX's, over one matrix in two passes, twice.
 fn walks(calls: &[CallPlan], shared_rows: &[SharedRows], values: &[ValueId]) -> usize {
-    let walks_of = |m| {
-        let touches = calls
-            .iter()
-            .filter(|c| c.result == m || stages(&c.op).iter().any(|s| s.reads_rows_of(m)));
-        touches.count() - shared_rows.iter().filter(|p| p.matrix == m).count()
-    };
+    let walks_of = |m| touches(calls, m) - shared_rows.iter().filter(|p| p.matrix == m).count();
     values.iter().map(|&m| walks_of(m)).max().unwrap_or(0).max(1)
+}
+
+/// The calls among `calls` (of a kernel over a matrix) that go through the rows of `m`: read
+/// them, or compute them (a row sum or column sum computes a vector, not rows).
+fn touches(calls: &[CallPlan], m: ValueId) -> usize {
+    let computes = |c: &CallPlan| c.result == m && matches!(c.op, Op::Map(_));
+    calls
+        .iter()
+        .filter(|c| computes(c) || stages(&c.op).iter().any(|s| s.reads_rows_of(m)))
+        .count()
+}
+
+/// Sets which way each kernel walks its rows: the other way from the last kernel before it
+/// that walked one of its matrices, so that it starts on the rows that kernel left in the
+/// caches (every part on the thread that last walked it, see [`Threads::share_in`]); forward
+/// where no kernel before walked them. A matrix larger than the caches is still read from
+/// memory but for the rows the last walk left in them (SGEMVT, GEMVER's `w = α·B·x`).
+///
+/// [`Threads::share_in`]: super::threads::Threads::share_in
+fn set_directions(kernels: &mut [KernelPlan]) {
+    // The way each matrix was last walked, by the kernel's position.
+    let mut last: Vec<(ValueId, usize, bool)> = Vec::new();
+    for (k, kernel) in kernels.iter_mut().enumerate() {
+        let latest = last
+            .iter()
+            .filter(|(m, ..)| kernel.matrices.contains(m))
+            .max_by_key(|&&(_, at, _)| at);
+        kernel.backward = latest.is_some_and(|&(_, _, backward)| !backward);
+        last.retain(|(m, ..)| !kernel.matrices.contains(m));
+        last.extend(kernel.matrices.iter().map(|&m| (m, k, kernel.backward)));
+    }
 }
 
 /// Pairs each row sum `Σ_j f·A[i,j]·x[j]` with the first unpaired column sum `Σ_i g·A[i,j]` of
@@ -533,7 +571,7 @@ pub(crate) mod tests {
     use super::*;
     use crate::fused::unfused_plan;
     use fuse_core::testing::sequence;
-    use fuse_core::{Kernel, Precision};
+    use fuse_core::{Kernel, Plan, Precision};
 
     /// Bundled sequence `name` with its first `calls` calls in one kernel, lowered.
     pub(crate) fn first_calls_in_one_kernel(name: &str, calls: usize) -> KernelPlan {
@@ -554,6 +592,38 @@ pub(crate) mod tests {
     fn pairs_in_one_kernel(name: &str) -> Vec<SharedRows> {
         let calls = sequence(name, Precision::F32).calls.len();
         first_calls_in_one_kernel(name, calls).shared_rows
+    }
+
+    /// Unfused, a kernel walks the other way from the last kernel that walked one of its
+    /// matrices (GEMVER: `B1` computed forward, read backward into `B`, which the next reads
+    /// forward and the last backward); fused into one, GEMVER's kernel over `B` is its second.
+    #[test]
+    fn kernels_walk_a_matrix_the_other_way_from_the_kernel_before() {
+        let backward = |plan: &Plan, name| {
+            let program = sequence(name, Precision::F32);
+            let prepared = prepare(&program, &program.sizes, plan).unwrap();
+            prepared.kernels.iter().map(|k| k.backward).collect::<Vec<_>>()
+        };
+        for (name, want) in [
+            ("sgemvt", vec![false, true]),
+            ("bicgk", vec![false, true]),
+            ("gesummv", vec![false, false]), // A, then B
+            ("gemver", vec![false, true, false, true]),
+        ] {
+            let program = sequence(name, Precision::F32);
+            assert_eq!(backward(&unfused_plan(&program, &program.sizes), name), want, "{name}");
+        }
+        let program = sequence("gemver", Precision::F32);
+        let mut fused = unfused_plan(&program, &program.sizes);
+        let first = fused.kernels.drain(..3).flat_map(|k| k.calls).collect();
+        fused.kernels.insert(
+            0,
+            Kernel {
+                calls: first,
+                ..fused.kernels[0].clone()
+            },
+        );
+        assert_eq!(backward(&fused, "gemver"), [false, true]);
     }
 
     #[test]

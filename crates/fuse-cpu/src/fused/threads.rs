@@ -21,6 +21,29 @@ pub const THREADS_VAR: &str = "FUSE_NUM_THREADS";
 /// Most threads that may be asked for: more is a typo, not a machine.
 const MAX_THREADS: usize = 4096;
 
+/// Which way a thread goes through its block of items (see [`Threads::share_in`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Order {
+    /// From the first item.
+    Forward,
+    /// From the last item.
+    Backward,
+}
+
+impl Order {
+    /// `work` on every item on this thread, in this order; the results in the items' order.
+    pub(crate) fn serial<I, R>(self, items: Vec<I>, work: impl Fn(I) -> R) -> Vec<R> {
+        match self {
+            Order::Forward => items.into_iter().map(work).collect(),
+            Order::Backward => {
+                let mut done: Vec<R> = items.into_iter().rev().map(work).collect();
+                done.reverse();
+                done
+            }
+        }
+    }
+}
+
 /// The threads to run plans on: the calling thread and a crew of helpers; clones share the
 /// crew.
 #[derive(Debug, Clone)]
@@ -60,28 +83,44 @@ impl Threads {
         self.count
     }
 
-    /// `work` on every item, the results in the items' order. The items are cut into one
-    /// contiguous block per thread; each thread works through its own block, then helps with
-    /// the others'. So the caller works from the start, a helper that comes late (or not at
-    /// all: the crew busy with another caller's run) only takes fewer, and in a loop of runs
-    /// each thread finds its block's data where it left it, in its own core's caches.
+    /// `work` on every item, the results in the items' order: [`Self::share_in`] forward.
     pub(crate) fn share<I: Send, R: Send>(&self, items: Vec<I>, work: impl Fn(I) -> R + Sync) -> Vec<R> {
+        self.share_in(Order::Forward, items, work)
+    }
+
+    /// `work` on every item, the results in the items' order. The items are cut into one
+    /// contiguous block per thread; each thread works through its own block, in `order`, then
+    /// helps with the others'. So the caller works on the first block, a helper that comes late
+    /// (or not at all: the crew busy with another caller's run) only takes fewer, and in a loop
+    /// of runs each thread finds its block's data where it left it, in its own core's caches —
+    /// going backward, starting with what it touched last.
+    pub(crate) fn share_in<I: Send, R: Send>(
+        &self,
+        order: Order,
+        items: Vec<I>,
+        work: impl Fn(I) -> R + Sync,
+    ) -> Vec<R> {
         let count = items.len();
         let Some(crew) = self.crew.as_ref().filter(|_| count > 1) else {
-            return items.into_iter().map(work).collect();
+            return order.serial(items, work);
         };
         let items: Vec<Mutex<Option<I>>> = items.into_iter().map(|i| Mutex::new(Some(i))).collect();
         let results: Vec<Mutex<Option<R>>> = (0..count).map(|_| Mutex::new(None)).collect();
         let blocks = self.count.min(count);
-        let next: Vec<AtomicUsize> = (0..blocks).map(|b| AtomicUsize::new(b * count / blocks)).collect();
+        // Items taken from each block so far.
+        let taken: Vec<AtomicUsize> = (0..blocks).map(|_| AtomicUsize::new(0)).collect();
         crew.run(&|me| {
             for b in (0..blocks).map(|k| (me + k) % blocks) {
-                let end = (b + 1) * count / blocks;
+                let (first, end) = (b * count / blocks, (b + 1) * count / blocks);
                 loop {
-                    let k = next[b].fetch_add(1, Ordering::Relaxed);
-                    if k >= end {
+                    let t = taken[b].fetch_add(1, Ordering::Relaxed);
+                    if t >= end - first {
                         break;
                     }
+                    let k = match order {
+                        Order::Forward => first + t,
+                        Order::Backward => end - 1 - t,
+                    };
                     let item = lock(&items[k]).take().expect("each item is taken once");
                     *lock(&results[k]) = Some(work(item));
                 }
@@ -132,6 +171,35 @@ mod tests {
                     );
                 }
             }
+        }
+    }
+
+    #[test]
+    fn going_backward_each_thread_starts_at_the_end_of_its_own_block() {
+        for threads in [1, 2] {
+            let threads = Threads::new(threads).unwrap();
+            let order = Mutex::new(Vec::new());
+            let done = threads.share_in(Order::Backward, (0..8).collect(), |k: usize| {
+                lock(&order).push((std::thread::current().id(), k));
+                // Slow enough for a helper to come for its block.
+                std::thread::sleep(std::time::Duration::from_millis(5));
+                k * 2
+            });
+            assert_eq!(
+                done,
+                (0..8).map(|k| k * 2).collect::<Vec<_>>(),
+                "results in the items' order"
+            );
+            let order = order.into_inner().unwrap();
+            let caller: Vec<usize> = order
+                .iter()
+                .filter(|(t, _)| *t == std::thread::current().id())
+                .map(|&(_, k)| k)
+                .collect();
+            let block = 8 / threads.count();
+            assert_eq!(caller[0], block - 1, "the caller starts at its block's end: {order:?}");
+            let own: Vec<usize> = caller.iter().copied().take_while(|&k| k < block).collect();
+            assert!(own.windows(2).all(|w| w[0] > w[1]), "then goes down it: {order:?}");
         }
     }
 
