@@ -174,6 +174,10 @@ fn on_the_cpu_plans_are_passes_of_threads_over_tiles() {
     assert!(text.contains("must run in a later pass"), "{text}");
     assert!(text.contains("when every thread has finished its share"), "{text}");
     assert!(!text.contains("global barrier") && !text.contains("kernel"), "{text}");
+    // Its second pass goes through A from the rows the first left in cache.
+    let (first, second) = text.split_once("pass 2:").unwrap_or_default();
+    assert!(second.contains("from the last rows"), "{text}");
+    assert!(!first.contains("from the last rows"), "{text}");
 }
 
 #[test]

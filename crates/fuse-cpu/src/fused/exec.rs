@@ -281,7 +281,7 @@ pub(crate) fn layout<T>(kernel: &KernelPlan, threads: usize) -> String {
         false => "",
     };
     let backward = match kernel.backward {
-        true => ", from the last rows (those the kernel before left in cache)",
+        true => ", from the last rows (those the pass before left in cache)",
         false => "",
     };
     let plural = |n: usize| if n == 1 { "" } else { "s" };
