@@ -596,7 +596,8 @@ pub(crate) mod tests {
 
     /// Unfused, a kernel walks the other way from the last kernel that walked one of its
     /// matrices (GEMVER: `B1` computed forward, read backward into `B`, which the next reads
-    /// forward and the last backward); fused into one, GEMVER's kernel over `B` is its second.
+    /// forward and the last backward); with GEMVER's first three calls in one kernel, the
+    /// kernel of `w = α·B·x` after it walks backward.
     #[test]
     fn kernels_walk_a_matrix_the_other_way_from_the_kernel_before() {
         let backward = |plan: &Plan, name| {
