@@ -17,7 +17,8 @@ Run it with OpenBLAS's own kernel choice, as a user's numpy runs:
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python3 benches/cpu-peers.py > raw.txt
 
 f64 runs the same scripts with `precision: f64` and the d-prefixed functions (written to a
-temporary folder), against numpy in float64.
+temporary folder), against numpy in float64. The BLAS-1 sequences (vadd, waxpby, axpydot,
+sscal) at size N run on vectors of N² elements, as many as the matrices of the others.
 """
 import argparse
 import json
@@ -50,7 +51,15 @@ SEQUENCES = {
     "sgemvt": (lambda d: (d["beta"] * (d["A"].T @ d["y"]) + d["z"], d["alpha"] * (d["A"] @ d["x"]))),
     "gemver": (lambda d: gemver(d)),
     "sgemtv": (lambda d: d["beta"] * (d["A"].T @ d["y"]) + d["z"]),
+    "madd": (lambda d: d["A"] + d["B"]),
+    "vadd": (lambda d: d["w"] + d["y"] + d["z"]),
+    "waxpby": (lambda d: d["alpha"] * d["x"] + d["beta"] * d["y"]),
+    "axpydot": (lambda d: axpydot(d, lambda z, u: z @ u)),
+    "sscal": (lambda d: d["alpha"] * d["x"]),
 }
+# The BLAS-1 sequences: at "size" N they run on vectors of N² elements, as many as a matrix.
+BLAS1 = ("vadd", "waxpby", "axpydot", "sscal")
+BLAS1_VECTORS = "uvwxyz"
 # The same in PyTorch, as its users write them (`addmv`/`addr` where they fit).
 TORCH_SEQUENCES = {
     "sgemv": (lambda d: torch.addmv(d["y"], d["A"], d["x"], beta=d["beta"], alpha=d["alpha"])),
@@ -60,6 +69,11 @@ TORCH_SEQUENCES = {
     "sgemvt": (lambda d: (torch.addmv(d["z"], d["A"].T, d["y"], alpha=d["beta"]), torch.mv(d["A"], d["x"]) * d["alpha"])),
     "gemver": (lambda d: torch_gemver(d)),
     "sgemtv": (lambda d: torch.addmv(d["z"], d["A"].T, d["y"], alpha=d["beta"])),
+    "madd": (lambda d: d["A"] + d["B"]),
+    "vadd": (lambda d: d["w"] + d["y"] + d["z"]),
+    "waxpby": (lambda d: torch.add(d["alpha"] * d["x"], d["y"], alpha=d["beta"])),
+    "axpydot": (lambda d: axpydot(d, torch.dot)),
+    "sscal": (lambda d: d["alpha"] * d["x"]),
 }
 # Sequences timed here that scripts/ does not ship: a single `Aᵀ·y` (SGEMV's twin).
 EXTRA_SCRIPTS = {
@@ -83,6 +97,11 @@ def gemver(d):
     return b, x, d["alpha"] * (b @ x)
 
 
+def axpydot(d, dot):
+    z = d["w"] - d["alpha"] * d["v"]
+    return z, dot(z, d["u"])
+
+
 def torch_gemver(d):
     b = torch.addr(torch.addr(d["A"], d["u1"], d["v1"]), d["u2"], d["v2"])
     x = torch.addmv(d["z"], b.T, d["y"], alpha=d["beta"])
@@ -91,8 +110,11 @@ def torch_gemver(d):
 
 def inputs(name, size, precision, rng):
     t = np.float32 if precision == "f32" else np.float64
-    data = {"A": rng.uniform(-1, 1, (size, size)).astype(t), "alpha": t(1.5), "beta": t(0.5)}
-    if name == "gesummv":
+    data = {"alpha": t(1.5), "beta": t(0.5)}
+    if name in BLAS1:
+        return data | {v: rng.uniform(-1, 1, size * size).astype(t) for v in BLAS1_VECTORS}
+    data["A"] = rng.uniform(-1, 1, (size, size)).astype(t)
+    if name in ("gesummv", "madd"):
         data["B"] = rng.uniform(-1, 1, (size, size)).astype(t)
     for v in VECTORS:
         data[v] = rng.uniform(-1, 1, size).astype(t)
@@ -144,10 +166,10 @@ def script(name, precision, folder):
     return twin
 
 
-def time_fuse(fuse, path, size, runs):
+def time_fuse(fuse, name, path, size, runs):
+    sizes = ["--size", f"n={size * size}"] if name in BLAS1 else ["--size", f"m={size}", "--size", f"n={size}"]
     out = subprocess.run(
-        [fuse, "bench", path, "--backend", "cpu", "--size", f"m={size}",
-         "--size", f"n={size}", "--runs", str(runs), "--json"],
+        [fuse, "bench", path, "--backend", "cpu", *sizes, "--runs", str(runs), "--json"],
         capture_output=True, text=True, check=True)
     result = json.loads(out.stdout)["results"][0]
     return result["fused_us"], result["baseline_us"]
@@ -192,7 +214,7 @@ def main():
                         # OpenBLAS's threads spin on both cores for up to ~0.1 s after numpy's
                         # last call: timed inside that, fuse's runs at 1024² took twice as long.
                         time.sleep(QUIET_S)
-                        fused_us, unfused_us = time_fuse(args.fuse, path, size, args.runs)
+                        fused_us, unfused_us = time_fuse(args.fuse, name, path, size, args.runs)
                         line = {"round": round_, "sequence": name, "precision": precision, "size": size,
                                 "numpy_us": numpy_us, "numpy_loop_us": numpy_loop_us, "fuse_us": fused_us,
                                 "fuse_unfused_us": unfused_us, "torch_us": torch_us}
