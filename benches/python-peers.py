@@ -39,26 +39,22 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 QUIET_S = 0.3
 
 
-def numpy_bicgk(d):
+# BiCGK and ATAX as their users write them in numpy, PyTorch and JAX alike (`@` and `.T`).
+def bicgk(d):
     return d["A"] @ d["p"], d["A"].T @ d["r"]
 
 
-def numpy_atax(d):
+def atax(d):
     return d["A"].T @ (d["A"] @ d["x"])
 
 
-def numpy_gemver(d):
-    b = d["A"] + np.outer(d["u1"], d["v1"]) + np.outer(d["u2"], d["v2"])
-    x = d["beta"] * (b.T @ d["y"]) + d["z"]
-    return b, x, d["alpha"] * (b @ x)
-
-
-def torch_bicgk(d):
-    return d["A"] @ d["p"], d["A"].T @ d["r"]
-
-
-def torch_atax(d):
-    return d["A"].T @ (d["A"] @ d["x"])
+def gemver_with(outer):
+    """GEMVER in numpy or JAX, whose outer product is `outer`."""
+    def gemver(d):
+        b = d["A"] + outer(d["u1"], d["v1"]) + outer(d["u2"], d["v2"])
+        x = d["beta"] * (b.T @ d["y"]) + d["z"]
+        return b, x, d["alpha"] * (b @ x)
+    return gemver
 
 
 def torch_gemver(d):
@@ -67,26 +63,12 @@ def torch_gemver(d):
     return b, x, torch.mv(b, x) * float(d["alpha"])
 
 
-def jax_bicgk(d):
-    return d["A"] @ d["p"], d["A"].T @ d["r"]
-
-
-def jax_atax(d):
-    return d["A"].T @ (d["A"] @ d["x"])
-
-
-def jax_gemver(d):
-    b = d["A"] + jnp.outer(d["u1"], d["v1"]) + jnp.outer(d["u2"], d["v2"])
-    x = d["beta"] * (b.T @ d["y"]) + d["z"]
-    return b, x, d["alpha"] * (b @ x)
-
-
-JAX = {"bicgk": jax_bicgk, "atax": jax_atax, "gemver": jax_gemver}
+JAX = {"bicgk": bicgk, "atax": atax, "gemver": gemver_with(jnp.outer) if jnp is not None else None}
 
 SEQUENCES = {
-    "bicgk": (numpy_bicgk, torch_bicgk, ["A", "p", "r"]),
-    "atax": (numpy_atax, torch_atax, ["A", "x"]),
-    "gemver": (numpy_gemver, torch_gemver, ["A", "u1", "v1", "u2", "v2", "y", "z", "alpha", "beta"]),
+    "bicgk": (bicgk, bicgk, ["A", "p", "r"]),
+    "atax": (atax, atax, ["A", "x"]),
+    "gemver": (gemver_with(np.outer), torch_gemver, ["A", "u1", "v1", "u2", "v2", "y", "z", "alpha", "beta"]),
 }
 
 

@@ -127,14 +127,26 @@ fn split_version(v: c_int) -> (i32, i32) {
     (v / 1000, (v % 1000) / 10)
 }
 
-unsafe fn driver_version_of(library: &Library) -> Option<(i32, i32)> {
+/// The version that `symbol`, an `int f(int*)` getter returning 0 on success, reports from
+/// `library`, split by `split`.
+///
+/// # Safety
+///
+/// `symbol` must be such a getter that needs no initialisation and only writes the int
+/// (`cuDriverGetVersion` before `cuInit`, `ncclGetVersion` without a communicator).
+unsafe fn int_version_of(library: &Library, symbol: &[u8], split: fn(c_int) -> (i32, i32)) -> Option<(i32, i32)> {
     type F = unsafe extern "C" fn(*mut c_int) -> c_int;
-    // SAFETY: `cuDriverGetVersion(int*)` may be called before `cuInit` and only writes the int.
+    // SAFETY: the caller names such a getter; one valid out-pointer.
     unsafe {
-        let f = library.get::<F>(DRIVER_SYMBOL).ok()?;
+        let f = library.get::<F>(symbol).ok()?;
         let mut v = 0;
-        (f(&mut v) == 0).then(|| split_version(v))
+        (f(&mut v) == 0).then(|| split(v))
     }
+}
+
+unsafe fn driver_version_of(library: &Library) -> Option<(i32, i32)> {
+    // SAFETY: `cuDriverGetVersion(int*)` may be called before `cuInit` and only writes the int.
+    unsafe { int_version_of(library, DRIVER_SYMBOL, split_version) }
 }
 
 unsafe fn driver_version() -> Option<(i32, i32)> {
@@ -196,13 +208,8 @@ fn split_nccl_version(v: c_int) -> (i32, i32) {
 }
 
 unsafe fn nccl_version_of(library: &Library) -> Option<(i32, i32)> {
-    type F = unsafe extern "C" fn(*mut c_int) -> c_int;
     // SAFETY: `ncclGetVersion(int*)` needs no communicator and only writes the int.
-    unsafe {
-        let f = library.get::<F>(NCCL_SYMBOL).ok()?;
-        let mut v = 0;
-        (f(&mut v) == 0).then(|| split_nccl_version(v))
-    }
+    unsafe { int_version_of(library, NCCL_SYMBOL, split_nccl_version) }
 }
 
 unsafe fn nccl_version() -> Option<(i32, i32)> {

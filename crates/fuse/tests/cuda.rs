@@ -100,7 +100,7 @@ fn on_a_gpu_device_memory_goes_in_and_out_without_the_host() {
         return;
     }
     let (m, n) = (67, 45);
-    let a: Vec<f32> = (0..m * n).map(|k| ((k * 7919) % 201) as f32 / 100.0 - 1.0).collect();
+    let a = awkward_matrix(m, n);
     let p: Vec<f32> = (0..n).map(|k| k as f32 / n as f32).collect();
     let stream = cudarc::driver::CudaContext::new(0).unwrap().new_stream().unwrap();
     let (a_dev, p_dev) = (stream.clone_htod(&a).unwrap(), stream.clone_htod(&p).unwrap());
@@ -134,7 +134,7 @@ fn on_a_gpu_a_distributed_session_keeps_its_rows_there_and_sums_through_nccl() {
         return;
     }
     let (m, n) = (67, 45);
-    let a: Vec<f32> = (0..m * n).map(|k| ((k * 7919) % 201) as f32 / 100.0 - 1.0).collect();
+    let a = awkward_matrix(m, n);
     let vector =
         |len: usize, seed: usize| -> Vec<f32> { (0..len).map(|k| ((k * seed) % 17) as f32 / 8.0 - 1.0).collect() };
     let outcome = fuse::distributed::LocalRanks::new(1).run(|comm| -> fuse::Result<_> {
@@ -177,4 +177,9 @@ fn on_a_gpu_a_distributed_session_keeps_its_rows_there_and_sums_through_nccl() {
             "r and the summed t up, the partial t and t down"
         );
     }
+}
+
+/// An `m × n` f32 matrix of awkward values in [-1, 1], row by row.
+fn awkward_matrix(m: usize, n: usize) -> Vec<f32> {
+    (0..m * n).map(|k| ((k * 7919) % 201) as f32 / 100.0 - 1.0).collect()
 }
