@@ -66,7 +66,7 @@ impl<'a> KernelContext<'a> {
                 )));
             }
         }
-        if level == 2 && (group.block % 32 != 0 || !(1..=1024).contains(&group.width)) {
+        if level == 2 && (!group.block.is_multiple_of(32) || !(1..=1024).contains(&group.width)) {
             return Err(GenerateError::InvalidPlan(format!(
                 "kernel {k}: a BLAS-2 block needs whole warps and 1..=1024 tiles across, not {} threads and {} tiles",
                 group.block, group.width

@@ -660,7 +660,7 @@ impl<'a> Strips<'a> {
             && self.k.walk == Walk::Rows
             && per_trip > 1
             && layout.vector * bytes == 16
-            && per_trip % layout.vector == 0
+            && per_trip.is_multiple_of(layout.vector)
     }
 
     /// The walk down a block's whole rows with `row` (the work of row `row` on its matrix values

@@ -42,7 +42,7 @@ impl ChunkedVec {
     }
 
     pub(crate) fn push(&mut self, value: u32) {
-        if self.len % CHUNK == 0 {
+        if self.len.is_multiple_of(CHUNK) {
             self.chunks.push(Rc::new([0; CHUNK]));
         }
         self.len += 1;
@@ -52,7 +52,7 @@ impl ChunkedVec {
     /// Removes the last entry.
     pub(crate) fn pop(&mut self) {
         self.len -= 1;
-        if self.len % CHUNK == 0 {
+        if self.len.is_multiple_of(CHUNK) {
             self.chunks.pop();
         }
     }

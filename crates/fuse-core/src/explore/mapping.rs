@@ -84,7 +84,10 @@ impl StripLayout {
 
     fn vector(width: u32, precision: Precision) -> u32 {
         let widest = 16 / precision.bytes() as u32;
-        [widest, 2, 1].into_iter().find(|v| width % v == 0).unwrap_or(1)
+        [widest, 2, 1]
+            .into_iter()
+            .find(|v| width.is_multiple_of(*v))
+            .unwrap_or(1)
     }
 
     /// Rows one trip of a kernel's hot loop loads at once, walking along `walk`. Down the rows,

@@ -168,7 +168,7 @@ impl Shared {
             spin_until(|| {
                 tries = tries.wrapping_add(1);
                 let news = self.stop.load(Acquire) || self.epoch.load(Acquire) != seen;
-                news || (tries % SPINS_PER_CHECK == 0 && start.elapsed() >= SPIN)
+                news || (tries.is_multiple_of(SPINS_PER_CHECK) && start.elapsed() >= SPIN)
             });
             if self.stop.load(Acquire) {
                 return None;

@@ -7,7 +7,7 @@
 use fuse_core::formula::{BinOp, Func};
 use fuse_core::ValueId;
 
-use super::loops::{self, Lines};
+use super::loops::{self, Lines, Store};
 use super::memory::{Local, View};
 use super::norm::Norm;
 use super::stage::{Access, Factor, Node, Stage, Term, MAX_TERMS};
@@ -218,14 +218,23 @@ impl<'s, T: Real> Resolved<'s, T> {
     }
 }
 
-/// `dest = stage` on `seg`.
-pub(crate) fn map<T: Real>(stage: &Stage, scope: &Scope<T>, seg: Seg, dest: &mut [T], scratch: &mut [Vec<T>]) {
+/// `dest = stage` on `seg`, stored as `store` says where the stage is written in one pass (a
+/// sum of scaled runs), else in cache.
+pub(crate) fn map<T: Real>(
+    stage: &Stage,
+    scope: &Scope<T>,
+    seg: Seg,
+    dest: &mut [T],
+    store: Store,
+    scratch: &mut [Vec<T>],
+) {
     let Some(terms) = &stage.terms else {
         return generic(&stage.node, scope, seg, dest, scratch);
     };
     let mut r = Resolved::new();
     r.add(terms, scope, seg);
-    loops::lin_write(dest, r.konst, &r.lin[..r.lins]);
+    let store = if r.prods == 0 { store } else { Store::Cached };
+    loops::lin_write(dest, r.konst, &r.lin[..r.lins], store);
     for &(c, x, y) in &r.prod[..r.prods] {
         loops::prod_add(dest, c, x, y);
     }
@@ -366,7 +375,7 @@ pub(crate) fn norm<T: Real>(stage: &Stage, scope: &Scope<T>, seg: Seg, scratch: 
         .split_first_mut()
         .expect("one scratch buffer beyond the stage's depth");
     let buffer = &mut buffer[..seg.len];
-    map(stage, scope, seg, buffer, rest);
+    map(stage, scope, seg, buffer, Store::Cached, rest);
     loops::norm(buffer)
 }
 

@@ -19,6 +19,7 @@ use fuse_core::formula::ReduceOp;
 use fuse_core::{Bound, Program, Shape};
 
 use super::eval::{self, Loc, Locs, NextBlock, Piece, Scope, Seg};
+use super::loops::Store;
 use super::memory::{split_rows, Local, View, ViewMut};
 use super::norm::Norm;
 use super::prepare::{KernelPlan, Op, Prepared, SharedRows, Space};
@@ -122,6 +123,9 @@ struct Tile {
     cols: usize,
     /// Whether the walks over a row block pull in the next one (see [`NextBlock`]).
     pull: bool,
+    /// Whether the kernel's bytes overflow the last-level cache, so that results none of its
+    /// calls reads are stored past the caches ([`KernelPlan::streamable`]).
+    stream: bool,
 }
 
 /// A part's reductions, by call position (empty for other calls).
@@ -229,11 +233,13 @@ impl KernelRun<'_> {
 /// 236–263 µs → 282–291), and there the blocks are larger ([`CACHED_BLOCK_BYTES`]).
 fn tile<T>(kernel: &KernelPlan) -> Tile {
     let size = mem::size_of::<T>();
+    let stream = kernel.bytes > cache::last_level_bytes() as u64;
     match kernel.space {
         Space::Vector(len) => Tile {
             rows: 1,
             cols: (CHUNK_BYTES / size).min(len).max(1),
             pull: false,
+            stream,
         },
         Space::Matrix(all, cols) => {
             let pull = kernel.passes > 1 && all.saturating_mul(cols).saturating_mul(size) > cache::last_level_bytes();
@@ -254,6 +260,7 @@ fn tile<T>(kernel: &KernelPlan) -> Tile {
                 rows: (rows / loops::ROWS * loops::ROWS).min(all.next_multiple_of(loops::ROWS).max(loops::ROWS)),
                 cols: run,
                 pull,
+                stream,
             }
         }
     }
@@ -284,9 +291,13 @@ pub(crate) fn layout<T>(kernel: &KernelPlan, threads: usize) -> String {
         true => ", from the last rows (those the pass before left in cache)",
         false => "",
     };
+    let streams = match tile.stream && !kernel.streamable.is_empty() {
+        true => ", writing results nothing here reads again past the caches",
+        false => "",
+    };
     let plural = |n: usize| if n == 1 { "" } else { "s" };
     format!(
-        "{threads} thread{} sharing {parts} part{} in {tiles}{walks}{pulls}{backward}",
+        "{threads} thread{} sharing {parts} part{} in {tiles}{walks}{pulls}{backward}{streams}",
         plural(threads),
         plural(parts)
     )
@@ -396,6 +407,10 @@ impl<'a, T: Real> Shared<'_, 'a, T> {
                 }
             }
         }
+        if self.tile.stream {
+            // Published with the part's other writes at the end of the parallel section.
+            loops::stream_fence();
+        }
         Partials {
             columns: work.columns,
             scalars: work.scalars,
@@ -424,6 +439,16 @@ impl<'a, T: Real> Shared<'_, 'a, T> {
                 rows as isize
             },
             share: (share(pass), share(pass + 1)),
+        }
+    }
+
+    /// How call `c` stores its result: past the caches where the tile says so and it is one of
+    /// the kernel's [streamable](KernelPlan::streamable) results, written by parts.
+    fn store(&self, c: usize) -> Store {
+        let streamable = self.kernel.streamable.contains(&self.kernel.calls[c].result);
+        match self.tile.stream && streamable && matches!(self.dests[c], Dest::Parts(..)) {
+            true => Store::Streamed,
+            false => Store::Cached,
         }
     }
 
@@ -456,7 +481,8 @@ impl<'a, T: Real> Shared<'_, 'a, T> {
                 (Op::Map(stage), Dest::Chip(l) | Dest::Parts(l, _)) => {
                     let mut dest = mem::replace(&mut locals[l], Local::Lent);
                     let scope = self.scope(locals, Piece::Scalar(T::ZERO));
-                    eval::map(stage, &scope, seg, dest.view_mut().run_mut(a, len), &mut work.scratch);
+                    let (mut out, store) = (dest.view_mut(), self.store(c));
+                    eval::map(stage, &scope, seg, out.run_mut(a, len), store, &mut work.scratch);
                     locals[l] = dest;
                 }
                 (Op::Reduce { op, body, .. }, _) => {
@@ -503,7 +529,14 @@ impl<'a, T: Real> Shared<'_, 'a, T> {
                     let scope = self.scope(locals, Piece::Scalar(T::ZERO));
                     let mut out = dest.view_mut();
                     for i in rows.clone() {
-                        eval::map(stage, &scope, seg(i), out.row_mut(i, c0, w), &mut work.scratch);
+                        eval::map(
+                            stage,
+                            &scope,
+                            seg(i),
+                            out.row_mut(i, c0, w),
+                            self.store(c),
+                            &mut work.scratch,
+                        );
                     }
                     locals[l] = dest;
                 }
@@ -571,7 +604,7 @@ impl<'a, T: Real> Shared<'_, 'a, T> {
                         start: rows.start,
                         len,
                     };
-                    eval::map(stage, &scope, seg, out, &mut work.scratch);
+                    eval::map(stage, &scope, seg, out, Store::Cached, &mut work.scratch);
                 }
             }
             locals[l] = dest;
@@ -633,7 +666,7 @@ impl<'a, T: Real> Shared<'_, 'a, T> {
                         start,
                         len: out.len(),
                     };
-                    eval::map(stage, &scope, seg, out, &mut scratch);
+                    eval::map(stage, &scope, seg, out, Store::Cached, &mut scratch);
                 }
             }
         };
@@ -692,6 +725,11 @@ impl<T: Real> Work<T> {
 mod tests {
     use super::*;
     use crate::fused::prepare::tests::first_calls_in_one_kernel;
+    use crate::fused::{unfused_plan, FusedPlan};
+    use fuse_core::data::{fill_random_inputs, relative_error};
+    use fuse_core::reference::evaluate;
+    use fuse_core::testing::{sequence, sizes_mn};
+    use fuse_core::{Bindings, Precision};
 
     /// A tile is walked as often as its most-read matrix is gone through, so only a tile walked
     /// again is kept small enough to stay in cache between the walks.
@@ -724,6 +762,48 @@ mod tests {
                 assert_eq!(pull, large && passes > 1, "{name} at {rows} × {cols}");
                 let said = layout::<f32>(&kernel, 2).contains("pulling");
                 assert_eq!(said, pull, "{name} at {rows} × {cols}");
+            }
+        }
+    }
+
+    /// Where a kernel's bytes overflow the last-level cache, the results none of its calls reads
+    /// again are stored past the caches (MADD's `C`, waxpby's `w`, the `B1` of GEMVER's first
+    /// unfused kernel) and match the reference, on rows of odd length (off the vector
+    /// boundaries); GEMVER's `B`, read again in its fused kernel, is stored in cache.
+    #[test]
+    fn results_stored_past_the_caches_match_the_reference() {
+        assert!(first_calls_in_one_kernel("gemver", 3).streamable.is_empty());
+        for (name, precision) in [
+            ("madd", Precision::F32),
+            ("madd", Precision::F64),
+            ("waxpby", Precision::F64),
+            ("gemver", Precision::F32),
+        ] {
+            let program = sequence(name, precision);
+            // Two arrays of side² elements overflow the cache; every kernel here has as many.
+            let side = ((cache::last_level_bytes() / 2 / precision.bytes() as usize).isqrt() + 1) | 1;
+            let blas1 = program.sizes.get("m").is_none();
+            let sizes = sizes_mn(&program, side, if blas1 { side * side } else { side });
+            let fused = FusedPlan::new(program.clone(), &sizes, &unfused_plan(&program, &sizes)).unwrap();
+            let first = &fused.prepared.kernels[0];
+            assert_eq!(first.streamable.len(), 1, "{name}");
+            assert!(layout::<f32>(first, 2).contains("past the caches"), "{name} at {sizes}");
+            let mut inputs = Bindings::new();
+            fill_random_inputs(&program, &sizes, 3, &mut inputs);
+            let (want, got) = (
+                evaluate(&program, &sizes, &inputs).unwrap(),
+                fused.run(&inputs).unwrap(),
+            );
+            let tolerance = match precision {
+                Precision::F32 => 1e-5,
+                Precision::F64 => 1e-14,
+            };
+            for (output, w) in &want {
+                let error = relative_error(&got[output].to_f64(), &w.to_f64());
+                assert!(
+                    error < tolerance,
+                    "{name} {precision} at {sizes}: {output} off by {error:e}"
+                );
             }
         }
     }

@@ -110,6 +110,11 @@ pub(crate) struct KernelPlan {
     pub depth: usize,
     /// The values its calls read or compute, in increasing order.
     pub values: Vec<ValueId>,
+    /// Bytes of memory its calls read and write: `values` but those kept on chip or folded.
+    pub bytes: u64,
+    /// Results it writes to memory that none of its calls reads: where `bytes` overflow the
+    /// last-level cache, they are stored past the caches (see [`super::loops::Store`]).
+    pub streamable: Vec<ValueId>,
 }
 
 /// A whole plan, ready to run.
@@ -254,7 +259,7 @@ fn lower_kernel(ctx: &Context, k: usize, calls: &[CallId]) -> Result<KernelPlan,
         .map(|c| c.result)
         .collect();
     let (lowered, chip) = inline_chip_values(lowered, chip);
-    let chip = chip
+    let chip: Vec<ValueId> = chip
         .into_iter()
         .filter(|&v| read_in_its_pass(ctx, &lowered, v))
         .collect();
@@ -270,6 +275,29 @@ fn lower_kernel(ctx: &Context, k: usize, calls: &[CallId]) -> Result<KernelPlan,
         Space::Matrix(..) => values.iter().copied().filter(|&m| touches(&lowered, m) > 0).collect(),
         Space::Vector(_) => Vec::new(),
     };
+    // In memory: what it reads from earlier kernels or inputs, and what it computes there
+    // (not what stays on chip, nor what is folded into the calls that read it).
+    let computed_here = |v: &ValueId| calls.iter().any(|&c| program.calls[c].result == *v);
+    let in_memory = |v: &&ValueId| !computed_here(v) || lowered.iter().any(|c| c.result == **v && !chip.contains(v));
+    let bytes = values
+        .iter()
+        .filter(in_memory)
+        .map(|&v| {
+            program.values[v]
+                .shape
+                .extents(&ctx.sizes)
+                .unwrap_or_default()
+                .iter()
+                .product::<usize>() as u64
+        })
+        .sum::<u64>()
+        * program.precision.bytes();
+    let streamable = lowered
+        .iter()
+        .filter(|c| matches!(c.op, Op::Map(_)) && !chip.contains(&c.result))
+        .filter(|c| !lowered.iter().flat_map(|o| stages(&o.op)).any(|s| s.reads(c.result)))
+        .map(|c| c.result)
+        .collect();
     Ok(KernelPlan {
         space,
         passes: lowered.iter().map(|c| c.pass + 1).max().unwrap_or(1),
@@ -281,6 +309,8 @@ fn lower_kernel(ctx: &Context, k: usize, calls: &[CallId]) -> Result<KernelPlan,
         chip,
         depth,
         values,
+        bytes,
+        streamable,
     })
 }
 

@@ -61,6 +61,8 @@ pub trait Real:
     fn splat<S: Simd>(simd: S, v: Self) -> Self::Lanes<S>;
     /// `a + b`, lane by lane.
     fn add_lanes<S: Simd>(simd: S, a: Self::Lanes<S>, b: Self::Lanes<S>) -> Self::Lanes<S>;
+    /// `a·b`, lane by lane.
+    fn mul_lanes<S: Simd>(simd: S, a: Self::Lanes<S>, b: Self::Lanes<S>) -> Self::Lanes<S>;
     /// `a·b + c`, lane by lane: one fused multiply-add where the CPU has it (a rounding
     /// fewer), a multiplication and an addition where not.
     fn mul_add<S: Simd>(simd: S, a: Self::Lanes<S>, b: Self::Lanes<S>, c: Self::Lanes<S>) -> Self::Lanes<S>;
@@ -83,7 +85,7 @@ pub trait Real:
 
 macro_rules! real {
     ($t:ty, $precision:ident, $variant:ident, $power:ident, [$small:expr, $big:expr, $up:expr, $down:expr],
-     $lanes:ident, [$splat:ident, $add:ident, $mul_add:ident, $reduce:ident, $split:ident, $split_mut:ident,
+     $lanes:ident, [$splat:ident, $add:ident, $mul:ident, $mul_add:ident, $reduce:ident, $split:ident, $split_mut:ident,
      $partial_load:ident, $partial_store:ident, $rotate_left:ident, $select:ident],
      [$index:ty, $indices:ident, $splat_index:ident, $less_than:ident]) => {
         impl Real for $t {
@@ -128,6 +130,11 @@ macro_rules! real {
             #[inline(always)]
             fn add_lanes<S: Simd>(simd: S, a: S::$lanes, b: S::$lanes) -> S::$lanes {
                 simd.$add(a, b)
+            }
+
+            #[inline(always)]
+            fn mul_lanes<S: Simd>(simd: S, a: S::$lanes, b: S::$lanes) -> S::$lanes {
+                simd.$mul(a, b)
             }
 
             #[inline(always)]
@@ -196,6 +203,7 @@ real!(
     [
         splat_f32s,
         add_f32s,
+        mul_f32s,
         mul_add_e_f32s,
         reduce_sum_f32s,
         as_simd_f32s,
@@ -217,6 +225,7 @@ real!(
     [
         splat_f64s,
         add_f64s,
+        mul_f64s,
         mul_add_e_f64s,
         reduce_sum_f64s,
         as_simd_f64s,
