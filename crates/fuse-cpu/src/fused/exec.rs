@@ -44,6 +44,13 @@ const TILE_BYTES: usize = 128 << 10;
 /// against unfused in one process: 1024² f64 0.97× in 128 KiB blocks, 1.01× in 256; 2048² f32
 /// 1.06 → 1.22, f64 1.30 → 1.46; 512 KiB no better).
 const CACHED_BLOCK_BYTES: usize = 256 << 10;
+/// A kernel whose bytes are more than this share of the last-level cache stores the results
+/// it does not read again past the caches ([`loops::Store::Streamed`]): from so far up, a run
+/// after other work finds little of them in cache, and its stores then cost a read and a write
+/// each (MADD on two threads, a copy of as many bytes between runs: 24 MiB, three quarters of
+/// the cache, 310 µs a run stored in cache, 233 streamed; 12 MiB 320 and 190 — but a run
+/// repeated alone would find 12 MiB in cache, and what reads the result next too).
+const STREAM_SHARE: usize = 2;
 /// Rows per tile at most where a tile is walked more than once: more rows only lengthen the
 /// work between tiles.
 const MAX_TILE_ROWS: usize = 64;
@@ -123,8 +130,8 @@ struct Tile {
     cols: usize,
     /// Whether the walks over a row block pull in the next one (see [`NextBlock`]).
     pull: bool,
-    /// Whether the kernel's bytes overflow the last-level cache, so that results none of its
-    /// calls reads are stored past the caches ([`KernelPlan::streamable`]).
+    /// Whether the kernel's bytes are more than a share of the last-level cache, so that the
+    /// results none of its calls reads are stored past the caches ([`STREAM_SHARE`]).
     stream: bool,
 }
 
@@ -233,7 +240,7 @@ impl KernelRun<'_> {
 /// 236–263 µs → 282–291), and there the blocks are larger ([`CACHED_BLOCK_BYTES`]).
 fn tile<T>(kernel: &KernelPlan) -> Tile {
     let size = mem::size_of::<T>();
-    let stream = kernel.bytes > cache::last_level_bytes() as u64;
+    let stream = kernel.bytes > (cache::last_level_bytes() / STREAM_SHARE) as u64;
     match kernel.space {
         Space::Vector(len) => Tile {
             rows: 1,
@@ -766,8 +773,8 @@ mod tests {
         }
     }
 
-    /// Where a kernel's bytes overflow the last-level cache, the results none of its calls reads
-    /// again are stored past the caches (MADD's `C`, waxpby's `w`, the `B1` of GEMVER's first
+    /// Where a kernel's bytes are more than a share of the last-level cache, the results none of
+    /// its calls reads again are stored past the caches (MADD's `C`, waxpby's `w`, the `B1` of GEMVER's first
     /// unfused kernel) and match the reference, on rows of odd length (off the vector
     /// boundaries); GEMVER's `B`, read again in its fused kernel, is stored in cache.
     #[test]

@@ -364,171 +364,109 @@ pub(crate) enum Store {
     /// Plain stores: each line written is read in first, and stays in cache.
     Cached,
     /// Streaming stores of whole vectors: a line written is not read in first and displaces
-    /// nothing — for a result nothing reads again while it is in cache. A third less traffic for
-    /// `C = A + B` (on the development machine, 2048² f32 on one thread: 1.25–1.5 ms a run with
-    /// plain stores, 0.93–0.98 streamed; streamed 16 bytes at a time, 1.25; from a buffer in
-    /// L1, 1.1–1.7). Call [`stream_fence`] before other threads read what was written.
+    /// nothing — for a result nothing reads again while it is in cache. A quarter less traffic
+    /// for `C = A + B`: MADD at 2048² f32 on two threads 0.75× the time, 4096² 0.88×. As wide
+    /// as the vector: in C on the development machine, the same loop streaming 16 bytes at a
+    /// time took 1.25 ms a run against 0.93–0.98 in 64, and from a buffer in L1 1.1–1.7. Call
+    /// [`stream_fence`] before other threads read what was written.
     Streamed,
 }
 
 /// `dest = konst + Σ a·x` over the terms `(a, x)`, stored as `store` says: in one pass where
-/// there are at most three terms, else the first three (stored in cache) and the rest added
-/// in [`lin_add`]'s passes. Each element adds its terms in their order, the first three each
-/// multiplied and added (two roundings), the rest in fused multiply-adds, whatever the pass.
+/// there are at most three terms, else the first three (in cache) and the rest added in
+/// [`lin_add`]'s passes. Each element adds its terms in their order, the first three each
+/// multiplied and added (two roundings), the rest in fused multiply-adds, however stored.
 #[pulp::with_simd(lin_write = Arch::new())]
 #[inline(always)]
 pub(crate) fn lin_write_simd<S: Simd, T: Real>(simd: S, dest: &mut [T], konst: T, terms: &[(T, &[T])], store: Store) {
-    match store {
-        Store::Cached => lin_write_terms(simd, dest, konst, terms, Cached),
-        Store::Streamed => lin_write_terms(simd, dest, konst, terms, Streamed),
-    }
-}
-
-/// [`lin_write`], each whole vector stored by `put`.
-#[inline(always)]
-fn lin_write_terms<S: Simd, T: Real, P: Put>(simd: S, dest: &mut [T], konst: T, terms: &[(T, &[T])], put: P) {
-    match terms.len() {
-        0 => lin_write_n::<S, T, P, 0>(simd, dest, konst, terms, put),
-        1 => lin_write_n::<S, T, P, 1>(simd, dest, konst, terms, put),
-        2 => lin_write_n::<S, T, P, 2>(simd, dest, konst, terms, put),
-        3 => lin_write_n::<S, T, P, 3>(simd, dest, konst, terms, put),
+    match (terms.len(), store) {
+        (0, Store::Cached) => lin_elements::<T, 0>(dest, 0, konst, terms),
+        (1, Store::Cached) => lin_elements::<T, 1>(dest, 0, konst, terms),
+        (2, Store::Cached) => lin_elements::<T, 2>(dest, 0, konst, terms),
+        (3, Store::Cached) => lin_elements::<T, 3>(dest, 0, konst, terms),
+        (0, Store::Streamed) => lin_stream::<S, T, 0>(simd, dest, konst, terms),
+        (1, Store::Streamed) => lin_stream::<S, T, 1>(simd, dest, konst, terms),
+        (2, Store::Streamed) => lin_stream::<S, T, 2>(simd, dest, konst, terms),
+        (3, Store::Streamed) => lin_stream::<S, T, 3>(simd, dest, konst, terms),
         _ => {
-            lin_write_n::<S, T, Cached, 3>(simd, dest, konst, &terms[..3], Cached);
+            lin_elements::<T, 3>(dest, 0, konst, &terms[..3]);
             lin_add_simd(simd, dest, &terms[3..], Ahead::NONE);
         }
     }
 }
 
-/// `dest = konst + Σ a·x` over exactly `N` terms, in one pass: the elements before the first
-/// vector boundary of `dest` and those past its last whole vector in a masked step each, so
-/// that every whole vector is stored aligned (as streaming stores must be).
+/// `dest[k] = konst + Σ a·x[from + k]` over exactly `N` terms: a plain loop, which the compiler
+/// vectorizes at the width picked (in cache faster than [`lin_stream`]'s loop with stores
+/// aligned: MADD at 1000² f32 on one thread 250 µs a run, 286 aligned, 265 not).
 #[inline(always)]
-fn lin_write_n<S: Simd, T: Real, P: Put, const N: usize>(
-    simd: S,
-    dest: &mut [T],
-    konst: T,
-    terms: &[(T, &[T])],
-    put: P,
-) {
+fn lin_elements<T: Real, const N: usize>(dest: &mut [T], from: usize, konst: T, terms: &[(T, &[T])]) {
     let terms: &[(T, &[T]); N] = terms.try_into().expect("N terms");
+    let n = dest.len();
+    let mut xs = [&[][..]; N];
+    for t in 0..N {
+        xs[t] = &terms[t].1[from..from + n];
+    }
+    for k in 0..n {
+        let mut acc = konst;
+        for t in 0..N {
+            acc += terms[t].0 * xs[t][k];
+        }
+        dest[k] = acc;
+    }
+}
+
+/// [`lin_elements`] with every whole vector of `dest` streamed past the caches: the elements
+/// before its first vector boundary and past its last whole vector one by one, the vectors
+/// between, aligned as streaming stores must be, with the same roundings.
+#[inline(always)]
+fn lin_stream<S: Simd, T: Real, const N: usize>(simd: S, dest: &mut [T], konst: T, terms: &[(T, &[T])]) {
     let n = dest.len();
     let head = dest.as_ptr().align_offset(std::mem::size_of::<T::Lanes<S>>()).min(n);
     let (dest_head, rest) = dest.split_at_mut(head);
     let (dv, dt) = T::as_mut_lanes::<S>(rest);
     let (whole, tail) = (dv.len(), n - dt.len());
-    let konst = T::splat(simd, konst);
-    let mut coefs = [konst; N];
-    let mut runs = [&[][..]; N];
-    let (mut heads, mut tails) = ([konst; N], [konst; N]);
+    lin_elements::<T, N>(dest_head, 0, konst, terms);
+    let k = T::splat(simd, konst);
+    let (mut coefs, mut runs) = ([k; N], [&[][..]; N]);
     for t in 0..N {
-        let x = &terms[t].1[..n];
         coefs[t] = T::splat(simd, terms[t].0);
-        runs[t] = &T::as_lanes::<S>(&x[head..tail]).0[..whole];
-        heads[t] = T::partial_load(simd, &x[..head]);
-        tails[t] = T::partial_load(simd, &x[tail..]);
+        runs[t] = &T::as_lanes::<S>(&terms[t].1[head..tail]).0[..whole];
     }
-    T::partial_store(simd, dest_head, lin_lanes::<S, T, N>(simd, konst, &coefs, heads));
-    T::partial_store(simd, dt, lin_lanes::<S, T, N>(simd, konst, &coefs, tails));
-    let (quads, rest) = dv.as_chunks_mut::<UNROLL>();
-    for (q, quad) in quads.iter_mut().enumerate() {
-        for (u, d) in quad.iter_mut().enumerate() {
-            // SAFETY: every run has `whole` vectors, and `d` is one after the head of `dest`.
-            unsafe { lin_step::<S, T, P, N>(simd, (konst, &coefs), &runs, q * UNROLL + u, d, put) };
+    for (j, d) in dv.iter_mut().enumerate() {
+        let mut acc = k;
+        for t in 0..N {
+            acc = T::add_lanes(simd, acc, T::mul_lanes(simd, coefs[t], runs[t][j]));
         }
+        // SAFETY: `d` is a whole vector of `dest` after its head, so aligned to its size.
+        unsafe { stream_vector(d, acc) };
     }
-    for (j, d) in rest.iter_mut().enumerate() {
-        // SAFETY: as above.
-        unsafe { lin_step::<S, T, P, N>(simd, (konst, &coefs), &runs, quads.len() * UNROLL + j, d, put) };
-    }
+    lin_elements::<T, N>(dt, tail, konst, terms);
 }
 
-/// `d = konst + Σ coefs[t]·runs[t][j]`, stored by `put`.
+/// `v` stored at `at` past the caches: a streaming store as wide as the vector (x86-64), a
+/// plain store elsewhere.
 ///
 /// # Safety
 ///
-/// Every run must be longer than `j`, and `d` aligned to its size where `put` streams.
+/// `at` must be valid for a write of `V` and aligned to its size.
 #[inline(always)]
-unsafe fn lin_step<S: Simd, T: Real, P: Put, const N: usize>(
-    simd: S,
-    (konst, coefs): (T::Lanes<S>, &[T::Lanes<S>; N]),
-    runs: &[&[T::Lanes<S>]; N],
-    j: usize,
-    d: &mut T::Lanes<S>,
-    put: P,
-) {
-    let mut xs = [konst; N];
-    for t in 0..N {
-        xs[t] = *runs[t].get_unchecked(j);
-    }
-    put.put(d, lin_lanes::<S, T, N>(simd, konst, coefs, xs));
-}
-
-/// Vectors a step of [`lin_write`]'s loop: independent stores and loads enough for the
-/// caches' two loads and one store a cycle, as the compiler's own vectorized loops do
-/// (in cache, one vector a step made waxpby at 1024² 15 % slower).
-const UNROLL: usize = 4;
-
-/// `konst + Σ coefs[t]·xs[t]`, lane by lane, each term multiplied and added.
-#[inline(always)]
-fn lin_lanes<S: Simd, T: Real, const N: usize>(
-    simd: S,
-    konst: T::Lanes<S>,
-    coefs: &[T::Lanes<S>; N],
-    xs: [T::Lanes<S>; N],
-) -> T::Lanes<S> {
-    let mut acc = konst;
-    for t in 0..N {
-        acc = T::add_lanes(simd, acc, T::mul_lanes(simd, coefs[t], xs[t]));
-    }
-    acc
-}
-
-/// How a loop stores a whole vector (see [`Store`]).
-trait Put: Copy {
-    /// Stores `v` at `at`.
-    ///
-    /// # Safety
-    ///
-    /// `at` must be valid for a write of `V` and aligned to its size.
-    unsafe fn put<V: Copy>(self, at: *mut V, v: V);
-}
-
-/// [`Store::Cached`].
-#[derive(Clone, Copy)]
-struct Cached;
-
-impl Put for Cached {
-    #[inline(always)]
-    unsafe fn put<V: Copy>(self, at: *mut V, v: V) {
-        at.write(v);
-    }
-}
-
-/// [`Store::Streamed`].
-#[derive(Clone, Copy)]
-struct Streamed;
-
-impl Put for Streamed {
-    /// A streaming store as wide as the vector (x86-64), a plain one elsewhere.
-    #[inline(always)]
-    unsafe fn put<V: Copy>(self, at: *mut V, v: V) {
-        #[cfg(target_arch = "x86_64")]
-        {
-            use std::arch::x86_64::{
-                __m128i, __m256i, __m512i, _mm256_stream_si256, _mm512_stream_si512, _mm_stream_si128,
-            };
-            use std::mem::{size_of, transmute_copy};
-            // A vector of 64 bytes exists only where the dispatch found AVX-512 (pulp's V4),
-            // one of 32 only with AVX2; SSE2 is part of x86-64. The callers align `at`.
-            match size_of::<V>() {
-                64 => return _mm512_stream_si512(at.cast(), transmute_copy::<V, __m512i>(&v)),
-                32 => return _mm256_stream_si256(at.cast(), transmute_copy::<V, __m256i>(&v)),
-                16 => return _mm_stream_si128(at.cast(), transmute_copy::<V, __m128i>(&v)),
-                _ => {}
-            }
+unsafe fn stream_vector<V: Copy>(at: *mut V, v: V) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{
+            __m128i, __m256i, __m512i, _mm256_stream_si256, _mm512_stream_si512, _mm_stream_si128,
+        };
+        use std::mem::{size_of, transmute_copy};
+        // A vector of 64 bytes exists only where the dispatch found AVX-512 (pulp's V4), one of
+        // 32 only with AVX2; SSE2 is part of x86-64.
+        match size_of::<V>() {
+            64 => return _mm512_stream_si512(at.cast(), transmute_copy::<V, __m512i>(&v)),
+            32 => return _mm256_stream_si256(at.cast(), transmute_copy::<V, __m256i>(&v)),
+            16 => return _mm_stream_si128(at.cast(), transmute_copy::<V, __m128i>(&v)),
+            _ => {}
         }
-        at.write(v);
     }
+    at.write(v);
 }
 
 /// Elements before the first vector boundary of each row, where the rows all reach one after
@@ -941,34 +879,25 @@ fn fold<T: Real>(acc: [T; LANES]) -> T {
     acc.iter().fold(T::ZERO, |s, &a| s + a)
 }
 
-/// `dest = src`, with streaming stores where the CPU has them (x86-64): the lines written are
-/// not read in first and do not displace the cache. Call [`stream_fence`] before other threads
-/// read `dest`.
-pub(crate) fn stream<T: Real>(dest: &mut [T], src: &[T]) {
-    let src = &src[..dest.len()];
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_stream_si128};
-        const WIDTH: usize = 16;
-        let bytes = std::mem::size_of_val(dest);
-        let (d, s) = (dest.as_mut_ptr().cast::<u8>(), src.as_ptr().cast::<u8>());
-        // Elements are 4 or 8 bytes and aligned to their size, so 16-byte alignment starts at
-        // an element boundary.
-        let head = d.align_offset(WIDTH).min(bytes);
-        let body = (bytes - head) / WIDTH * WIDTH;
-        // SAFETY: `dest` and `src` are distinct slices of `bytes` bytes (one is borrowed
-        // mutably); every access below stays within them, streamed stores go to 16-byte-aligned
-        // addresses (SSE2 is part of x86-64), and the element boundaries are kept.
-        unsafe {
-            std::ptr::copy_nonoverlapping(s, d, head);
-            for k in (head..head + body).step_by(WIDTH) {
-                _mm_stream_si128(d.add(k).cast::<__m128i>(), _mm_loadu_si128(s.add(k).cast::<__m128i>()));
-            }
-            std::ptr::copy_nonoverlapping(s.add(head + body), d.add(head + body), bytes - head - body);
-        }
+/// `dest = src`, each whole vector of `dest` streamed past the caches ([`stream_vector`]): the
+/// fastest copy there is (in C on the development machine, 24 MiB on one thread took 1.9–2.1
+/// ms streamed 64 bytes at a time, 2.5 in 16, and `memcpy` reads each line written in first).
+/// Call [`stream_fence`] before other threads read `dest`.
+#[pulp::with_simd(stream = Arch::new())]
+#[inline(always)]
+pub(crate) fn stream_simd<S: Simd, T: Real>(_simd: S, dest: &mut [T], src: &[T]) {
+    let n = dest.len();
+    let src = &src[..n];
+    let head = dest.as_ptr().align_offset(std::mem::size_of::<T::Lanes<S>>()).min(n);
+    let (dest_head, rest) = dest.split_at_mut(head);
+    dest_head.copy_from_slice(&src[..head]);
+    let (dv, dt) = T::as_mut_lanes::<S>(rest);
+    let tail = n - dt.len();
+    dt.copy_from_slice(&src[tail..]);
+    for (d, &s) in dv.iter_mut().zip(T::as_lanes::<S>(&src[head..tail]).0) {
+        // SAFETY: `d` is a whole vector of `dest` after its head, so aligned to its size.
+        unsafe { stream_vector(d, s) };
     }
-    #[cfg(not(target_arch = "x86_64"))]
-    dest.copy_from_slice(src);
 }
 
 /// Orders the streaming stores of this thread before its later stores (the end of a parallel

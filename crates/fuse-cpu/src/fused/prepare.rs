@@ -112,8 +112,9 @@ pub(crate) struct KernelPlan {
     pub values: Vec<ValueId>,
     /// Bytes of memory its calls read and write: `values` but those kept on chip or folded.
     pub bytes: u64,
-    /// Results it writes to memory that none of its calls reads: where `bytes` overflow the
-    /// last-level cache, they are stored past the caches (see [`super::loops::Store`]).
+    /// Results it writes to memory that none of its calls reads: where `bytes` are more than a
+    /// share of the last-level cache, they are stored past the caches (see
+    /// [`super::loops::Store`]).
     pub streamable: Vec<ValueId>,
 }
 
