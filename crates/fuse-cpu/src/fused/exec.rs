@@ -47,10 +47,10 @@ const CACHED_BLOCK_BYTES: usize = 256 << 10;
 /// A kernel whose bytes are more than this share of the last-level cache stores the results
 /// it does not read again past the caches ([`loops::Store::Streamed`]): from so far up, a run
 /// after other work finds little of them in cache, and its stores then cost a read and a write
-/// each (MADD on two threads, a copy of as many bytes between runs: 24 MiB, three quarters of
-/// the cache, 310 µs a run stored in cache, 233 streamed; 12 MiB 320 and 190 — but a run
-/// repeated alone would find 12 MiB in cache, and what reads the result next too).
-const STREAM_SHARE: usize = 2;
+/// each. On the development machine (32 MiB), two threads, a copy of as many bytes between
+/// runs, µs a run stored in cache / streamed: MADD 24 MiB 310 / 233, 12 MiB 239 / 202, waxpby
+/// 12 MiB 304 / 261, vadd 16 MiB 421 / 238; at 6–8 MiB (MADD, waxpby, sscal) the same.
+const STREAM_SHARE: usize = 4;
 /// Rows per tile at most where a tile is walked more than once: more rows only lengthen the
 /// work between tiles.
 const MAX_TILE_ROWS: usize = 64;
