@@ -534,16 +534,9 @@ impl<'a, T: Real> Shared<'_, 'a, T> {
                 (Op::Map(stage), Dest::Chip(l) | Dest::Parts(l, _)) => {
                     let mut dest = mem::replace(&mut locals[l], Local::Lent);
                     let scope = self.scope(locals, Piece::Scalar(T::ZERO));
-                    let mut out = dest.view_mut();
+                    let (mut out, store) = (dest.view_mut(), self.store(c));
                     for i in rows.clone() {
-                        eval::map(
-                            stage,
-                            &scope,
-                            seg(i),
-                            out.row_mut(i, c0, w),
-                            self.store(c),
-                            &mut work.scratch,
-                        );
+                        eval::map(stage, &scope, seg(i), out.row_mut(i, c0, w), store, &mut work.scratch);
                     }
                     locals[l] = dest;
                 }
@@ -774,9 +767,9 @@ mod tests {
     }
 
     /// Where a kernel's bytes are more than a share of the last-level cache, the results none of
-    /// its calls reads again are stored past the caches (MADD's `C`, waxpby's `w`, the `B1` of GEMVER's first
-    /// unfused kernel) and match the reference, on rows of odd length (off the vector
-    /// boundaries); GEMVER's `B`, read again in its fused kernel, is stored in cache.
+    /// its calls reads again are stored past the caches (MADD's `C`, waxpby's `w`, the `B1` of
+    /// GEMVER's first unfused kernel) and match the reference, on rows of odd length (off the
+    /// vector boundaries); GEMVER's `B`, read again in its fused kernel, is stored in cache.
     #[test]
     fn results_stored_past_the_caches_match_the_reference() {
         assert!(first_calls_in_one_kernel("gemver", 3).streamable.is_empty());

@@ -365,7 +365,7 @@ pub(crate) enum Store {
     Cached,
     /// Streaming stores of whole vectors: a line written is not read in first and displaces
     /// nothing — for a result nothing reads again while it is in cache. A quarter less traffic
-    /// for `C = A + B`: MADD at 2048² f32 on two threads 0.75× the time, 4096² 0.88×. As wide
+    /// for `C = A + B`: MADD at 2048² f32 and 1024² f64 on two threads 0.68× the time. As wide
     /// as the vector: in C on the development machine, the same loop streaming 16 bytes at a
     /// time took 1.25 ms a run against 0.93–0.98 in 64, and from a buffer in L1 1.1–1.7. Call
     /// [`stream_fence`] before other threads read what was written.
@@ -396,8 +396,9 @@ pub(crate) fn lin_write_simd<S: Simd, T: Real>(simd: S, dest: &mut [T], konst: T
 }
 
 /// `dest[k] = konst + Σ a·x[from + k]` over exactly `N` terms: a plain loop, which the compiler
-/// vectorizes at the width picked (in cache faster than [`lin_stream`]'s loop with stores
-/// aligned: MADD at 1000² f32 on one thread 250 µs a run, 286 aligned, 265 not).
+/// vectorizes at the width picked (in cache faster than [`lin_stream`]'s explicit vectors
+/// storing in cache: MADD at 1000² f32 on one thread 250 µs a run, 286 with the stores
+/// aligned, 265 not).
 #[inline(always)]
 fn lin_elements<T: Real, const N: usize>(dest: &mut [T], from: usize, konst: T, terms: &[(T, &[T])]) {
     let terms: &[(T, &[T]); N] = terms.try_into().expect("N terms");
