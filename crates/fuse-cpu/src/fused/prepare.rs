@@ -276,29 +276,8 @@ fn lower_kernel(ctx: &Context, k: usize, calls: &[CallId]) -> Result<KernelPlan,
         Space::Matrix(..) => values.iter().copied().filter(|&m| touches(&lowered, m) > 0).collect(),
         Space::Vector(_) => Vec::new(),
     };
-    // In memory: what it reads from earlier kernels or inputs, and what it computes there
-    // (not what stays on chip, nor what is folded into the calls that read it).
-    let computed_here = |v: &ValueId| calls.iter().any(|&c| program.calls[c].result == *v);
-    let in_memory = |v: &&ValueId| !computed_here(v) || lowered.iter().any(|c| c.result == **v && !chip.contains(v));
-    let bytes = values
-        .iter()
-        .filter(in_memory)
-        .map(|&v| {
-            program.values[v]
-                .shape
-                .extents(&ctx.sizes)
-                .unwrap_or_default()
-                .iter()
-                .product::<usize>() as u64
-        })
-        .sum::<u64>()
-        * program.precision.bytes();
-    let streamable = lowered
-        .iter()
-        .filter(|c| matches!(c.op, Op::Map(_)) && !chip.contains(&c.result))
-        .filter(|c| !lowered.iter().flat_map(|o| stages(&o.op)).any(|s| s.reads(c.result)))
-        .map(|c| c.result)
-        .collect();
+    let bytes = memory_bytes(ctx, calls, &lowered, &chip, &values);
+    let streamable = streamable(&lowered, &chip);
     Ok(KernelPlan {
         space,
         passes: lowered.iter().map(|c| c.pass + 1).max().unwrap_or(1),
@@ -313,6 +292,32 @@ fn lower_kernel(ctx: &Context, k: usize, calls: &[CallId]) -> Result<KernelPlan,
         bytes,
         streamable,
     })
+}
+
+/// Bytes of memory a kernel of `calls` (lowered to `lowered`, with `chip` kept on chip) reads
+/// and writes: what it reads from inputs or earlier kernels, and what it computes into memory —
+/// not what stays on chip, nor what is folded into the calls that read it.
+fn memory_bytes(ctx: &Context, calls: &[CallId], lowered: &[CallPlan], chip: &[ValueId], values: &[ValueId]) -> u64 {
+    let program = ctx.program;
+    let computed_here = |v: ValueId| calls.iter().any(|&c| program.calls[c].result == v);
+    let in_memory = |v: ValueId| !computed_here(v) || lowered.iter().any(|c| c.result == v && !chip.contains(&v));
+    let elements = |v: ValueId| {
+        let extents = program.values[v].shape.extents(&ctx.sizes).unwrap_or_default();
+        extents.iter().product::<usize>() as u64
+    };
+    let total: u64 = values.iter().copied().filter(|&v| in_memory(v)).map(elements).sum();
+    total * program.precision.bytes()
+}
+
+/// The results of `lowered` written to memory (maps not kept on chip) that none of its calls
+/// reads: a kernel may store them past the caches.
+fn streamable(lowered: &[CallPlan], chip: &[ValueId]) -> Vec<ValueId> {
+    let read = |v: ValueId| lowered.iter().flat_map(|c| stages(&c.op)).any(|s| s.reads(v));
+    lowered
+        .iter()
+        .filter(|c| matches!(c.op, Op::Map(_)) && !chip.contains(&c.result) && !read(c.result))
+        .map(|c| c.result)
+        .collect()
 }
 
 /// Walks over each tile of a kernel of `calls` over `values`: the most times the tile of one
