@@ -49,8 +49,11 @@ const CACHED_BLOCK_BYTES: usize = 256 << 10;
 /// after other work finds little of them in cache, and its stores then cost a read and a write
 /// each. On the development machine (32 MiB), two threads, a copy of as many bytes between
 /// runs, µs a run stored in cache / streamed: MADD 24 MiB 310 / 233, 12 MiB 239 / 202, waxpby
-/// 12 MiB 304 / 261, vadd 16 MiB 421 / 238; at 6–8 MiB (MADD, waxpby, sscal) the same.
-const STREAM_SHARE: usize = 4;
+/// 12 MiB 304 / 261, vadd 16 MiB 421 / 238; at 6–8 MiB (MADD, waxpby) the same, and an 8 MiB
+/// sscal faster stored in cache (4 MiB in, 4 out: 70 µs a run against 88 on a quiet machine,
+/// 147 against 162 on a busy one), so that a third of the cache, not a quarter, is where
+/// streaming starts.
+const STREAM_SHARE: usize = 3;
 /// What a walk through a matrix out of cache, walked once, pulls in: the rows of the next step,
 /// as each step goes through its own, ahead of the hardware's prefetchers, which follow
 /// [`loops::ROWS`] streams less closely (fuse bench, two threads, against the build without,
