@@ -421,19 +421,20 @@ fn lin_elements<T: Real, const N: usize>(dest: &mut [T], from: usize, konst: T, 
 /// between, aligned as streaming stores must be, with the same roundings.
 #[inline(always)]
 fn lin_stream<S: Simd, T: Real, const N: usize>(simd: S, dest: &mut [T], konst: T, terms: &[(T, &[T])]) {
-    let n = dest.len();
-    let head = dest.as_ptr().align_offset(std::mem::size_of::<T::Lanes<S>>()).min(n);
-    let (dest_head, rest) = dest.split_at_mut(head);
-    let (dv, dt) = T::as_mut_lanes::<S>(rest);
-    let (whole, tail) = (dv.len(), n - dt.len());
-    lin_elements::<T, N>(dest_head, 0, konst, terms);
+    let Aligned {
+        head,
+        vectors,
+        tail,
+        body,
+    } = Aligned::<S, T>::new(dest);
+    lin_elements::<T, N>(head, 0, konst, terms);
     let k = T::splat(simd, konst);
     let (mut coefs, mut runs) = ([k; N], [&[][..]; N]);
     for t in 0..N {
         coefs[t] = T::splat(simd, terms[t].0);
-        runs[t] = &T::as_lanes::<S>(&terms[t].1[head..tail]).0[..whole];
+        runs[t] = &T::as_lanes::<S>(&terms[t].1[body.clone()]).0[..vectors.len()];
     }
-    for (j, d) in dv.iter_mut().enumerate() {
+    for (j, d) in vectors.iter_mut().enumerate() {
         let mut acc = k;
         for t in 0..N {
             acc = T::add_lanes(simd, acc, T::mul_lanes(simd, coefs[t], runs[t][j]));
@@ -441,7 +442,45 @@ fn lin_stream<S: Simd, T: Real, const N: usize>(simd: S, dest: &mut [T], konst: 
         // SAFETY: `d` is a whole vector of `dest` after its head, so aligned to its size.
         unsafe { stream_vector(d, acc) };
     }
-    lin_elements::<T, N>(dt, tail, konst, terms);
+    lin_elements::<T, N>(tail, body.end, konst, terms);
+}
+
+/// A slice cut into vectors from a given element on ([`Aligned::split`]), or from its first
+/// vector boundary ([`Aligned::new`]).
+struct Aligned<'a, S: Simd, T: Real> {
+    /// The elements before the vectors.
+    head: &'a mut [T],
+    /// The whole vectors (from a vector boundary: aligned to their size, as streaming stores
+    /// must be).
+    vectors: &'a mut [T::Lanes<S>],
+    /// The elements after them.
+    tail: &'a mut [T],
+    /// The elements the vectors hold.
+    body: std::ops::Range<usize>,
+}
+
+impl<'a, S: Simd, T: Real> Aligned<'a, S, T> {
+    /// `dest` cut at its first vector boundary.
+    #[inline(always)]
+    fn new(dest: &'a mut [T]) -> Self {
+        let start = dest.as_ptr().align_offset(std::mem::size_of::<T::Lanes<S>>());
+        Self::split(dest, start.min(dest.len()))
+    }
+
+    /// `dest` cut into vectors from element `start` on.
+    #[inline(always)]
+    fn split(dest: &'a mut [T], start: usize) -> Self {
+        let n = dest.len();
+        let (head, rest) = dest.split_at_mut(start);
+        let (vectors, tail) = T::as_mut_lanes::<S>(rest);
+        let end = n - tail.len();
+        Aligned {
+            head,
+            vectors,
+            tail,
+            body: start..end,
+        }
+    }
 }
 
 /// `v` stored at `at` past the caches: a streaming store as wide as the vector (x86-64), a
@@ -532,24 +571,27 @@ fn lin_add_group<S: Simd, T: Real, const N: usize, P: Pull>(
 ) {
     let terms: &[(T, &[T]); N] = terms.try_into().expect("a group of N terms");
     let n = dest.len();
-    let (dest_head, rest) = dest.split_at_mut(head);
-    let (dv, dt) = T::as_mut_lanes::<S>(rest);
-    let (whole, tail) = (dv.len(), n - dt.len());
-    let (mut d_head, mut d_tail) = (T::partial_load(simd, dest_head), T::partial_load(simd, dt));
+    let Aligned {
+        head: dest_head,
+        vectors,
+        tail,
+        body,
+    } = Aligned::<S, T>::split(dest, head);
+    let (mut d_head, mut d_tail) = (T::partial_load(simd, dest_head), T::partial_load(simd, tail));
     let mut coefs = [T::splat(simd, T::ZERO); N];
     let mut runs = [&[][..]; N];
     let mut starts = [std::ptr::null::<T>(); N];
     for t in 0..N {
         coefs[t] = T::splat(simd, terms[t].0);
         let x = &terms[t].1[..n];
-        d_head = T::mul_add(simd, coefs[t], T::partial_load(simd, &x[..head]), d_head);
-        d_tail = T::mul_add(simd, coefs[t], T::partial_load(simd, &x[tail..]), d_tail);
-        runs[t] = &T::as_lanes::<S>(&x[head..tail]).0[..whole];
+        d_head = T::mul_add(simd, coefs[t], T::partial_load(simd, &x[..body.start]), d_head);
+        d_tail = T::mul_add(simd, coefs[t], T::partial_load(simd, &x[body.end..]), d_tail);
+        runs[t] = &T::as_lanes::<S>(&x[body.clone()]).0[..vectors.len()];
         starts[t] = runs[t].as_ptr().cast::<T>();
     }
     T::partial_store(simd, dest_head, d_head);
-    T::partial_store(simd, dt, d_tail);
-    for (j, d) in dv.iter_mut().enumerate() {
+    T::partial_store(simd, tail, d_tail);
+    for (j, d) in vectors.iter_mut().enumerate() {
         let mut acc = *d;
         for t in 0..N {
             acc = T::mul_add(simd, coefs[t], runs[t][j], acc);
@@ -887,15 +929,16 @@ fn fold<T: Real>(acc: [T; LANES]) -> T {
 #[pulp::with_simd(stream = Arch::new())]
 #[inline(always)]
 pub(crate) fn stream_simd<S: Simd, T: Real>(_simd: S, dest: &mut [T], src: &[T]) {
-    let n = dest.len();
-    let src = &src[..n];
-    let head = dest.as_ptr().align_offset(std::mem::size_of::<T::Lanes<S>>()).min(n);
-    let (dest_head, rest) = dest.split_at_mut(head);
-    dest_head.copy_from_slice(&src[..head]);
-    let (dv, dt) = T::as_mut_lanes::<S>(rest);
-    let tail = n - dt.len();
-    dt.copy_from_slice(&src[tail..]);
-    for (d, &s) in dv.iter_mut().zip(T::as_lanes::<S>(&src[head..tail]).0) {
+    let src = &src[..dest.len()];
+    let Aligned {
+        head,
+        vectors,
+        tail,
+        body,
+    } = Aligned::<S, T>::new(dest);
+    head.copy_from_slice(&src[..body.start]);
+    tail.copy_from_slice(&src[body.end..]);
+    for (d, &s) in vectors.iter_mut().zip(T::as_lanes::<S>(&src[body]).0) {
         // SAFETY: `d` is a whole vector of `dest` after its head, so aligned to its size.
         unsafe { stream_vector(d, s) };
     }
