@@ -421,20 +421,15 @@ fn lin_elements<T: Real, const N: usize>(dest: &mut [T], from: usize, konst: T, 
 /// between, aligned as streaming stores must be, with the same roundings.
 #[inline(always)]
 fn lin_stream<S: Simd, T: Real, const N: usize>(simd: S, dest: &mut [T], konst: T, terms: &[(T, &[T])]) {
-    let Aligned {
-        head,
-        vectors,
-        tail,
-        body,
-    } = Aligned::<S, T>::new(dest);
-    lin_elements::<T, N>(head, 0, konst, terms);
+    let cut = Aligned::<S, T>::new(dest);
+    lin_elements::<T, N>(cut.head, 0, konst, terms);
     let k = T::splat(simd, konst);
     let (mut coefs, mut runs) = ([k; N], [&[][..]; N]);
     for t in 0..N {
         coefs[t] = T::splat(simd, terms[t].0);
-        runs[t] = &T::as_lanes::<S>(&terms[t].1[body.clone()]).0[..vectors.len()];
+        runs[t] = &T::as_lanes::<S>(&terms[t].1[cut.body.clone()]).0[..cut.vectors.len()];
     }
-    for (j, d) in vectors.iter_mut().enumerate() {
+    for (j, d) in cut.vectors.iter_mut().enumerate() {
         let mut acc = k;
         for t in 0..N {
             acc = T::add_lanes(simd, acc, T::mul_lanes(simd, coefs[t], runs[t][j]));
@@ -442,7 +437,7 @@ fn lin_stream<S: Simd, T: Real, const N: usize>(simd: S, dest: &mut [T], konst: 
         // SAFETY: `d` is a whole vector of `dest` after its head, so aligned to its size.
         unsafe { stream_vector(d, acc) };
     }
-    lin_elements::<T, N>(tail, body.end, konst, terms);
+    lin_elements::<T, N>(cut.tail, cut.body.end, konst, terms);
 }
 
 /// A slice cut into vectors from a given element on ([`Aligned::split`]), or from its first
@@ -930,15 +925,10 @@ fn fold<T: Real>(acc: [T; LANES]) -> T {
 #[inline(always)]
 pub(crate) fn stream_simd<S: Simd, T: Real>(_simd: S, dest: &mut [T], src: &[T]) {
     let src = &src[..dest.len()];
-    let Aligned {
-        head,
-        vectors,
-        tail,
-        body,
-    } = Aligned::<S, T>::new(dest);
-    head.copy_from_slice(&src[..body.start]);
-    tail.copy_from_slice(&src[body.end..]);
-    for (d, &s) in vectors.iter_mut().zip(T::as_lanes::<S>(&src[body]).0) {
+    let cut = Aligned::<S, T>::new(dest);
+    cut.head.copy_from_slice(&src[..cut.body.start]);
+    cut.tail.copy_from_slice(&src[cut.body.end..]);
+    for (d, &s) in cut.vectors.iter_mut().zip(T::as_lanes::<S>(&src[cut.body]).0) {
         // SAFETY: `d` is a whole vector of `dest` after its head, so aligned to its size.
         unsafe { stream_vector(d, s) };
     }
