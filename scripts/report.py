@@ -87,9 +87,9 @@ def summary(raw):
     peers, peer_copy = peer_rows(raw)
     keys = sorted(set(bench) | set(tune) | set(peers))
     lines = [
-        "| sequence | sizes | fused µs | cuBLAS µs | speedup | % copy | torch eager µs | torch.compile µs | JAX µs "
-        "| tuned µs | first plan % of fastest | rank of fastest |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| sequence | sizes | fused µs | steps µs | graph µs | cuBLAS µs | speedup | % copy | torch eager µs "
+        "| torch.compile µs | JAX µs | tuned µs | first plan % of fastest | rank of fastest |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     misses = []
     for key in keys:
@@ -102,7 +102,8 @@ def summary(raw):
         tuned = t and min(c["measured_us"] for c in t["candidates"])
         first = t and t["first_pct_of_fastest"]
         lines.append(
-            f"| {name} | {sizes} | {fmt(b and b['fused_us'])} | {fmt(b and b['baseline_us'])} | "
+            f"| {name} | {sizes} | {fmt(b and b['fused_us'])} | {fmt(b and b.get('steps_us'))} | "
+            f"{fmt(b and b.get('graph_us'))} | {fmt(b and b['baseline_us'])} | "
             f"{fmt(speedup, '.2f')}{'×' if speedup else ''} | {fmt(pct)} | "
             + " | ".join(f"{fmt(peer[fw])}{'' if kernels[fw] in (None, -1) else f' ({kernels[fw]} k)'}" for fw in peer)
             + f" | {fmt(tuned)} | {fmt(first)} | {t['fastest_rank'] if t else '—'} |"
@@ -114,7 +115,9 @@ def summary(raw):
                     + (f"; by peers.py (torch): {peer_copy:.1f} GB/s." if peer_copy else "."))
     text += [
         "",
-        "`fused` is the plan `fuse run` picks untuned (best predicted); `tuned` the fastest of the "
+        "`fused` is the plan `fuse run` picks untuned (best predicted), the faster of its two ways: "
+        "`steps` queued one by one, `graph` replayed as a CUDA graph (plans of several steps); "
+        "`tuned` the fastest of the "
         "10 best predicted (`fuse tune`); `(n k)` the kernels and memory operations a peer launches "
         "per call (torch profiler; for JAX counted in XLA's optimized HLO).",
         "",

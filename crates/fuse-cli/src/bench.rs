@@ -165,7 +165,11 @@ struct Measured {
     name: String,
     sizes: Sizes,
     kernels: (usize, usize),
+    /// The way a run goes: on the GPU the faster of the two below.
     fused_us: f64,
+    /// On the GPU, a plan of more than one step: its steps queued one by one, and replayed as
+    /// a CUDA graph.
+    ways: Option<Ways>,
     baseline_us: f64,
     /// Baseline time over fused time: on the CPU the median of the ratios of runs timed back
     /// to back, which a machine whose speed drifts between runs changes least.
@@ -177,6 +181,13 @@ struct Measured {
     /// shared with other work gives different bandwidth from minute to minute), and the fused
     /// GB/s as a share of it: the median of each run's share of the copy timed right after it.
     copy: Option<(f64, f64)>,
+}
+
+/// The two ways a plan of several steps runs on the GPU, median µs.
+#[derive(Clone, Copy)]
+struct Ways {
+    steps_us: f64,
+    graph_us: f64,
 }
 
 /// `fuse bench`. Ctrl-C prints the measurements finished so far.
@@ -290,15 +301,21 @@ impl Bench<'_> {
         };
         let m = fuse::stages::fuse_cuda::bench::measure(device, program, &sizes, &plan, &options).map_err(failure)?;
         self.bar.inc(2);
+        let ways = m.graph.map(|graph| Ways {
+            steps_us: m.fused.median_us,
+            graph_us: graph.median_us,
+        });
+        let fused_us = ways.map_or(m.fused.median_us, |w| w.steps_us.min(w.graph_us));
         Ok(Measured {
             script: program.file.clone(),
             name: program.name.clone(),
             kernels: (m.kernels, m.baseline_calls),
             bytes: program.compulsory_bytes(&sizes),
             sizes,
-            fused_us: m.fused.median_us,
+            fused_us,
+            ways,
             baseline_us: m.baseline.median_us,
-            speedup: m.baseline.median_us / m.fused.median_us,
+            speedup: m.baseline.median_us / fused_us,
             baseline_calls: Some(m.baseline_text),
             copy: None,
         })
@@ -343,6 +360,7 @@ impl Bench<'_> {
             bytes,
             sizes,
             fused_us: timed.fused_us,
+            ways: None,
             baseline_us: timed.baseline_us,
             speedup: timed.speedup,
             baseline_calls: None,
@@ -537,29 +555,46 @@ impl Report {
             "times: median of {} runs after warm-up; GB/s: compulsory bytes (inputs read once, outputs written once) over the fused time",
             self.runs
         );
-        let header = [
-            "script",
-            "sizes",
-            "kernels",
-            "fused µs",
-            &format!("{} µs", self.baseline),
-            "speedup",
-            "GB/s",
-            "% copy",
+        let graphs = self.results.iter().any(|r| r.ways.is_some());
+        if graphs {
+            println!("steps / graph: a plan of several steps queued one by one / replayed as a CUDA graph; fused: the faster, the way `fuse run` settles on");
+        }
+        let mut header = vec![
+            "script".to_string(),
+            "sizes".into(),
+            "kernels".into(),
+            "fused µs".into(),
         ];
+        if graphs {
+            header.extend(["steps µs".into(), "graph µs".into()]);
+        }
+        header.extend([
+            format!("{} µs", self.baseline),
+            "speedup".into(),
+            "GB/s".into(),
+            "% copy".into(),
+        ]);
         let rows = self.results.iter().map(|r| {
-            vec![
+            let mut row = vec![
                 r.name.clone(),
                 r.sizes.to_string(),
                 format!("{} / {}", r.kernels.0, r.kernels.1),
                 format!("{:.1}", r.fused_us),
+            ];
+            if graphs {
+                let (steps, graph) = r.ways.map_or(("—".into(), "—".into()), |w| {
+                    (format!("{:.1}", w.steps_us), format!("{:.1}", w.graph_us))
+                });
+                row.extend([steps, graph]);
+            }
+            row.extend([
                 format!("{:.1}", r.baseline_us),
                 format!("{:.2}×", r.speedup),
                 format!("{:.1}", r.gbps()),
                 format!("{:.1}%", r.pct_of_copy(*gbps)),
-            ]
+            ]);
+            row
         });
-        let header = header.map(String::from).to_vec();
         // Names and sizes to the left, numbers to the right.
         print!("{}", aligned(std::iter::once(header).chain(rows).collect(), 2));
         let written: Vec<&Measured> = self.results.iter().filter(|r| r.baseline_calls.is_some()).collect();
@@ -585,6 +620,8 @@ impl Report {
                     "baseline_kernels": r.kernels.1,
                     "baseline_calls": r.baseline_calls,
                     "fused_us": r.fused_us,
+                    "steps_us": r.ways.map(|w| w.steps_us),
+                    "graph_us": r.ways.map(|w| w.graph_us),
                     "baseline_us": r.baseline_us,
                     "speedup": r.speedup,
                     "gbps": r.gbps(),

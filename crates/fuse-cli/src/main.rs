@@ -198,7 +198,9 @@ fuse explain scripts/bicgk.yaml --ranks 4 --size m=100000"
 plan `fuse run` runs (tuned, else the best predicted) against the same script written with cuBLAS as \
 a cuBLAS user would (gemv with the transpose flag for row-major data, ger, geam for madd, \
 copy/scal/axpy/dot, and the copies in-place BLAS forces), timed with CUDA events, the L2 cache \
-flushed before each run. On the CPU (--backend cpu): the best plan for the CPU against the unfused \
+flushed before each run; a plan of several steps (zero fills, launches) is timed both ways a run \
+may go, its steps queued one by one and replayed as one CUDA graph, and the faster is its time, \
+as repeated runs of `fuse` settle on it. On the CPU (--backend cpu): the best plan for the CPU against the unfused \
 plan (the same calls, one kernel each). Both versions are checked against the f64 reference at \
 small sizes first, then timed at the sizes given (median of --runs runs after warm-up, the two \
 alternating; on the CPU each timed after a parallel copy of the problem's bytes and an untimed run \

@@ -1,5 +1,6 @@
 //! `fuse selftest`: the correctness matrix of the emulation tests, run by the binary alone — so
-//! a GPU machine without a Rust toolchain checks the generated kernels on its GPU.
+//! a GPU machine without a Rust toolchain checks the generated kernels on its GPU, each plan of
+//! several steps also replayed as a CUDA graph.
 
 use std::path::{Path, PathBuf};
 
@@ -71,6 +72,24 @@ impl Loaded {
             Loaded::Emulated(p) => p.run(program, sizes, inputs).map_err(|e| e.to_string()),
         }
     }
+
+    /// On a GPU, a plan of several steps replayed as a CUDA graph the way runs replay one
+    /// (captured on `earlier` inputs, replayed on `inputs` in the same buffers); else `None`.
+    fn run_replayed(
+        &self,
+        program: &Program,
+        sizes: &Sizes,
+        earlier: &Bindings,
+        inputs: &Bindings,
+    ) -> Option<Result<Bindings, String>> {
+        match self {
+            Loaded::Cuda(p) if p.generated().steps.len() > 1 => Some(
+                p.run_replayed(program, sizes, earlier, inputs)
+                    .map_err(|e| e.to_string()),
+            ),
+            _ => None,
+        }
+    }
 }
 
 /// The backend and how plans are ranked on it.
@@ -114,13 +133,18 @@ pub fn run(args: &SelftestArgs, library: &Library) -> Result<(), Failure> {
         for program in variants(path, library, args.precision)? {
             for (label, kernels) in plans(&program, &runner.table, library, args.top as usize)? {
                 match check(&runner, &program, &kernels) {
-                    Ok(worst) => {
+                    Ok((worst, replayed)) => {
                         ok += 1;
                         println!(
-                            "ok    {} {} {label}: worst error {worst:.1e} over {} sizes",
+                            "ok    {} {} {label}: worst error {worst:.1e} over {} sizes{}",
                             program.name,
                             program.precision,
-                            SIZES.len()
+                            SIZES.len(),
+                            if replayed {
+                                ", run step by step and replayed as a CUDA graph"
+                            } else {
+                                ""
+                            }
                         );
                     }
                     Err(why) => {
@@ -200,28 +224,41 @@ fn plans(
     Ok(out)
 }
 
-/// Runs one plan at every size against the reference; the worst error, or what went wrong.
-fn check(runner: &Runner, program: &Program, kernels: &[KernelGroup]) -> Result<f64, String> {
+/// Runs one plan at every size against the reference — on a GPU, as a graph replay too where
+/// the plan has several steps; the worst error and whether it was replayed, or what went wrong.
+fn check(runner: &Runner, program: &Program, kernels: &[KernelGroup]) -> Result<(f64, bool), String> {
     let generated = generate(program, kernels).map_err(|e| e.to_string())?;
     let loaded = runner.load(generated)?;
-    let mut worst: f64 = 0.0;
+    let (mut worst, mut replayed): (f64, bool) = (0.0, false);
     for (seed, &(m, n)) in SIZES.iter().enumerate() {
         let sizes = sizes_mn(program, m, n);
-        let mut inputs = Bindings::new();
-        fill_random_inputs(program, &sizes, seed as u64, &mut inputs);
+        let draw = |seed: u64| {
+            let mut inputs = Bindings::new();
+            fill_random_inputs(program, &sizes, seed, &mut inputs);
+            inputs
+        };
+        let inputs = draw(seed as u64);
         let want = fuse::stages::fuse_core::reference::evaluate(program, &sizes, &inputs).map_err(|e| e.to_string())?;
-        let got = loaded
-            .run(program, &sizes, &inputs)
-            .map_err(|e| format!("at {sizes}: {e}"))?;
-        if let Some(m) = compare(program, &got, &want) {
-            return Err(format!("at {sizes}: {m}"));
-        }
-        for (name, w) in &want {
-            let error = fuse::stages::fuse_core::data::relative_error(&got[name].to_f64(), &w.to_f64());
-            worst = worst.max(error);
+        let mut runs = vec![("", loaded.run(program, &sizes, &inputs))];
+        let earlier = draw(seed as u64 + SIZES.len() as u64);
+        runs.extend(
+            loaded
+                .run_replayed(program, &sizes, &earlier, &inputs)
+                .map(|r| (" replayed as a graph", r)),
+        );
+        replayed = runs.len() > 1;
+        for (how, got) in runs {
+            let got = got.map_err(|e| format!("at {sizes}{how}: {e}"))?;
+            if let Some(m) = compare(program, &got, &want) {
+                return Err(format!("at {sizes}{how}: {m}"));
+            }
+            for (name, w) in &want {
+                let error = fuse::stages::fuse_core::data::relative_error(&got[name].to_f64(), &w.to_f64());
+                worst = worst.max(error);
+            }
         }
     }
-    Ok(worst)
+    Ok((worst, replayed))
 }
 
 /// `program`'s sizes with `m` set to `m` and every other symbol to `n`.

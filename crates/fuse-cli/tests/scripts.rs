@@ -83,7 +83,7 @@ fn the_report_checks_the_targets() {
     std::fs::create_dir(&raw).unwrap();
     let bench = r#"{"copy_gbps": 3000.0, "results": [
         {"script": "scripts/bicgk.yaml", "sizes": {"m": 8192, "n": 8192}, "fused_us": 100.0,
-         "baseline_us": 150.0, "speedup": 1.5, "gbps": 2700.0, "pct_of_copy": 90.0}]}"#;
+         "steps_us": 110.0, "graph_us": 100.0, "baseline_us": 150.0, "speedup": 1.5, "gbps": 2700.0, "pct_of_copy": 90.0}]}"#;
     std::fs::write(raw.join("bench-m8192.json"), bench).unwrap();
     let tune = r#"{"script": "scripts/bicgk.yaml", "sizes": "m=8192 n=8192", "fastest_rank": 2,
         "first_pct_of_fastest": 90.0, "candidates": [{"measured_us": 100.0}, {"measured_us": 90.0}]}"#;
@@ -116,7 +116,7 @@ fn the_report_checks_the_targets() {
         "{report}"
     );
     assert!(
-        report.contains("| bicgk | m=8192 n=8192 | 100.0 | 150.0 | 1.50× | 90.0 |"),
+        report.contains("| bicgk | m=8192 n=8192 | 100.0 | 110.0 | 100.0 | 150.0 | 1.50× | 90.0 |"),
         "{report}"
     );
     assert!(report.contains("1.50× cuBLAS, target 1.8× (short by 17%)"), "{report}");

@@ -2,7 +2,9 @@
 //!
 //! Both are checked against the f64 reference at small sizes first (a benchmark never times
 //! wrong code), then timed at the sizes asked for with CUDA events, alternating run by run so
-//! that both see the same clocks, after warm-up; the medians are reported. The copy bandwidth
+//! that both see the same clocks, after warm-up; the medians are reported. A fused plan of more
+//! than one step is timed both ways a run may go: step by step, and replayed as a CUDA graph
+//! (checked against the reference too, on inputs other than those it was captured with). The copy bandwidth
 //! the results are compared with is [`crate::calibrate::copy_bandwidth`].
 
 use fuse_codegen::generate::generate_plan;
@@ -15,6 +17,7 @@ use crate::cache::ModuleCache;
 use crate::check::{capped, compare};
 use crate::device::Device;
 use crate::error::CudaError;
+use crate::graph::PlanGraph;
 use crate::plan::CudaPlan;
 use crate::timer::{Timer, Timing, TimingOptions};
 
@@ -43,8 +46,10 @@ impl Default for BenchOptions {
 /// One program's measurement.
 #[derive(Debug, Clone)]
 pub struct Measured {
-    /// The fused plan's time.
+    /// The fused plan's time, its steps queued one by one.
     pub fused: Timing,
+    /// The fused plan's time replayed as a CUDA graph (plans of more than one step).
+    pub graph: Option<Timing>,
     /// The cuBLAS version's time.
     pub baseline: Timing,
     /// Kernels of the fused plan.
@@ -71,6 +76,9 @@ pub fn measure(
     check(program, &small, options.seed, "fused plan", |i| {
         fused.run(program, &small, i)
     })?;
+    if fused.generated().steps.len() > 1 {
+        check_replayed(&fused, program, &small, options.seed)?;
+    }
     check(program, &small, options.seed, "cuBLAS version", |i| {
         cublas_small.run(program, &small, i)
     })?;
@@ -83,24 +91,42 @@ pub fn measure(
     fill_random_inputs(program, sizes, options.seed, &mut inputs);
     let mut fused_space = fused.prepare(program, sizes, &inputs)?;
     let cublas_space = cublas.prepare(program, sizes, &inputs)?;
+    let graph = match fused.generated().steps.len() > 1 {
+        true => Some(fused.capture_workspace(&mut fused_space)?),
+        false => None,
+    };
     let timer = Timer::new(device, options.timing.flush_l2)?;
     for _ in 0..options.timing.warmup {
         fused.enqueue(&mut fused_space)?;
+        graph.as_ref().map(PlanGraph::replay).transpose()?;
         cublas.enqueue(&cublas_space)?;
     }
-    let (mut f, mut b) = (Vec::new(), Vec::new());
+    let (mut f, mut g, mut b) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..options.timing.runs.max(1) {
         f.push(timer.once(&mut || fused.enqueue(&mut fused_space))?);
+        if let Some(graph) = &graph {
+            g.push(timer.once(&mut || graph.replay())?);
+        }
         b.push(timer.once(&mut || cublas.enqueue(&cublas_space))?);
     }
     let timing = |v| Timing::from_runs(v).expect("at least one run");
     Ok(Measured {
         fused: timing(f),
+        graph: Timing::from_runs(g),
         baseline: timing(b),
         kernels: plan.kernels.len(),
         baseline_calls,
         baseline_text,
         baseline_bytes,
+    })
+}
+
+/// Runs `fused` as a graph against the reference (see [`CudaPlan::run_replayed`]).
+fn check_replayed(fused: &CudaPlan, program: &Program, small: &Sizes, seed: u64) -> Result<(), CudaError> {
+    let mut earlier = Bindings::new();
+    fill_random_inputs(program, small, seed.wrapping_add(1), &mut earlier);
+    check(program, small, seed, "fused plan replayed as a graph", |i| {
+        fused.run_replayed(program, small, &earlier, i)
     })
 }
 

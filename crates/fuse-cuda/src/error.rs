@@ -61,7 +61,6 @@ pub enum CudaError {
         /// Its result code.
         result: String,
     },
-    /// A CUDA driver call failed.
     /// A device allocation larger than the memory free on the GPU.
     #[error("out of memory on GPU {ordinal}: {bytes} bytes asked, {free} free")]
     OutOfMemory {
@@ -72,6 +71,7 @@ pub enum CudaError {
         /// Bytes free when it failed.
         free: u64,
     },
+    /// A CUDA driver call failed.
     #[error("{call} failed: {message}")]
     Driver {
         /// What was being done.

@@ -6,6 +6,8 @@
 //! - [`CudaPlan`]: a generated module loaded on the GPU, run step by step (zero-fills, kernel
 //!   launches) on one stream; compiled modules are cached on disk ([`cache`]) by a hash of the
 //!   source, the architecture and the NVRTC release, so a second run compiles nothing.
+//! - [`graph`]: a plan's steps captured as one CUDA graph and replayed with one launch, where
+//!   [`Replays`] has timed that faster than the steps.
 //! - [`timer`]: CUDA-event timing, warm-up and the median of repeats, L2 flushed between runs.
 //! - [`baseline`]: the same program written as a cuBLAS user would write it.
 //! - [`calibrate`]: a timing table for this GPU (paper §4.2); [`timings`] picks the table for a
@@ -37,6 +39,7 @@ pub mod check;
 pub mod device;
 mod env_vars;
 pub mod error;
+pub mod graph;
 pub mod kernels;
 pub mod module;
 pub mod nccl;
@@ -48,6 +51,7 @@ pub mod tune;
 
 pub use device::{device_count, Device, DeviceInfo};
 pub use error::CudaError;
+pub use graph::{PlanGraph, Replays};
 pub use nccl::Nccl;
 pub use plan::{CudaPlan, Workspace};
 pub use timer::{Timer, Timing, TimingOptions};

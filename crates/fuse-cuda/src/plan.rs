@@ -5,12 +5,15 @@
 //! with NaN (so an element a kernel forgets to write shows up in any comparison), runs the
 //! steps — zero-fills and launches — in order on the device's one stream, and downloads the
 //! outputs. Timing goes through [`CudaPlan::prepare`] and [`CudaPlan::enqueue`], which separate
-//! the upload from the launches.
+//! the upload from the launches. The same steps can be captured as one CUDA graph
+//! ([`CudaPlan::capture`], see [`crate::graph`]) and replayed on the same buffers;
+//! [`CudaPlan::run_replaying`] runs them whichever way has been timed faster on those buffers.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use cudarc::driver::sys::CUfunction_attribute_enum as FuncAttr;
-use cudarc::driver::{CudaSlice, DevicePtr, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg};
 use fuse_codegen::generate::{Generated, Launch, LaunchArg, Step};
 use fuse_core::data::check_inputs;
 use fuse_core::{Bindings, HostArray, Program, Sizes, ValueId};
@@ -18,6 +21,7 @@ use fuse_core::{Bindings, HostArray, Program, Sizes, ValueId};
 use crate::cache::ModuleCache;
 use crate::device::{host_bytes, Device};
 use crate::error::{driver, CudaError};
+use crate::graph::{PlanGraph, Replays, Ways};
 use crate::module::CudaModuleSet;
 use crate::timer::{Timer, Timing, TimingOptions};
 
@@ -49,6 +53,15 @@ impl Workspace {
     pub fn bytes(&self) -> usize {
         self.buffers.values().map(|b| b.len()).sum()
     }
+
+    /// Every buffer, by the value it holds (what [`CudaPlan::enqueue_on`] takes).
+    pub fn buffers_mut(&mut self) -> BTreeMap<ValueId, &mut CudaSlice<u8>> {
+        by_value(&mut self.buffers)
+    }
+}
+
+fn by_value(buffers: &mut BTreeMap<ValueId, CudaSlice<u8>>) -> BTreeMap<ValueId, &mut CudaSlice<u8>> {
+    buffers.iter_mut().map(|(v, b)| (*v, b)).collect()
 }
 
 impl CudaPlan {
@@ -128,6 +141,25 @@ impl CudaPlan {
         self.download(program, &workspace)
     }
 
+    /// Runs the plan as a graph is run: captured on a workspace of `earlier` inputs and
+    /// replayed, then replayed again after `inputs` are uploaded into the same buffers. The
+    /// outputs of the second replay: a graph that keeps anything of the first run (a sum not
+    /// zeroed again) gives wrong ones.
+    pub fn run_replayed(
+        &self,
+        program: &Program,
+        sizes: &Sizes,
+        earlier: &Bindings,
+        inputs: &Bindings,
+    ) -> Result<Bindings, CudaError> {
+        let mut workspace = self.prepare(program, sizes, earlier)?;
+        let graph = self.capture_workspace(&mut workspace)?;
+        graph.replay()?;
+        self.refill(program, &mut workspace, inputs)?;
+        graph.replay()?;
+        self.download(program, &workspace)
+    }
+
     /// Allocates a buffer per global value at `sizes`: inputs uploaded, the others poisoned.
     pub fn prepare(&self, program: &Program, sizes: &Sizes, inputs: &Bindings) -> Result<Workspace, CudaError> {
         check_inputs(program, sizes, inputs)?;
@@ -152,10 +184,22 @@ impl CudaPlan {
         })
     }
 
+    /// Uploads `inputs` (at the workspace's sizes) over its inputs' buffers; every other buffer
+    /// keeps its address and contents, so a graph captured on the workspace replays on them.
+    pub fn refill(&self, program: &Program, workspace: &mut Workspace, inputs: &Bindings) -> Result<(), CudaError> {
+        check_inputs(program, &workspace.sizes, inputs)?;
+        for (v, buffer) in &mut workspace.buffers {
+            let value = &program.values[*v];
+            if value.producer.is_none() {
+                self.device.upload(inputs[&value.variable].data.view(), buffer)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Queues every step on the stream (no wait).
     pub fn enqueue(&self, workspace: &mut Workspace) -> Result<(), CudaError> {
-        let buffers = workspace.buffers.iter_mut().map(|(v, b)| (*v, b)).collect();
-        self.enqueue_on(&workspace.sizes, buffers)
+        self.enqueue_on(&workspace.sizes, by_value(&mut workspace.buffers))
     }
 
     /// The values that live in buffers (inputs, outputs and temporaries between kernels).
@@ -171,22 +215,66 @@ impl CudaPlan {
         sizes: &Sizes,
         mut buffers: BTreeMap<ValueId, &mut CudaSlice<u8>>,
     ) -> Result<(), CudaError> {
+        self.queue(self.device.stream(), sizes, &mut buffers)
+    }
+
+    /// Runs every step once at `sizes` on `buffers` and waits: one by one, or replayed as a
+    /// graph where `replays` has timed that faster on these buffers. The time on the device
+    /// (µs, between CUDA events).
+    pub fn run_replaying(
+        &self,
+        replays: &mut Replays<PlanGraph>,
+        sizes: &Sizes,
+        buffers: BTreeMap<ValueId, &mut CudaSlice<u8>>,
+    ) -> Result<f64, CudaError> {
+        let stream = self.device.stream();
+        let sized = sizes.iter().map(|(_, extent)| extent as u64);
+        let key = sized.chain(buffers.values().map(|b| b.device_ptr(stream).0)).collect();
+        let mut ways = OnBuffers {
+            plan: self,
+            timer: Timer::new(&self.device, false)?,
+            sizes,
+            buffers,
+        };
+        replays.run(key, &mut ways)
+    }
+
+    /// Captures every step at `sizes` on `buffers` (as [`Self::enqueue_on`] would queue them)
+    /// as one CUDA graph; nothing runs until it is replayed. The graph keeps the buffers'
+    /// addresses: it may only be replayed while they hold the same values.
+    pub fn capture(
+        &self,
+        sizes: &Sizes,
+        mut buffers: BTreeMap<ValueId, &mut CudaSlice<u8>>,
+    ) -> Result<PlanGraph, CudaError> {
+        PlanGraph::capture(&self.device, |stream| self.queue(stream, sizes, &mut buffers))
+    }
+
+    /// Captures the steps on `workspace` (see [`Self::capture`]).
+    pub fn capture_workspace(&self, workspace: &mut Workspace) -> Result<PlanGraph, CudaError> {
+        self.capture(&workspace.sizes, by_value(&mut workspace.buffers))
+    }
+
+    /// Queues every step on `stream`: the device's, or one being captured into a graph.
+    fn queue(
+        &self,
+        stream: &Arc<CudaStream>,
+        sizes: &Sizes,
+        buffers: &mut BTreeMap<ValueId, &mut CudaSlice<u8>>,
+    ) -> Result<(), CudaError> {
         let mut scratch = BTreeMap::new();
         for s in &self.generated.scratch {
             let bytes = s.len * s.precision.bytes() as usize;
-            let slice = self.device.stream().alloc_zeros::<u8>(bytes);
+            let slice = stream.alloc_zeros::<u8>(bytes);
             scratch.insert(s.value, slice.map_err(driver("cuMemAllocAsync"))?);
         }
         for step in &self.generated.steps {
             match step {
                 Step::Zero(v) => {
                     let buffer = buffers.get_mut(v).ok_or_else(|| missing(*v))?;
-                    self.device
-                        .stream()
-                        .memset_zeros(&mut **buffer)
-                        .map_err(driver("cuMemsetD8Async"))?;
+                    stream.memset_zeros(&mut **buffer).map_err(driver("cuMemsetD8Async"))?;
                 }
-                Step::Launch(launch) => self.launch(launch, sizes, &buffers, &scratch)?,
+                Step::Launch(launch) => self.launch(stream, launch, sizes, buffers, &scratch)?,
             }
         }
         Ok(())
@@ -194,6 +282,7 @@ impl CudaPlan {
 
     fn launch(
         &self,
+        stream: &Arc<CudaStream>,
         launch: &Launch,
         sizes: &Sizes,
         buffers: &BTreeMap<ValueId, &mut CudaSlice<u8>>,
@@ -210,7 +299,6 @@ impl CudaPlan {
                 LaunchArg::Buffer(_) | LaunchArg::Scratch(_) => 0,
             })
             .collect();
-        let stream = self.device.stream();
         let mut builder = stream.launch_builder(function);
         for (arg, extent) in launch.args.iter().zip(&extents) {
             match arg {
@@ -263,10 +351,45 @@ impl CudaPlan {
         Ok(out)
     }
 
-    /// Times the plan's steps on `workspace` with CUDA events (see [`Timer`]).
-    pub fn time(&self, workspace: &mut Workspace, options: &TimingOptions) -> Result<Timing, CudaError> {
-        let timer = Timer::new(&self.device, options.flush_l2)?;
-        timer.time(options, &mut || self.enqueue(workspace))
+    /// Times the plan's steps on `workspace` with `timer` (see [`Timer`]) the way repeated runs
+    /// go: queued one by one and, for a plan of several steps, replayed as a graph; the faster.
+    pub fn time(&self, workspace: &mut Workspace, timer: &Timer, options: &TimingOptions) -> Result<Timing, CudaError> {
+        let steps = timer.time(options, &mut || self.enqueue(workspace))?;
+        if self.generated.steps.len() < 2 {
+            return Ok(steps);
+        }
+        let graph = self.capture_workspace(workspace)?;
+        let replayed = timer.time(options, &mut || graph.replay())?;
+        Ok(match replayed.median_us < steps.median_us {
+            true => replayed,
+            false => steps,
+        })
+    }
+}
+
+/// One run of a plan on one set of buffers, each way timed with CUDA events.
+struct OnBuffers<'a> {
+    plan: &'a CudaPlan,
+    timer: Timer,
+    sizes: &'a Sizes,
+    buffers: BTreeMap<ValueId, &'a mut CudaSlice<u8>>,
+}
+
+impl Ways<PlanGraph> for OnBuffers<'_> {
+    fn steps(&mut self) -> Result<f64, CudaError> {
+        let stream = self.plan.device.stream();
+        self.timer
+            .once(&mut || self.plan.queue(stream, self.sizes, &mut self.buffers))
+    }
+
+    fn capture(&mut self) -> Result<PlanGraph, CudaError> {
+        PlanGraph::capture(&self.plan.device, |stream| {
+            self.plan.queue(stream, self.sizes, &mut self.buffers)
+        })
+    }
+
+    fn replay(&mut self, graph: &PlanGraph) -> Result<f64, CudaError> {
+        self.timer.once(&mut || graph.replay())
     }
 }
 

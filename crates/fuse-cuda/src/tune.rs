@@ -1,7 +1,8 @@
 //! `fuse tune`: time the best predicted plans on the GPU, keep the fastest.
 //!
 //! Each of the K best predicted plans is generated, checked against the f64 reference at small
-//! sizes (a wrong plan never wins), then timed at the program's sizes with CUDA events. The
+//! sizes (a wrong plan never wins), then timed at the program's sizes with CUDA events, the way
+//! repeated runs go (step by step, or replayed as a CUDA graph where that is faster). The
 //! outcome also measures the predictor (paper Table 4): the rank, in predicted order, of the
 //! plan that measured fastest, and the first predicted plan's speed as a share of the fastest.
 //!
@@ -124,7 +125,7 @@ pub fn tune(
         let cuda = CudaPlan::compile_with(generate_plan(program, &plan)?, device, &cache)?;
         check_plan(&cuda, program, sizes, options)?;
         let mut workspace = cuda.prepare(program, sizes, &inputs)?;
-        let measured = timer.time(&options.timing, &mut || cuda.enqueue(&mut workspace))?;
+        let measured = cuda.time(&mut workspace, &timer, &options.timing)?;
         candidates.push(Candidate { plan, measured });
     }
     let fastest = (0..candidates.len())

@@ -14,7 +14,7 @@ use fuse_cuda::calibrate::{calibrate, copy_bandwidth, to_yaml, CalibrateOptions}
 use fuse_cuda::check::compare;
 use fuse_cuda::timer::TimingOptions;
 use fuse_cuda::tune::{tune, TuneOptions};
-use fuse_cuda::{CudaPlan, Device};
+use fuse_cuda::{CudaPlan, Device, Replays};
 
 const SIZES: [(usize, usize); 4] = [(67, 45), (1, 300), (300, 1), (257, 513)];
 
@@ -82,6 +82,62 @@ fn the_emulation_matrix_passes_on_the_gpu() {
                 }
             }
         }
+    }
+}
+
+#[test]
+fn plans_replayed_as_graphs_match_the_reference() {
+    let Some(device) = gpu("plans_replayed_as_graphs_match_the_reference") else {
+        return;
+    };
+    let mut replayed = 0;
+    for name in SEQUENCES {
+        for precision in [Precision::F32, Precision::F64] {
+            let program = sequence(name, precision);
+            for kernels in top_plans(&program, 3) {
+                let plan = CudaPlan::compile(generate(&program, &kernels).unwrap(), &device).unwrap();
+                for (seed, &(m, n)) in SIZES.iter().enumerate() {
+                    let sizes = sizes_mn(&program, m, n);
+                    // Captured on other inputs: a replay must redo everything, zero fills too.
+                    let earlier = inputs(&program, &sizes, 100 + seed as u64);
+                    let inputs = inputs(&program, &sizes, seed as u64);
+                    let want = fuse_core::reference::evaluate(&program, &sizes, &inputs).unwrap();
+                    let got = plan.run_replayed(&program, &sizes, &earlier, &inputs).unwrap();
+                    let mismatch = compare(&program, &got, &want);
+                    assert!(
+                        mismatch.is_none(),
+                        "{name} {precision} {m}x{n} {kernels:?}: {mismatch:?}"
+                    );
+                }
+                replayed += usize::from(plan.generated().steps.len() > 1);
+            }
+        }
+    }
+    assert!(replayed > 0, "no plan of several steps among the sequences' best");
+}
+
+#[test]
+fn repeated_runs_settle_on_a_way_and_stay_right() {
+    let Some(device) = gpu("repeated_runs_settle_on_a_way_and_stay_right") else {
+        return;
+    };
+    // BiCGK at 2048²: its column sums are zero-filled before the kernel, two steps.
+    let program = sequence("bicgk", Precision::F32);
+    let sizes = program.bind_sizes(&[("m".into(), 2048), ("n".into(), 2048)]).unwrap();
+    let plan = CudaPlan::compile(generate(&program, &top_plans(&program, 1)[0]).unwrap(), &device).unwrap();
+    assert!(plan.generated().steps.len() > 1, "{:?}", plan.generated().steps);
+    let mut replays = Replays::new(plan.generated().steps.len());
+    let mut workspace = plan.prepare(&program, &sizes, &inputs(&program, &sizes, 0)).unwrap();
+    for run in 0..6 {
+        let inputs = inputs(&program, &sizes, run);
+        plan.refill(&program, &mut workspace, &inputs).unwrap();
+        let micros = plan
+            .run_replaying(&mut replays, &sizes, workspace.buffers_mut())
+            .unwrap();
+        assert!(micros > 0.0 && micros < 1e5, "run {run}: {micros} µs");
+        let want = fuse_core::reference::evaluate(&program, &sizes, &inputs).unwrap();
+        let mismatch = compare(&program, &plan.download(&program, &workspace).unwrap(), &want);
+        assert!(mismatch.is_none(), "run {run}: {mismatch:?}");
     }
 }
 

@@ -80,6 +80,46 @@ fn on_a_gpu_scripts_and_sessions_match_the_reference() {
     assert_eq!(s.read(&q).unwrap(), [5.0, 5.0]);
 }
 
+/// Runs repeat on the same pool buffers, so from the third on a plan of several steps (BiCGK:
+/// two zero fills and a launch) may replay a CUDA graph: every run, on new inputs, still
+/// matches the reference — a program's and a session's alike.
+#[test]
+fn on_a_gpu_repeated_runs_stay_right_whichever_way_they_go() {
+    if !gpu_tests_on("on_a_gpu_repeated_runs_stay_right_whichever_way_they_go") {
+        return;
+    }
+    let script = Script::from_str("bicgk.yaml", BICGK).unwrap();
+    let reference = script.compile(&Backend::Reference, &[]).unwrap();
+    let cuda = script.compile(&Backend::Cuda { device: 0 }, &[]).unwrap();
+    let s = Session::<f64>::new(Backend::Cuda { device: 0 }).unwrap();
+    let a = s.matrix(2, 3, vec![4.0, 1.0, 2.0, 3.0, -1.0, 0.5]).unwrap();
+    for run in 0..8 {
+        let scale = 1.0 + run as f64;
+        let p: Vec<f64> = (0..45).map(|k| scale * k as f64 / 45.0).collect();
+        let r: Vec<f64> = (0..67).map(|k| scale - k as f64 / 67.0).collect();
+        let inputs = inputs().vector("p", p).and_then(|i| i.vector("r", r)).unwrap();
+        let (want, got) = (reference.run(&inputs).unwrap(), cuda.run(&inputs).unwrap());
+        for name in ["q", "s"] {
+            let (w, g) = (want.get::<f64>(name).unwrap(), got.get::<f64>(name).unwrap());
+            let error = w.iter().zip(g.iter()).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
+            assert!(error < 1e-12 * scale, "run {run}, {name}: {error}");
+        }
+        let x = s.vector(vec![scale, 1.0, -scale]).unwrap();
+        let y = s.vector(vec![1.0, scale]).unwrap();
+        let (ax, aty) = (s.dgemv(&a, &x).unwrap(), s.dgemtv(&a, &y).unwrap());
+        assert_eq!(
+            s.read(&ax).unwrap(),
+            [2.0 * scale + 1.0, 2.5 * scale - 1.0],
+            "run {run}"
+        );
+        assert_eq!(
+            s.read(&aty).unwrap(),
+            [4.0 + 3.0 * scale, 1.0 - scale, 2.0 + 0.5 * scale],
+            "run {run}"
+        );
+    }
+}
+
 #[test]
 fn exchanging_gpu_memory_needs_a_session_on_the_gpu() {
     let s = Session::<f32>::new(Backend::Cpu).unwrap();
