@@ -91,7 +91,8 @@ pub trait Ways<G> {
 /// on each set goes. A set is named by a key: the sizes and the buffers' addresses, which a
 /// graph keeps. The first run on a set is not timed (modules load, caches fill); the second
 /// runs the steps and times them; the third captures a graph and times its replay; from then
-/// on every run goes the faster way. Where capturing fails, the set keeps running the steps.
+/// on every run goes the faster way. Where capturing or the first replay fails, the set keeps
+/// running the steps.
 #[derive(Debug)]
 pub struct Replays<G> {
     /// Whether the plan has more than one step: a graph of one launch saves nothing.
@@ -154,9 +155,10 @@ impl<G> Replays<G> {
                 *way = Way::Stepped(micros);
                 Ok(micros)
             }
-            Way::Stepped(stepped) => match ways.capture() {
-                Ok(graph) => {
-                    let replayed = ways.replay(&graph)?;
+            // A graph that cannot be captured or replayed here leaves the steps to run: the
+            // steps rewrite every result, so a replay that failed half way leaves nothing behind.
+            Way::Stepped(stepped) => match ways.capture().and_then(|g| Ok((ways.replay(&g)?, g))) {
+                Ok((replayed, graph)) => {
                     if replayed < stepped {
                         *way = Way::Graph(graph);
                     }
@@ -191,6 +193,7 @@ mod tests {
         stepped: f64,
         replayed: f64,
         capture_fails: bool,
+        replay_fails: bool,
         steps: usize,
         captures: usize,
         replays: usize,
@@ -211,7 +214,10 @@ mod tests {
         fn replay(&mut self, graph: &u32) -> Result<f64, CudaError> {
             assert_eq!(*graph, 7);
             self.replays += 1;
-            Ok(self.replayed)
+            match self.replay_fails {
+                true => Err(CudaError::Unsupported("no replay here".into())),
+                false => Ok(self.replayed),
+            }
         }
     }
 
@@ -245,22 +251,27 @@ mod tests {
     }
 
     #[test]
-    fn one_step_plans_and_failed_captures_run_the_steps() {
+    fn one_step_plans_and_failed_captures_or_replays_run_the_steps() {
         let mut one = Replays::new(1);
         let mut ways = scripted(5.0, 1.0);
         for _ in 0..4 {
-            one.run(vec![1], &mut ways).unwrap();
+            assert_eq!(one.run(vec![1], &mut ways).unwrap(), 5.0);
         }
         assert_eq!((ways.steps, ways.captures), (4, 0));
-        let mut failing = Replays::new(2);
-        let mut ways = Scripted {
-            capture_fails: true,
-            ..scripted(5.0, 1.0)
-        };
-        for _ in 0..5 {
-            failing.run(vec![1], &mut ways).unwrap();
+        for (capture_fails, replay_fails) in [(true, false), (false, true)] {
+            let mut failing = Replays::new(2);
+            let mut ways = Scripted {
+                capture_fails,
+                replay_fails,
+                ..scripted(5.0, 1.0)
+            };
+            for _ in 0..5 {
+                assert_eq!(failing.run(vec![1], &mut ways).unwrap(), 5.0);
+            }
+            assert_eq!((ways.steps, ways.captures), (5, 1));
+            assert_eq!(ways.replays, usize::from(replay_fails));
+            assert!(!failing.replays(&[1]));
         }
-        assert_eq!((ways.steps, ways.captures, ways.replays), (5, 1, 0));
     }
 
     #[test]
