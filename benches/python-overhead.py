@@ -43,6 +43,9 @@ def main():
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--calls", type=int, default=20000)
     args = parser.parse_args()
+    if fuseblas.build_profile != "release":
+        raise SystemExit(f"fuseblas here is a {fuseblas.build_profile} build (the test suite's, unoptimised): "
+                         "time a release one (pip install ./crates/fuse-python)")
     n = 256
     rng = np.random.default_rng(0)
     arrays = dict(A=rng.standard_normal((n, n), dtype=np.float32), p=rng.standard_normal(n, dtype=np.float32), r=rng.standard_normal(n, dtype=np.float32))

@@ -119,6 +119,9 @@ def main():
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     args = parser.parse_args()
+    if fuseblas.build_profile != "release":
+        raise SystemExit(f"fuseblas here is a {fuseblas.build_profile} build (the test suite's, unoptimised): "
+                         "time a release one (pip install ./crates/fuse-python)")
     sizes = [int(s) for s in args.sizes.split(",")]
     rng = np.random.default_rng(0)
     if args.device == "cuda":

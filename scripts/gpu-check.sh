@@ -26,7 +26,8 @@
 #                  at 8192 f64 as a distributed session of one rank, its collectives through NCCL
 #                  (bytes crossing to and from the device per iteration: scalars only)
 #   python     90  fuseblas on the GPU: the wheel carried in target/wheels (pip wheel
-#                  ./crates/fuse-python -w target/wheels) installed in a venv beside this
+#                  ./crates/fuse-python -w target/wheels, a release build: tests/run leaves
+#                  its dev build there, which is tested but not timed) installed in a venv beside this
 #                  Python's PyTorch, its DLPack tests (PyTorch CUDA tensors read in place,
 #                  outputs taken back without a copy) under FUSE_TEST_CUDA=1, and
 #                  benches/python-peers.py --device cuda (fuseblas from Python against PyTorch
@@ -320,8 +321,14 @@ stage_python() {
     "$PYTHON" -m venv --system-site-packages "$venv" || return 1
     "$venv/bin/python" -m pip install --quiet --no-deps --force-reinstall "$wheel" || return 1
     "$venv/bin/python" -c "import pytest, torch" || { echo "pytest and PyTorch are needed beside the wheel"; return 1; }
-    local status=0
+    local status=0 profile
+    profile=$("$venv/bin/python" -c "import fuseblas; print(fuseblas.build_profile)") || return 1
     FUSE_TEST_CUDA=1 "$venv/bin/python" -m pytest -q -p no:cacheprovider crates/fuse-python/tests/test_gpu_dlpack.py || status=1
+    if [ "$profile" != release ]; then
+        echo "target/wheels holds a $profile build of fuseblas (tests/run leaves its unoptimised wheel there):"
+        echo "its DLPack tests ran, nothing was timed; carry a release wheel (pip wheel ./crates/fuse-python -w target/wheels, after tests/run)"
+        return 1
+    fi
     "$venv/bin/python" benches/python-peers.py --device cuda --sizes 2048,8192 --rounds 3 --runs 20 \
         >"$RAW/python-peers-cuda.log" 2>&1 || status=1
     tail -8 "$RAW/python-peers-cuda.log"

@@ -26,6 +26,9 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(backends, m)?)?;
     m.add_function(wrap_pyfunction!(interrupt::_set_note_after_ms, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    // `pip install` builds release; tests/run's build is the dev profile, whose loops are
+    // unoptimised enough (2× at BLAS-2 sizes) that benchmarks refuse it.
+    m.add("BUILD_PROFILE", if cfg!(debug_assertions) { "dev" } else { "release" })?;
     Ok(())
 }
 

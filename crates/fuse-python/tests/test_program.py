@@ -367,3 +367,12 @@ def test_work_that_takes_long_says_what_it_is_on_the_fuseblas_logger(caplog):
     assert any(n.startswith("compiling bicgk for cpu at m=33 n=17") for n in notes), notes
     assert any(n.startswith("a session flush on cpu is compiling or running") for n in notes), notes
     assert program.name == "bicgk"
+
+
+@pytest.mark.parametrize("bench", ["python-peers.py", "python-overhead.py"])
+def test_the_benchmarks_refuse_to_time_a_dev_build(bench):
+    if fuseblas.build_profile != "dev":
+        pytest.skip(f"fuseblas is a {fuseblas.build_profile} build here: the benchmarks would run")
+    done = subprocess.run([sys.executable, str(ROOT / "benches" / bench)], capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0
+    assert "fuseblas here is a dev build" in done.stderr, done.stderr

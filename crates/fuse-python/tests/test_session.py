@@ -1,6 +1,7 @@
 """The lazy BLAS API: every call against numpy in both precisions, values and their reading,
 errors, and the Python BiCG example against the Rust one."""
 
+import os
 import subprocess
 
 import numpy as np
@@ -117,3 +118,23 @@ def test_the_python_bicg_follows_the_rust_examples_residual_history():
     # Printed with 4 digits; the two runs differ only in rounding.
     assert np.allclose(got, want, rtol=2e-3, atol=0)
     assert np.linalg.norm(b - a @ x) / np.linalg.norm(b) < 1e-9
+
+
+def workers():
+    """The TIDs of this process's threads that fuseblas runs flushes on."""
+    tasks = "/proc/self/task"
+    return {t for t in os.listdir(tasks) if open(f"{tasks}/{t}/comm").read().strip() == "fuseblas-work"}
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="needs Linux's /proc")
+def test_flushes_run_on_one_kept_thread():
+    s = fuseblas.Session("cpu")
+    x = s.array(np.arange(1.0, 9.0, dtype=np.float32))
+    assert float(s.dot(x, x)) == 204.0
+    kept = workers()
+    assert len(kept) >= 1, "the first flush's worker waits for the next"
+    for k in range(200):
+        y = s.axpy(float(k), x, x)
+        assert float(s.dot(y, x)) == (k + 1) * 204.0
+    # One after another, the flushes found the same worker idle: no thread started per flush.
+    assert workers() == kept

@@ -52,6 +52,9 @@ __all__ = [
     "ScriptError",
 ]
 __version__: str = _core.__version__
+#: How the native half was built: ``"release"`` (what ``pip install`` builds) or ``"dev"`` (the
+#: test suite's build, unoptimised: time nothing with it).
+build_profile: str = _core.BUILD_PROFILE
 
 Value = _core.Value
 DeviceArray = _core.DeviceArray

@@ -5,6 +5,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 __version__: str
+BUILD_PROFILE: str
 
 def backends() -> Tuple[str, str]: ...
 def view_address(array: np.ndarray) -> int: ...
