@@ -74,7 +74,9 @@ fn on_worker(mut job: Job) -> std::io::Result<()> {
         }
     })?;
     // The worker holds a sender of its own, so it waits for this job.
-    sender.send(job).map_err(|_| std::io::Error::other("a worker thread ended before its first job"))
+    sender
+        .send(job)
+        .map_err(|_| std::io::Error::other("a worker thread ended before its first job"))
 }
 
 /// Logs `note` at INFO on the `fuseblas` logger.

@@ -61,6 +61,20 @@ DeviceArray = _core.DeviceArray
 Output = Union[np.ndarray, float, "_core.DeviceArray"]
 
 
+_DTYPE_NAMES = {
+    t: np.dtype(t).name for t in (np.float32, np.float64, np.dtype("float32"), np.dtype("float64"), "float32", "float64")
+}
+
+
+def _dtype_name(dtype: object) -> str:
+    """numpy's name of ``dtype``; the common ones looked up (``np.dtype`` costs 2 µs a call,
+    as much as recording a call: a solver names a dtype each iteration)."""
+    try:
+        return _DTYPE_NAMES[dtype]
+    except (KeyError, TypeError):
+        return np.dtype(dtype).name
+
+
 def default_backend() -> Tuple[str, str]:
     """The backend ``backend="auto"`` picks on this machine, and why in a few words: ``cuda``
     with the GPU's name, or ``cpu`` with the reason no GPU is usable."""
@@ -291,7 +305,7 @@ class Session:
 
     def scalar(self, value: float, dtype: object = np.float64) -> "_core.Value":
         """A run-time scalar value (changing it does not compile anew, unlike a literal)."""
-        return self._native.scalar(float(value), np.dtype(dtype).name)
+        return self._native.scalar(float(value), _dtype_name(dtype))
 
     def to_device(self, value: "_core.Value") -> "_core.DeviceArray":
         """A copy of ``value``, made on the session's GPU, as a :class:`DeviceArray`
