@@ -13,7 +13,7 @@ use fuse::stages::fuse_core::data::{fill_random_inputs, relative_error, try_fill
 use fuse::stages::fuse_core::{Bindings, Library, Precision, Program, Sizes, TimingTable};
 use fuse::stages::fuse_cpu::fused::calibrate::{CopyProbe, COPY_BYTES};
 use fuse::stages::fuse_cpu::fused::{unfused_plan, FusedPlan, Workspace};
-use fuse::stages::fuse_cuda::bench::BenchOptions;
+use fuse::stages::fuse_cuda::bench::{BenchOptions, Replayed};
 use fuse::stages::fuse_cuda::timer::TimingOptions;
 use fuse::stages::fuse_cuda::Device;
 
@@ -170,6 +170,8 @@ struct Measured {
     /// On the GPU, a plan of more than one step: its steps queued one by one, and replayed as
     /// a CUDA graph.
     ways: Option<Ways>,
+    /// Why such a plan was not replayed as a graph here, where it was not.
+    unreplayed: Option<String>,
     baseline_us: f64,
     /// Baseline time over fused time: on the CPU the median of the ratios of runs timed back
     /// to back, which a machine whose speed drifts between runs changes least.
@@ -301,10 +303,17 @@ impl Bench<'_> {
         };
         let m = fuse::stages::fuse_cuda::bench::measure(device, program, &sizes, &plan, &options).map_err(failure)?;
         self.bar.inc(2);
-        let ways = m.graph.map(|graph| Ways {
-            steps_us: m.fused.median_us,
-            graph_us: graph.median_us,
-        });
+        let (ways, unreplayed) = match m.graph {
+            Replayed::OneStep => (None, None),
+            Replayed::Timed(graph) => {
+                let ways = Ways {
+                    steps_us: m.fused.median_us,
+                    graph_us: graph.median_us,
+                };
+                (Some(ways), None)
+            }
+            Replayed::Unavailable(why) => (None, Some(why)),
+        };
         let fused_us = ways.map_or(m.fused.median_us, |w| w.steps_us.min(w.graph_us));
         Ok(Measured {
             script: program.file.clone(),
@@ -314,6 +323,7 @@ impl Bench<'_> {
             sizes,
             fused_us,
             ways,
+            unreplayed,
             baseline_us: m.baseline.median_us,
             speedup: m.baseline.median_us / fused_us,
             baseline_calls: Some(m.baseline_text),
@@ -361,6 +371,7 @@ impl Bench<'_> {
             sizes,
             fused_us: timed.fused_us,
             ways: None,
+            unreplayed: None,
             baseline_us: timed.baseline_us,
             speedup: timed.speedup,
             baseline_calls: None,
@@ -604,6 +615,14 @@ impl Report {
         for r in written {
             println!("  {}: {}", r.name, r.baseline_calls.as_deref().unwrap_or_default());
         }
+        for r in &self.results {
+            if let Some(why) = &r.unreplayed {
+                println!(
+                    "{}: not replayed as a CUDA graph here (its steps timed alone): {why}",
+                    r.name
+                );
+            }
+        }
     }
 
     fn print_json(&self) {
@@ -622,6 +641,7 @@ impl Report {
                     "fused_us": r.fused_us,
                     "steps_us": r.ways.map(|w| w.steps_us),
                     "graph_us": r.ways.map(|w| w.graph_us),
+                    "graph_error": r.unreplayed,
                     "baseline_us": r.baseline_us,
                     "speedup": r.speedup,
                     "gbps": r.gbps(),

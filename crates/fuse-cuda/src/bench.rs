@@ -48,8 +48,8 @@ impl Default for BenchOptions {
 pub struct Measured {
     /// The fused plan's time, its steps queued one by one.
     pub fused: Timing,
-    /// The fused plan's time replayed as a CUDA graph (plans of more than one step).
-    pub graph: Option<Timing>,
+    /// The fused plan replayed as a CUDA graph.
+    pub graph: Replayed,
     /// The cuBLAS version's time.
     pub baseline: Timing,
     /// Kernels of the fused plan.
@@ -60,6 +60,17 @@ pub struct Measured {
     pub baseline_text: String,
     /// Bytes the baseline moves through memory.
     pub baseline_bytes: u64,
+}
+
+/// How a fused plan fared replayed as a CUDA graph.
+#[derive(Debug, Clone)]
+pub enum Replayed {
+    /// A plan of one step: nothing to gain.
+    OneStep,
+    /// Its time.
+    Timed(Timing),
+    /// Not captured or not replayed here, and why: its steps are timed alone.
+    Unavailable(String),
 }
 
 /// Measures `plan` of `program` against its cuBLAS version at `sizes`.
@@ -76,9 +87,11 @@ pub fn measure(
     check(program, &small, options.seed, "fused plan", |i| {
         fused.run(program, &small, i)
     })?;
-    if fused.generated().steps.len() > 1 {
-        check_replayed(&fused, program, &small, options.seed)?;
-    }
+    let several = fused.generated().steps.len() > 1;
+    let unavailable = match several {
+        true => check_replayed(&fused, program, &small, options.seed)?,
+        false => None,
+    };
     check(program, &small, options.seed, "cuBLAS version", |i| {
         cublas_small.run(program, &small, i)
     })?;
@@ -91,28 +104,38 @@ pub fn measure(
     fill_random_inputs(program, sizes, options.seed, &mut inputs);
     let mut fused_space = fused.prepare(program, sizes, &inputs)?;
     let cublas_space = cublas.prepare(program, sizes, &inputs)?;
-    let graph = match fused.generated().steps.len() > 1 {
-        true => Some(fused.capture_workspace(&mut fused_space)?),
-        false => None,
+    let graph = match (several, unavailable) {
+        (false, _) => Ok(None),
+        (true, Some(why)) => Err(why),
+        (true, None) => fused
+            .capture_workspace(&mut fused_space)
+            .map(Some)
+            .map_err(|e| e.to_string()),
     };
+    let replay = graph.as_ref().ok().and_then(Option::as_ref);
     let timer = Timer::new(device, options.timing.flush_l2)?;
     for _ in 0..options.timing.warmup {
         fused.enqueue(&mut fused_space)?;
-        graph.as_ref().map(PlanGraph::replay).transpose()?;
+        replay.map(PlanGraph::replay).transpose()?;
         cublas.enqueue(&cublas_space)?;
     }
     let (mut f, mut g, mut b) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..options.timing.runs.max(1) {
         f.push(timer.once(&mut || fused.enqueue(&mut fused_space))?);
-        if let Some(graph) = &graph {
+        if let Some(graph) = replay {
             g.push(timer.once(&mut || graph.replay())?);
         }
         b.push(timer.once(&mut || cublas.enqueue(&cublas_space))?);
     }
     let timing = |v| Timing::from_runs(v).expect("at least one run");
+    let graph = match graph {
+        Ok(None) => Replayed::OneStep,
+        Ok(Some(_)) => Replayed::Timed(timing(g)),
+        Err(why) => Replayed::Unavailable(why),
+    };
     Ok(Measured {
         fused: timing(f),
-        graph: Timing::from_runs(g),
+        graph,
         baseline: timing(b),
         kernels: plan.kernels.len(),
         baseline_calls,
@@ -121,13 +144,14 @@ pub fn measure(
     })
 }
 
-/// Runs `fused` as a graph against the reference (see [`CudaPlan::run_replayed`]).
-fn check_replayed(fused: &CudaPlan, program: &Program, small: &Sizes, seed: u64) -> Result<(), CudaError> {
-    let mut earlier = Bindings::new();
-    fill_random_inputs(program, small, seed.wrapping_add(1), &mut earlier);
-    check(program, small, seed, "fused plan replayed as a graph", |i| {
-        fused.run_replayed(program, small, &earlier, i)
-    })
+/// Runs `fused` as a graph against the reference (see [`CudaPlan::run_replayed`]): why it
+/// could not be captured or replayed here, if it could not; a wrong result is an error.
+fn check_replayed(fused: &CudaPlan, program: &Program, small: &Sizes, seed: u64) -> Result<Option<String>, CudaError> {
+    let (earlier, inputs) = (drawn(program, small, seed.wrapping_add(1)), drawn(program, small, seed));
+    match fused.run_replayed(program, small, &earlier, &inputs) {
+        Ok(got) => verify(program, small, &inputs, &got, "fused plan replayed as a graph").map(|()| None),
+        Err(why) => Ok(Some(why.to_string())),
+    }
 }
 
 /// Runs one version at small sizes against the reference.
@@ -138,12 +162,22 @@ fn check(
     what: &str,
     run: impl FnOnce(&Bindings) -> Result<Bindings, CudaError>,
 ) -> Result<(), CudaError> {
+    let inputs = drawn(program, small, seed);
+    verify(program, small, &inputs, &run(&inputs)?, what)
+}
+
+/// Random inputs of `program` at `sizes`.
+fn drawn(program: &Program, sizes: &Sizes, seed: u64) -> Bindings {
     let mut inputs = Bindings::new();
-    fill_random_inputs(program, small, seed, &mut inputs);
-    let want = fuse_core::reference::evaluate(program, small, &inputs)
+    fill_random_inputs(program, sizes, seed, &mut inputs);
+    inputs
+}
+
+/// `got`, what the `what` gave on `inputs`, against the reference.
+fn verify(program: &Program, small: &Sizes, inputs: &Bindings, got: &Bindings, what: &str) -> Result<(), CudaError> {
+    let want = fuse_core::reference::evaluate(program, small, inputs)
         .map_err(|e| CudaError::Unsupported(format!("reference: {e}")))?;
-    let got = run(&inputs)?;
-    match compare(program, &got, &want) {
+    match compare(program, got, &want) {
         None => Ok(()),
         Some(m) => Err(CudaError::Unsupported(format!(
             "{}: the {what} is wrong on this GPU at {small}: {m}; not timed (a fuse bug, please report)",
