@@ -80,9 +80,10 @@ fn on_a_gpu_scripts_and_sessions_match_the_reference() {
     assert_eq!(s.read(&q).unwrap(), [5.0, 5.0]);
 }
 
-/// Runs repeat on the same pool buffers, so from the third on a plan of several steps (BiCGK:
-/// two zero fills and a launch) may replay a CUDA graph: every run, on new inputs, still
-/// matches the reference — a program's and a session's alike.
+/// A program's runs go round the same pool buffers, so from the third on a set a plan of
+/// several steps (BiCGK: two zero fills and a launch) may replay a CUDA graph; a session's
+/// flushes meet new buffers and run step by step. Every run, on new inputs, matches the
+/// reference either way.
 #[test]
 fn on_a_gpu_repeated_runs_stay_right_whichever_way_they_go() {
     if !gpu_tests_on("on_a_gpu_repeated_runs_stay_right_whichever_way_they_go") {
