@@ -1,8 +1,7 @@
 //! A plan's steps captured once as a CUDA graph and replayed with one launch.
 //!
-//! Where a plan's kernels take a few microseconds each (BLAS-2 at 2048², a solver's small
-//! flushes), launching them one by one leaves the GPU idle between them while the host queues
-//! the next. A graph hands the driver every zero fill and launch at once. It is captured on a
+//! Where a plan's kernels take a few microseconds each (BLAS-2 at 2048² and below), launching
+//! them one by one leaves the GPU idle between them while the host queues the next. A graph hands the driver every zero fill and launch at once. It is captured on a
 //! private stream (the device's own is the legacy default stream, which cannot be captured)
 //! and replayed on the device's stream, so it runs in order with everything else queued there.
 //!
@@ -101,8 +100,8 @@ pub struct Replays<G> {
     sets: VecDeque<(Vec<u64>, Way<G>)>,
 }
 
-/// How many sets of buffers a plan remembers: a solver alternating between two or three sets
-/// of outputs keeps all of them.
+/// How many sets of buffers a plan remembers: a program called in a loop goes round two (the
+/// pool hands its buffers back in turn), which stay with room to spare.
 const SETS: usize = 4;
 
 /// Where the runs on one set of buffers stand.

@@ -245,14 +245,14 @@ impl CudaPlan {
     pub fn capture(
         &self,
         sizes: &Sizes,
-        mut buffers: BTreeMap<ValueId, &mut CudaSlice<u8>>,
+        buffers: &mut BTreeMap<ValueId, &mut CudaSlice<u8>>,
     ) -> Result<PlanGraph, CudaError> {
-        PlanGraph::capture(&self.device, |stream| self.queue(stream, sizes, &mut buffers))
+        PlanGraph::capture(&self.device, |stream| self.queue(stream, sizes, buffers))
     }
 
     /// Captures the steps on `workspace` (see [`Self::capture`]).
     pub fn capture_workspace(&self, workspace: &mut Workspace) -> Result<PlanGraph, CudaError> {
-        self.capture(&workspace.sizes, by_value(&mut workspace.buffers))
+        self.capture(&workspace.sizes, &mut by_value(&mut workspace.buffers))
     }
 
     /// Queues every step on `stream`: the device's, or one being captured into a graph.
@@ -386,9 +386,7 @@ impl Ways<PlanGraph> for OnBuffers<'_> {
     }
 
     fn capture(&mut self) -> Result<PlanGraph, CudaError> {
-        PlanGraph::capture(&self.plan.device, |stream| {
-            self.plan.queue(stream, self.sizes, &mut self.buffers)
-        })
+        self.plan.capture(self.sizes, &mut self.buffers)
     }
 
     fn replay(&mut self, graph: &PlanGraph) -> Result<f64, CudaError> {
