@@ -46,7 +46,7 @@ fn calibrated(gpu: &DeviceInfo) -> CacheFile {
     CacheFile::new("timings", &format!("{}.yaml", gpu.key()))
 }
 
-/// The path of [`calibrated`], for messages.
+/// Where `fuse calibrate` writes the table of `gpu` by default, for messages.
 pub fn calibrated_path(gpu: &DeviceInfo) -> Result<PathBuf, CudaError> {
     Ok(calibrated(gpu).path()?)
 }
