@@ -285,15 +285,26 @@ def test_two_threads_run_two_programs_at_once():
         assert relative_error(results[i], A.T @ (A @ x)) < 1e-5
 
 
+def interruptible_python(code):
+    """A Python child running `code` that takes Ctrl-C as a terminal's user would send it.
+
+    A shell starts background jobs with SIGINT ignored, and Python then installs no
+    KeyboardInterrupt handler, so the child gets SIGINT's default back before it starts."""
+    return subprocess.Popen(
+        [sys.executable, "-c", code],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+
+
 def test_ctrl_c_interrupts_a_long_compile():
     # The emulated backend compiles GEMVER's kernels with the host C++ compiler: seconds.
     if "emulate" not in backends():
         pytest.skip("no C++ compiler for the emulated backend")
-    child = subprocess.Popen(
-        [sys.executable, "-c", f"import fuseblas; print('start', flush=True); fuseblas.compile({str(SCRIPTS / 'gemver.yaml')!r}, backend='emulate', sizes={{'m': 100, 'n': 100}})"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    child = interruptible_python(
+        f"import fuseblas; print('start', flush=True); fuseblas.compile({str(SCRIPTS / 'gemver.yaml')!r}, backend='emulate', sizes={{'m': 100, 'n': 100}})"
     )
     assert child.stdout.readline().strip() == "start"
     time.sleep(0.5)
@@ -319,7 +330,7 @@ print(time.perf_counter() - started, flush=True)
 program(**inputs)
 print('finished', flush=True)
 """
-    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    child = interruptible_python(code)
     whole = float(child.stdout.readline())
     time.sleep(0.2)
     child.send_signal(signal.SIGINT)
