@@ -19,7 +19,7 @@ pub use error::{Error, Result};
 pub use io::{Inputs, Outputs};
 pub use memory::{available_host_memory, check_host_memory};
 pub use script::{bind_sizes, Script, SizeSource};
-pub use session::{AnyHandle, CallArg, Handle, Matrix, Scalar, ScalarArg, Session, Stats, Vector};
+pub use session::{AnyHandle, CallArg, Forecast, Handle, Matrix, Scalar, ScalarArg, Session, Stats, Vector};
 
 pub use fuse_core::{
     ArrayView, Bindings, DataView, HostArray, HostData, Library, Plan, Precision, Program, Sizes, Views,

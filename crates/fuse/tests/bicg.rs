@@ -6,7 +6,7 @@ mod solver;
 use std::sync::Mutex;
 
 use fuse::distributed::LocalRanks;
-use fuse::{Backend, Session};
+use fuse::{Backend, Forecast, Session};
 
 /// The emulated device's buffer pool is one per process: tests that count its allocations run
 /// alone on it (another test's sessions take and return the same one-number buffers).
@@ -216,20 +216,28 @@ fn a_distributed_session_reads_local_rows_and_gathers_the_whole() {
         let rows = s.rows(m)?;
         let a_rows = s.matrix_rows(m, n, a[rows.start * n..rows.end * n].to_vec())?;
         let r_rows = s.vector_rows(m, r[rows.clone()].to_vec())?;
-        let q = s.dgemv(&a_rows, &s.vector(p.clone())?)?;
+        let p = s.vector(p.clone())?;
+        let q = s.dgemv(&a_rows, &p)?;
         let t = s.dgemtv(&a_rows, &r_rows)?;
-        Ok((
-            rows,
+        let first = s.forecast();
+        let read = (
             s.local_rows(&q)?,
             s.read(&q)?,
             s.gather(&q)?,
             s.local_rows(&t)?,
             s.read(&t)?,
-            s.stats().flushes,
-        ))
+        );
+        let flushes = s.stats().flushes;
+        let _again = (s.dgemv(&a_rows, &p)?, s.dgemtv(&a_rows, &r_rows)?);
+        let forecasts = (first, s.forecast());
+        Ok((rows, read, flushes, forecasts))
     });
     for result in results {
-        let (rows, q_rows, q_local, q_all, t_rows, t, flushes) = result.unwrap();
+        let (rows, (q_rows, q_local, q_all, t_rows, t), flushes, forecasts) = result.unwrap();
+        assert!(
+            matches!(forecasts, (Forecast::Compile, Forecast::Run(_))),
+            "{forecasts:?}"
+        );
         assert_eq!(q_rows, Some(rows.clone()));
         close(&q_local, &q_want[rows]);
         close(&q_all, &q_want);

@@ -45,8 +45,8 @@ use crate::element::{checked_array, Element};
 use crate::error::{Error, Result};
 use crate::select::builtin_library;
 use canonical::PendingArg;
-pub use state::Stats;
 use state::{not_computed, Copies, Data, State};
+pub use state::{Forecast, Stats};
 
 use handle::{sealed::Sealed, Token};
 pub use handle::{AnyHandle, CallArg, Handle, Matrix, Scalar, ScalarArg, Vector};
@@ -204,6 +204,28 @@ impl<T: Element> Session<T> {
     /// Counts of flushes, compilations, cache hits and calls run.
     pub fn stats(&self) -> Stats {
         self.state.borrow().stats
+    }
+
+    /// What the next flush will do: run nothing, compile its program first, or run a program
+    /// it ran before (and how long that took). A caller can wait for a short flush on its own
+    /// thread and hand a long or compiling one to a thread it can walk away from (fuseblas does,
+    /// so that Ctrl-C answers at once).
+    ///
+    /// ```
+    /// use fuse::{Backend, Forecast, Session};
+    ///
+    /// let s = Session::<f64>::new(Backend::Reference)?;
+    /// let x = s.vector(vec![3.0, 4.0])?;
+    /// assert_eq!(s.forecast(), Forecast::Nothing);
+    /// let n = s.dnrm2(&x)?;
+    /// assert_eq!(s.forecast(), Forecast::Compile);
+    /// assert_eq!(s.read_scalar(&n)?, 5.0); // flushes
+    /// let again = s.dnrm2(&x)?; // the same calls on the same shapes: the same program
+    /// assert!(matches!(s.forecast(), Forecast::Run(_)));
+    /// # Ok::<(), fuse::Error>(())
+    /// ```
+    pub fn forecast(&self) -> Forecast {
+        self.state.borrow().forecast(T::PRECISION, self.comm.is_some())
     }
 
     /// Number of calls recorded since the last flush.

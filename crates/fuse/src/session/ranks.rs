@@ -172,6 +172,17 @@ impl State {
         }
     }
 
+    /// How this rank holds each input of `script`.
+    fn held_inputs(&self, script: &Canonical) -> Vec<Distribution> {
+        script.inputs.iter().map(|(id, _)| self.held(*id)).collect()
+    }
+
+    /// The key of `script`'s rank program: the same calls on values held otherwise (rows or
+    /// whole) make another.
+    pub(super) fn ranked_key(&self, script: &Canonical) -> Vec<u8> {
+        rank_program_key(script, &self.held_inputs(script))
+    }
+
     /// Runs `script` over the ranks of `comm`, with the values as each rank holds them.
     pub(super) fn execute_distributed(
         &mut self,
@@ -180,8 +191,8 @@ impl State {
         options: &CompileOptions,
         comm: &dyn Communicator,
     ) -> Result<Computed> {
-        let held: Vec<Distribution> = script.inputs.iter().map(|(id, _)| self.held(*id)).collect();
-        let key = [&script.key[..], format!("{held:?}").as_bytes()].concat();
+        let held = self.held_inputs(script);
+        let key = rank_program_key(script, &held);
         let program = match self.ranked.get(&key) {
             Some(program) => {
                 self.stats.cache_hits += 1;
@@ -194,7 +205,7 @@ impl State {
                 let program = distributed::compile_linked(comm, plan, &parsed.sizes, backend, options, &mut self.link);
                 let program = Arc::new(program?);
                 self.stats.compilations += 1;
-                self.ranked.insert(key, Arc::clone(&program));
+                self.ranked.insert(key.clone(), Arc::clone(&program));
                 program
             }
         };
@@ -207,6 +218,7 @@ impl State {
             }
         };
         self.stats.compute += started.elapsed();
+        self.ranked.ran(&key, started.elapsed());
         self.stats.to_device += times.to_device;
         self.stats.from_device += times.from_device;
         self.stats.collectives += times.collectives;
@@ -251,4 +263,8 @@ impl State {
         let (results, times) = ran?;
         Ok((Computed::Device(results.into_iter().collect()), times))
     }
+}
+
+fn rank_program_key(script: &Canonical, held: &[Distribution]) -> Vec<u8> {
+    [&script.key[..], format!("{held:?}").as_bytes()].concat()
 }

@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use fuse_core::{Bindings, HostArray, Library, Precision, ValueId, Views};
 
@@ -134,10 +134,32 @@ struct Slot {
     data: Data,
 }
 
+/// What the next flush will do, as far as the session knows before it runs
+/// ([`Session::forecast`](super::Session::forecast)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Forecast {
+    /// No held value waits for a result: a flush runs nothing.
+    Nothing,
+    /// Its program is not in the session's cache: a flush compiles it first (seconds for a
+    /// GPU program).
+    Compile,
+    /// Its program is compiled; the last time it ran it took this long (wall time;
+    /// `Duration::MAX` while no run of it has ended).
+    Run(Duration),
+}
+
 /// Compiled programs by canonical key, least recently used evicted first.
 pub(super) struct PlanCache<P> {
-    entries: HashMap<Vec<u8>, (Arc<P>, u64)>,
+    entries: HashMap<Vec<u8>, Cached<P>>,
     clock: u64,
+}
+
+struct Cached<P> {
+    compiled: Arc<P>,
+    /// The cache's clock when it was last used.
+    used: u64,
+    /// How long its last run took; `None` until a run ended.
+    last_run: Option<Duration>,
 }
 
 impl<P> Default for PlanCache<P> {
@@ -153,18 +175,46 @@ impl<P> PlanCache<P> {
     pub(super) fn get(&mut self, key: &[u8]) -> Option<Arc<P>> {
         self.clock += 1;
         let entry = self.entries.get_mut(key)?;
-        entry.1 = self.clock;
-        Some(Arc::clone(&entry.0))
+        entry.used = self.clock;
+        Some(Arc::clone(&entry.compiled))
     }
 
     pub(super) fn insert(&mut self, key: Vec<u8>, compiled: Arc<P>) {
         if self.entries.len() >= CACHE_CAPACITY {
-            let oldest = self.entries.iter().min_by_key(|(_, e)| e.1).map(|(k, _)| k.clone());
+            let oldest = self.entries.iter().min_by_key(|(_, e)| e.used).map(|(k, _)| k.clone());
             if let Some(k) = oldest {
                 self.entries.remove(&k);
             }
         }
-        self.entries.insert(key, (compiled, self.clock));
+        let used = self.clock;
+        let last_run = None;
+        self.entries.insert(
+            key,
+            Cached {
+                compiled,
+                used,
+                last_run,
+            },
+        );
+    }
+
+    /// Notes that the program of `key` ran in `took`.
+    pub(super) fn ran(&mut self, key: &[u8], took: Duration) {
+        if let Some(entry) = self.entries.get_mut(key) {
+            entry.last_run = Some(took);
+        }
+    }
+
+    /// What a flush of the program of `key` will do.
+    pub(super) fn forecast(&self, key: &[u8]) -> Forecast {
+        match self.entries.get(key) {
+            None => Forecast::Compile,
+            // Compiled by a flush whose run failed before it ended: nothing known of its time.
+            Some(Cached { last_run: None, .. }) => Forecast::Run(Duration::MAX),
+            Some(Cached {
+                last_run: Some(took), ..
+            }) => Forecast::Run(*took),
+        }
     }
 }
 
@@ -251,6 +301,22 @@ impl State {
         (!calls.is_empty()).then(|| self.canonical(&calls, &outputs, precision).text())
     }
 
+    /// What the next flush will do (over the ranks of a distributed session if `distributed`).
+    pub(super) fn forecast(&self, precision: Precision, distributed: bool) -> Forecast {
+        if self.pending.is_empty() {
+            return Forecast::Nothing;
+        }
+        let (calls, outputs) = self.batch(&self.pending);
+        if calls.is_empty() {
+            return Forecast::Nothing;
+        }
+        let script = self.canonical(&calls, &outputs, precision);
+        match distributed {
+            true => self.ranked.forecast(&self.ranked_key(&script)),
+            false => self.cache.forecast(&script.key),
+        }
+    }
+
     /// Runs every recorded call that a held handle depends on (over the ranks of `comm` in a
     /// distributed session); drops the others.
     pub(super) fn flush(
@@ -314,14 +380,19 @@ impl State {
     /// device, where the backend has one, else on the host.
     fn execute(&mut self, script: &Canonical, backend: &Backend, options: &CompileOptions) -> Result<Computed> {
         let compiled = self.compiled(script, backend, options)?;
-        match compiled.device() {
+        let started = Instant::now();
+        let computed = match compiled.device() {
             Some(plan) => self.run_on_device(&compiled, plan, script),
-            None => {
-                let (outputs, times) = compiled.run_views_timed(&self.host_views(&script.inputs)?)?;
-                self.stats.compute += times.compute;
-                Ok(Computed::Host(outputs.into_bindings()))
-            }
-        }
+            None => self.run_on_host(&compiled, script),
+        };
+        self.cache.ran(&script.key, started.elapsed());
+        computed
+    }
+
+    fn run_on_host(&mut self, compiled: &Compiled, script: &Canonical) -> Result<Computed> {
+        let (outputs, times) = compiled.run_views_timed(&self.host_views(&script.inputs)?)?;
+        self.stats.compute += times.compute;
+        Ok(Computed::Host(outputs.into_bindings()))
     }
 
     /// Runs `plan` on the inputs' device buffers, uploading those only on the host; the inputs'
@@ -595,5 +666,55 @@ mod tests {
             .unwrap();
         assert!(state.data(t_id).is_none() && state.data(unused_id).is_none());
         assert_eq!(state.host_value(y.id).unwrap().to_f64(), [3.0, 6.0]);
+    }
+
+    #[test]
+    fn the_forecast_says_whether_a_flush_compiles_and_how_long_it_last_ran() {
+        let mut state = State::new(1);
+        let vector = |state: &mut State, n: usize| {
+            state.insert(
+                vec![n],
+                Data::Ready(Copies::host(HostArray::f64(vec![n], vec![1.0; n]))),
+            )
+        };
+        let scal = |state: &mut State, x: &Token| {
+            let args = vec![PendingArg::Literal(2.0), PendingArg::Value(x.id)];
+            state.record("scal", args, x.dims.clone())
+        };
+        let forecast = |state: &State| state.forecast(Precision::F64, false);
+        let flush = |state: &mut State| state.flush(&Backend::Reference, &CompileOptions::new(), Precision::F64, None);
+        let x = vector(&mut state, 2);
+        assert_eq!(forecast(&state), Forecast::Nothing);
+        drop(scal(&mut state, &x));
+        assert_eq!(
+            forecast(&state),
+            Forecast::Nothing,
+            "a result nobody holds is never run"
+        );
+        let y = scal(&mut state, &x);
+        assert_eq!(forecast(&state), Forecast::Compile);
+        flush(&mut state).unwrap();
+        assert_eq!(forecast(&state), Forecast::Nothing);
+        let again = scal(&mut state, &y);
+        assert!(matches!(forecast(&state), Forecast::Run(d) if d < Duration::from_secs(10)));
+        flush(&mut state).unwrap();
+        assert_eq!(state.host_value(again.id).unwrap().to_f64(), [4.0, 4.0]);
+        let longer = vector(&mut state, 3);
+        let _z = scal(&mut state, &longer);
+        assert_eq!(
+            forecast(&state),
+            Forecast::Compile,
+            "other extents make another program"
+        );
+    }
+
+    #[test]
+    fn a_program_compiled_by_a_run_that_did_not_end_has_no_known_time() {
+        let mut cache = PlanCache::default();
+        cache.insert(b"k".to_vec(), Arc::new(()));
+        assert_eq!(cache.forecast(b"k"), Forecast::Run(Duration::MAX));
+        cache.ran(b"k", Duration::from_millis(3));
+        assert_eq!(cache.forecast(b"k"), Forecast::Run(Duration::from_millis(3)));
+        assert_eq!(cache.forecast(b"other"), Forecast::Compile);
     }
 }
