@@ -9,7 +9,7 @@ import pytest
 
 import bicg
 import fuseblas
-from conftest import ROOT
+from conftest import ROOT, backends
 
 TOLERANCE = {np.float32: 2e-5, np.float64: 1e-12}
 
@@ -150,3 +150,14 @@ def test_compiling_flushes_run_on_one_kept_worker_and_quick_ones_on_the_caller(c
     assert len(kept) >= 1, "the first flush's worker waits for the next"
     # The compiling flushes found the same worker idle: no thread started per flush.
     assert workers() == kept
+
+
+@pytest.mark.parametrize("backend", backends())
+def test_a_float_that_changes_every_iteration_compiles_twice(backend):
+    s = fuseblas.Session(backend)
+    x = s.array(np.arange(5.0, dtype=np.float32))
+    for k in range(8):
+        y = s.axpy(k + 0.5, x, x)  # a Python float: a constant until it changes
+        assert np.array_equal(np.asarray(y), (k + 1.5) * np.arange(5.0, dtype=np.float32))
+    stats = s.stats()
+    assert (stats["flushes"], stats["compilations"], stats["cache_hits"]) == (8, 2, 6)

@@ -276,8 +276,9 @@ class Session:
     The dtype of the values picks the precision (float32 or float64; one call's values must
     agree). :meth:`array` copies its argument once: values never change, and numpy arrays may.
     Scalar arguments (``alpha``, ``a``) are Python floats, which become compile-time constants
-    (a value that changes every iteration should be a :meth:`scalar`, or each new number
-    compiles anew), or scalar values such as the result of :meth:`dot`.
+    until a flush of the same calls meets another number in their place (from then on they are
+    passed at run time: one more compile, then none), or scalar values such as :meth:`scalar`
+    or the result of :meth:`dot`.
     """
 
     def __init__(self, backend: str = "auto", threads: Optional[int] = None) -> None:
@@ -304,7 +305,8 @@ class Session:
         return self._native.array(array)
 
     def scalar(self, value: float, dtype: object = np.float64) -> "_core.Value":
-        """A run-time scalar value (changing it does not compile anew, unlike a literal)."""
+        """A run-time scalar value: a new number never compiles anew (a Python float passed as
+        an argument is a constant until it first changes, which costs one more compile)."""
         return self._native.scalar(float(value), _dtype_name(dtype))
 
     def to_device(self, value: "_core.Value") -> "_core.DeviceArray":

@@ -204,9 +204,10 @@ pub enum CallArg<'a, T: Element> {
 }
 
 /// A scalar argument of a call: a [`Scalar`] handle (a run-time value) or a literal of type
-/// `T`, which becomes a compile-time constant of the fused code. A literal is part of the
-/// recorded graph, so a value that changes every iteration should be a [`Scalar`]
-/// (`session.scalar(v)`), or each new value compiles anew.
+/// `T`, which becomes a compile-time constant of the fused code. Once a flush of the same calls
+/// meets another value in a literal's place, that literal is passed as a run-time value instead
+/// (one more compile); a value known to change every iteration is best a [`Scalar`]
+/// (`session.scalar(v)`) from the start.
 ///
 /// ```
 /// use fuse::{Backend, Session};

@@ -15,7 +15,10 @@
 //! calls would give — whose outputs are the results the user still holds a handle to; results
 //! whose handles were all dropped are temporaries, and calls nothing held depends on are not
 //! run. Compiled programs are cached by the program's canonical text (which includes the
-//! sizes), so the second iteration of a loop compiles nothing.
+//! sizes), so the second iteration of a loop compiles nothing. A literal scalar is compiled in
+//! as a constant until a flush of the same calls meets another value in its place; from then on
+//! it is passed as a scalar value, so a number that changes every iteration compiles twice, not
+//! every time.
 //!
 //! On a device (a GPU, or the emulated one) values live in device memory: a value made on the
 //! host is uploaded once, when a flush first needs it; results stay on the device until read,
@@ -28,6 +31,7 @@ mod blas;
 mod canonical;
 mod device;
 mod handle;
+mod literals;
 mod ranks;
 mod record;
 mod state;

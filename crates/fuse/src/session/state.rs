@@ -1,5 +1,6 @@
 //! A session's bookkeeping: the value table, the calls recorded since the last flush, the plan
-//! cache, and the flush itself (recorded calls → canonical script → compiled program → run).
+//! cache, and the flush itself (recorded calls → literals that changed made values → canonical
+//! script → compiled program → run).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Weak};
@@ -9,6 +10,7 @@ use fuse_core::{Bindings, HostArray, Library, Precision, ValueId, Views};
 
 use super::canonical::{self, Canonical, PendingArg, PendingCall};
 use super::handle::Token;
+use super::literals::{self, Literals};
 use crate::backend::{Backend, CompileOptions, Compiled};
 use crate::device::{resident, Buffer, DevicePlan, Pool};
 use crate::distributed::{Communicator, Link, RankProgram};
@@ -227,6 +229,8 @@ pub(super) struct State {
     /// Slot count at which dead values are next swept.
     sweep_at: usize,
     cache: PlanCache<Compiled>,
+    /// Which literals changed between flushes of the same calls.
+    literals: Literals,
     /// Each rank's compiled parts, in a distributed session.
     pub(super) ranked: PlanCache<RankProgram>,
     /// How the collectives of its programs on a device travel (one NCCL communicator for all).
@@ -243,6 +247,7 @@ impl State {
             next_id: 0,
             sweep_at: 64,
             cache: PlanCache::default(),
+            literals: Literals::default(),
             ranked: PlanCache::default(),
             link: None,
             stats: Stats::default(),
@@ -297,7 +302,7 @@ impl State {
 
     /// The script the next flush would run, if it would run anything.
     pub(super) fn pending_script(&self, precision: Precision) -> Option<String> {
-        let (calls, outputs) = self.batch(&self.pending);
+        let (calls, outputs) = self.next_batch(precision);
         (!calls.is_empty()).then(|| self.canonical(&calls, &outputs, precision).text())
     }
 
@@ -306,7 +311,7 @@ impl State {
         if self.pending.is_empty() {
             return Forecast::Nothing;
         }
-        let (calls, outputs) = self.batch(&self.pending);
+        let (calls, outputs) = self.next_batch(precision);
         if calls.is_empty() {
             return Forecast::Nothing;
         }
@@ -332,6 +337,7 @@ impl State {
             Ok(())
         } else {
             self.stats.flushes += 1;
+            let (calls, _scalars) = self.literals_as_values(calls, &outputs, precision);
             let script = self.canonical(&calls, &outputs, precision);
             let outcome = match comm {
                 Some(comm) => self.execute_distributed(&script, backend, options, comm),
@@ -366,10 +372,54 @@ impl State {
         (calls, outputs)
     }
 
+    /// The batch the next flush runs, as [`Self::literals_as_values`] will make it: the
+    /// values it makes for literals that change are numbered down from the top of the id space
+    /// here (a canonical script numbers values by first sight, so the scripts are the same).
+    fn next_batch(&self, precision: Precision) -> (Vec<PendingCall>, Vec<u64>) {
+        let (calls, outputs) = self.batch(&self.pending);
+        let Some(shape) = literals::shape(&calls, &outputs, precision, |id| self.dims_of(id)) else {
+            return (calls, outputs);
+        };
+        let mut unmade = u64::MAX;
+        let calls = literals::as_values(calls, &self.literals.varying(&shape), |_| {
+            unmade -= 1;
+            unmade
+        });
+        (calls, outputs)
+    }
+
+    /// `calls` with each literal that changed since an earlier flush of the same calls passed
+    /// as a scalar value made for this flush, and those values' tokens (which keep them alive
+    /// while it runs); notes the literals for the flushes to come.
+    fn literals_as_values(
+        &mut self,
+        calls: Vec<PendingCall>,
+        outputs: &[u64],
+        precision: Precision,
+    ) -> (Vec<PendingCall>, Vec<Arc<Token>>) {
+        let Some(shape) = literals::shape(&calls, outputs, precision, |id| self.dims_of(id)) else {
+            return (calls, Vec::new());
+        };
+        let varying = self.literals.varying(&shape);
+        self.literals.learn(shape, &varying);
+        let mut made = Vec::new();
+        let calls = literals::as_values(calls, &varying, |v| {
+            let array = HostArray::f64(Vec::new(), vec![v]).to_precision(precision);
+            let token = self.insert(Vec::new(), Data::Ready(Copies::host(array)));
+            let id = token.id;
+            made.push(token);
+            id
+        });
+        (calls, made)
+    }
+
     fn canonical<'c>(&self, calls: &'c [PendingCall], outputs: &[u64], precision: Precision) -> Canonical<'c> {
-        canonical::script(calls, outputs, precision, |id| {
-            self.slots.get(&id).map(|s| s.dims.clone()).unwrap_or_default()
-        })
+        canonical::script(calls, outputs, precision, |id| self.dims_of(id))
+    }
+
+    /// The extents of value `id` (none for an id the session does not have yet).
+    fn dims_of(&self, id: u64) -> Vec<usize> {
+        self.slots.get(&id).map(|s| s.dims.clone()).unwrap_or_default()
     }
 
     fn is_held(&self, id: u64) -> bool {
@@ -716,5 +766,36 @@ mod tests {
         cache.ran(b"k", Duration::from_millis(3));
         assert_eq!(cache.forecast(b"k"), Forecast::Run(Duration::from_millis(3)));
         assert_eq!(cache.forecast(b"other"), Forecast::Compile);
+    }
+
+    #[test]
+    fn a_literal_that_changes_compiles_once_more_then_runs_as_a_value() {
+        let mut state = State::new(1);
+        let x = state.insert(
+            vec![3],
+            Data::Ready(Copies::host(HostArray::f64(vec![3], vec![1.0, 2.0, 4.0]))),
+        );
+        let flush = |state: &mut State| state.flush(&Backend::Reference, &CompileOptions::new(), Precision::F64, None);
+        for (k, a) in [2.0, 2.0, 3.0, -1.5, 7.0].into_iter().enumerate() {
+            let args = vec![PendingArg::Literal(a), PendingArg::Value(x.id), PendingArg::Value(x.id)];
+            let y = state.record("axpy", args, vec![3]);
+            let script = state.pending_script(Precision::F64).unwrap();
+            assert_eq!(script.contains(&format!("{a:?}")), k < 2, "flush {k}: {script}");
+            let forecast = state.forecast(Precision::F64, false);
+            assert_eq!(
+                forecast == Forecast::Compile,
+                k == 0 || k == 2,
+                "flush {k}: {forecast:?}"
+            );
+            flush(&mut state).unwrap();
+            let want: Vec<f64> = [1.0, 2.0, 4.0].iter().map(|v| a * v + v).collect();
+            assert_eq!(state.host_value(y.id).unwrap().to_f64(), want, "flush {k}");
+        }
+        assert_eq!((state.stats.compilations, state.stats.cache_hits), (2, 3));
+        assert_eq!(
+            state.slots.len(),
+            2,
+            "x and the last result: the flushes' scalars are gone"
+        );
     }
 }
