@@ -75,7 +75,7 @@ pub(super) fn shape(
     }
     let masked: Vec<PendingCall> = calls
         .iter()
-        .map(|c| with_args(c, |_| PendingArg::Literal(0.0)))
+        .map(|c| map_literals(c, |_| PendingArg::Literal(0.0)))
         .collect();
     let key = canonical::script(&masked, outputs, precision, dims).key;
     Some(Shape { key, values })
@@ -93,7 +93,7 @@ pub(super) fn as_values(
     let mut varying = varying.iter();
     (calls.iter())
         .map(|c| {
-            with_args(c, |v| match varying.next() {
+            map_literals(c, |v| match varying.next() {
                 Some(true) => PendingArg::Value(scalar(v)),
                 _ => PendingArg::Literal(v),
             })
@@ -102,7 +102,7 @@ pub(super) fn as_values(
 }
 
 /// `call` with each literal replaced by `literal(value)`.
-fn with_args(call: &PendingCall, mut literal: impl FnMut(f64) -> PendingArg) -> PendingCall {
+fn map_literals(call: &PendingCall, mut literal: impl FnMut(f64) -> PendingArg) -> PendingCall {
     let args = (call.args.iter())
         .map(|a| match *a {
             PendingArg::Literal(v) => literal(v),
