@@ -152,6 +152,23 @@ def test_compiling_flushes_run_on_one_kept_worker_and_quick_ones_on_the_caller(c
     assert workers() == kept
 
 
+def test_a_flush_whose_program_ran_long_runs_on_a_worker_again(caplog):
+    # The reference backend takes about 0.1 s for this flush here, far past the 20 ms below
+    # which a flush runs on the calling thread; Ctrl-C must still answer while it runs.
+    fuseblas._core._set_note_after_ms(0)
+    try:
+        with caplog.at_level("INFO", logger="fuseblas"):
+            s = fuseblas.Session("reference")
+            A, x = s.array(np.ones((4000, 4000), np.float32)), s.array(np.ones(4000, np.float32))
+            for _ in range(2):
+                assert float(s.dot(s.gemv(A, x), x)) == 4000.0**2
+    finally:
+        fuseblas._core._set_note_after_ms(1000)
+    notes = [r.getMessage() for r in caplog.records if r.message.startswith("a session flush")]
+    assert len(notes) == 2, notes
+    assert s.stats()["cache_hits"] == 1
+
+
 @pytest.mark.parametrize("backend", backends())
 def test_a_float_that_changes_every_iteration_compiles_twice(backend):
     s = fuseblas.Session(backend)
