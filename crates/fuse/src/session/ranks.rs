@@ -217,8 +217,9 @@ impl State {
                 (Computed::Host(arrays), times)
             }
         };
-        self.stats.compute += started.elapsed();
-        self.ranked.ran(&key, started.elapsed());
+        let took = started.elapsed();
+        self.stats.compute += took;
+        self.ranked.ran(&key, took);
         self.stats.to_device += times.to_device;
         self.stats.from_device += times.from_device;
         self.stats.collectives += times.collectives;

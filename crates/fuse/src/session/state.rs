@@ -10,7 +10,7 @@ use fuse_core::{Bindings, HostArray, Library, Precision, ValueId, Views};
 
 use super::canonical::{self, Canonical, PendingArg, PendingCall};
 use super::handle::Token;
-use super::literals::{self, Literals};
+use super::literals::{self, Literals, Shape};
 use crate::backend::{Backend, CompileOptions, Compiled};
 use crate::device::{resident, Buffer, DevicePlan, Pool};
 use crate::distributed::{Communicator, Link, RankProgram};
@@ -377,11 +377,11 @@ impl State {
     /// here (a canonical script numbers values by first sight, so the scripts are the same).
     fn next_batch(&self, precision: Precision) -> (Vec<PendingCall>, Vec<u64>) {
         let (calls, outputs) = self.batch(&self.pending);
-        let Some(shape) = literals::shape(&calls, &outputs, precision, |id| self.dims_of(id)) else {
+        let Some((_, varying)) = self.varying_literals(&calls, &outputs, precision) else {
             return (calls, outputs);
         };
         let mut unmade = u64::MAX;
-        let calls = literals::as_values(calls, &self.literals.varying(&shape), |_| {
+        let calls = literals::as_values(calls, &varying, |_| {
             unmade -= 1;
             unmade
         });
@@ -397,10 +397,9 @@ impl State {
         outputs: &[u64],
         precision: Precision,
     ) -> (Vec<PendingCall>, Vec<Arc<Token>>) {
-        let Some(shape) = literals::shape(&calls, outputs, precision, |id| self.dims_of(id)) else {
+        let Some((shape, varying)) = self.varying_literals(&calls, outputs, precision) else {
             return (calls, Vec::new());
         };
-        let varying = self.literals.varying(&shape);
         self.literals.learn(shape, &varying);
         let mut made = Vec::new();
         let calls = literals::as_values(calls, &varying, |v| {
@@ -411,6 +410,19 @@ impl State {
             id
         });
         (calls, made)
+    }
+
+    /// The literals of `calls`, and which of them a flush passes as values; `None` if the
+    /// calls pass no literal.
+    fn varying_literals(
+        &self,
+        calls: &[PendingCall],
+        outputs: &[u64],
+        precision: Precision,
+    ) -> Option<(Shape, Vec<bool>)> {
+        let shape = literals::shape(calls, outputs, precision, |id| self.dims_of(id))?;
+        let varying = self.literals.varying(&shape);
+        Some((shape, varying))
     }
 
     fn canonical<'c>(&self, calls: &'c [PendingCall], outputs: &[u64], precision: Precision) -> Canonical<'c> {
