@@ -1,7 +1,8 @@
 //! Ctrl-C (SIGINT), SIGTERM and SIGHUP: fuse exits with status 130, but first lets the command
 //! in progress keep its promises — a step that must finish or be undone (writing outputs all or
 //! nothing) is told to stop and undoes itself; a command that has results so far (`fuse bench`)
-//! reports them; a host compiler building an emulated module is ended, and its files removed.
+//! reports them; a host compiler building an emulated module is ended, and its files removed;
+//! an emulated launch stops after its current blocks.
 
 use std::sync::{Mutex, PoisonError};
 
@@ -42,9 +43,10 @@ pub fn install() {
     });
 }
 
-/// Ends what runs beside fuse, then fuse.
+/// Ends what runs beside fuse (a host compiler; an emulated launch, which must leave its module
+/// before exit unloads it), then fuse.
 fn exit() -> ! {
-    fuse::stages::fuse_emulate::stop_builds();
+    fuse::stages::fuse_emulate::stop(std::time::Duration::from_secs(2));
     std::process::exit(EXIT_INTERRUPTED.into())
 }
 

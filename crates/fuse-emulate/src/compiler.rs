@@ -77,7 +77,7 @@ pub(crate) fn build(cache: &CacheDir, source: &str, defines: &[(String, String)]
 /// Ends every compiler run in progress, with the processes it started, and removes its
 /// scratch folder: for a process about to exit on a signal, which runs no destructors. The
 /// threads that waited for those runs wait for the exit.
-pub fn stop_builds() {
+pub(crate) fn stop_builds() {
     for (group, scratch) in running().drain(..) {
         // SAFETY: kill has no memory preconditions; the group is the compiler's own.
         unsafe { libc::kill(-group, libc::SIGKILL) };

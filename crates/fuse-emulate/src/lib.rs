@@ -41,10 +41,11 @@ mod error;
 mod headers;
 mod module;
 mod plan;
+mod stop;
 
 pub use arg::KernelArg;
-pub use compiler::stop_builds;
 pub use error::EmulateError;
 pub use headers::{CUDA_EMU_HEADER, CUDA_PRELUDE};
 pub use module::{EmulateOptions, EmulatedModule};
 pub use plan::{EmulatedPlan, EmulationError};
+pub use stop::stop;

@@ -66,15 +66,9 @@ pub struct EmulatedModule {
 /// Loaded copies of the library, one per worker: each copy has its own globals (fibers,
 /// `__shared__` variables), so each can run blocks on its own thread.
 struct Copies {
-    /// The library's bytes, checked against their seal when read from the cache.
-    image: Vec<u8>,
-    /// Dropped (unloaded) before the folder holding their files.
     loaded: Vec<Library>,
     /// Fiber stacks each copy keeps (counted in [`STACKS_KEPT`]).
     stacks: Vec<usize>,
-    /// The files the copies were loaded from, each under a name of its own: the loader hands
-    /// back an already loaded object for a name it has seen.
-    folder: Scratch,
 }
 
 impl EmulatedModule {
@@ -86,12 +80,7 @@ impl EmulatedModule {
     /// Compiles `source` with the host C++ compiler (cached) and loads it.
     pub fn compile_with(source: &str, options: &EmulateOptions) -> Result<EmulatedModule, EmulateError> {
         let cache = CacheDir::open("emulate")?;
-        let mut copies = Copies {
-            image: compiler::build(&cache, source, &options.defines)?,
-            loaded: Vec::new(),
-            stacks: Vec::new(),
-            folder: cache.scratch()?,
-        };
+        let image = compiler::build(&cache, source, &options.defines)?;
         let workers = match options.workers {
             0 => std::thread::available_parallelism()
                 .map_or(1, usize::from)
@@ -101,7 +90,10 @@ impl EmulatedModule {
         // Every copy now, before a run's data fills the memory: loading one resizes each
         // thread's table of thread-local storage, and glibc aborts the process when that
         // allocation fails ("cannot allocate memory for thread-local data").
-        copies.ensure(workers)?;
+        let copies = Copies {
+            loaded: load_copies(&image, workers, &cache.scratch()?)?,
+            stacks: Vec::new(),
+        };
         // SAFETY: the header defines this symbol with this type; it returns a static string.
         let kernels = unsafe { call_text(&copies.loaded[0], "fuse_emu_kernels") }?;
         Ok(EmulatedModule {
@@ -156,7 +148,10 @@ impl EmulatedModule {
             dynamic_shared_bytes,
             args: &pointers,
         };
-        let ran = launch.run(&launchers);
+        let next_block = AtomicU64::new(0);
+        let underway = crate::stop::Underway::enter(&next_block, blocks);
+        let ran = launch.run(&launchers, &next_block);
+        underway.leave();
         let threads = (block.0 * block.1 * block.2) as usize;
         copies.keep_or_release_stacks(workers, threads)?;
         ran.map_err(EmulateError::Execution)?;
@@ -203,27 +198,6 @@ impl Copies {
         }
         Ok(())
     }
-
-    /// Loads copies of the library up to `count`, each from a file of its own in the scratch
-    /// folder, reached through the folder's handle.
-    fn ensure(&mut self, count: usize) -> Result<(), EmulateError> {
-        while self.loaded.len() < count {
-            let name = format!("{:016x}.so", rand::random::<u64>());
-            let path = self.folder.handle_path(&name);
-            self.folder
-                .dir()
-                .write(&name, &self.image)
-                .map_err(|source| EmulateError::Io {
-                    context: format!("writing {}", path.display()),
-                    source,
-                })?;
-            // SAFETY: our own module, built from the emulation header; its static initialisers
-            // only register kernel names.
-            let library = unsafe { Library::new(&path) }.map_err(|source| EmulateError::Load { path, source })?;
-            self.loaded.push(library);
-        }
-        Ok(())
-    }
 }
 
 impl Drop for Copies {
@@ -231,6 +205,26 @@ impl Drop for Copies {
         // Unloading a copy unmaps its stacks.
         STACKS_KEPT.fetch_sub(self.stacks.iter().sum(), Ordering::Relaxed);
     }
+}
+
+/// Loads `count` copies of the library `image`, each from a file of its own in `folder` (the
+/// loader hands back an already loaded object for a name it has seen), reached through the
+/// folder's handle. The folder goes when the caller drops it: a loaded copy needs its file no
+/// more, and nothing is left in the cache when the process exits with a module loaded.
+fn load_copies(image: &[u8], count: usize, folder: &Scratch) -> Result<Vec<Library>, EmulateError> {
+    (0..count)
+        .map(|_| {
+            let name = format!("{:016x}.so", rand::random::<u64>());
+            let path = folder.handle_path(&name);
+            folder.dir().write(&name, image).map_err(|source| EmulateError::Io {
+                context: format!("writing {}", path.display()),
+                source,
+            })?;
+            // SAFETY: our own module, built from the emulation header; its static initialisers
+            // only register kernel names.
+            unsafe { Library::new(&path) }.map_err(|source| EmulateError::Load { path, source })
+        })
+        .collect()
 }
 
 /// Calls a `const char* f(void)` export.
@@ -296,9 +290,9 @@ struct Launch<'a> {
 }
 
 impl Launch<'_> {
-    /// Runs the grid on one thread per launcher (one per module copy); the first error wins.
-    fn run(&self, launchers: &[LaunchFn]) -> Result<(), String> {
-        let next_block = &AtomicU64::new(0);
+    /// Runs the grid on one thread per launcher (one per module copy), blocks handed out by
+    /// `next_block`; the first error wins.
+    fn run(&self, launchers: &[LaunchFn], next_block: &AtomicU64) -> Result<(), String> {
         let Some((&own, others)) = launchers.split_first() else {
             return Ok(());
         };

@@ -10,6 +10,9 @@ use std::time::{Duration, Instant};
 
 use pyo3::prelude::*;
 
+/// How long the interpreter's exit waits for abandoned work to leave the emulator's modules.
+const STOP_BOUND: Duration = Duration::from_secs(10);
+
 /// How often the waiting thread looks for a signal (Ctrl-C) while the work goes on.
 const POLL: Duration = Duration::from_millis(20);
 
@@ -124,4 +127,18 @@ where
             }
         }
     }
+}
+
+/// Registered with `atexit` when the module loads. Work a Ctrl-C walked away from may still be
+/// inside an emulated module when the interpreter exits, and exit unloads the module under it
+/// (a segmentation fault): stop the emulator first, and wait for it within a bound.
+#[pyfunction]
+pub(crate) fn _stop_work(py: Python<'_>) -> PyResult<()> {
+    if py.detach(|| fuse::stages::fuse_emulate::stop(STOP_BOUND)) {
+        return Ok(());
+    }
+    log(
+        py,
+        &format!("fuse's emulated work did not stop within {STOP_BOUND:?}; exiting beside it"),
+    )
 }

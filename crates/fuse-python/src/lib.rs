@@ -25,6 +25,9 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(arrays::view_address, m)?)?;
     m.add_function(wrap_pyfunction!(backends, m)?)?;
     m.add_function(wrap_pyfunction!(interrupt::_set_note_after_ms, m)?)?;
+    let stop_work = wrap_pyfunction!(interrupt::_stop_work, m)?;
+    m.py().import("atexit")?.call_method1("register", (&stop_work,))?;
+    m.add_function(stop_work)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     // `pip install` builds release; tests/run's build is the dev profile, whose loops are
     // unoptimised enough (2× at BLAS-2 sizes) that benchmarks refuse it.

@@ -2,6 +2,7 @@
 no-copy rule, and every error class."""
 
 import gc
+import os
 import pathlib
 import re
 import signal
@@ -387,3 +388,45 @@ def test_the_benchmarks_refuse_to_time_a_dev_build(bench):
     done = subprocess.run([sys.executable, str(ROOT / "benches" / bench)], capture_output=True, text=True, timeout=60)
     assert done.returncode != 0
     assert "fuseblas here is a dev build" in done.stderr, done.stderr
+
+
+def test_exiting_after_a_caught_ctrl_c_leaves_no_emulated_work_behind(tmp_path):
+    # The interrupted run goes on on a worker, inside the emulated module, while the child ends
+    # normally: exit must stop it first (it crashed with SIGSEGV), and no scratch folder of the
+    # module may be left in the cache.
+    if "emulate" not in backends():
+        pytest.skip("no C++ compiler for the emulated backend")
+    code = f"""
+import time, numpy as np, fuseblas
+program = fuseblas.compile({str(SCRIPTS / 'gemver.yaml')!r}, backend='emulate')
+rng = np.random.default_rng(0)
+n = 2000
+inputs = dict(A=rng.random((n, n), dtype=np.float32), alpha=1.5, beta=0.5,
+              **{{k: rng.random(n, dtype=np.float32) for k in ('u1', 'v1', 'u2', 'v2', 'y', 'z')}})
+program(**inputs)
+print('start', flush=True)
+try:
+    program(**inputs)
+    print('finished', flush=True)
+except KeyboardInterrupt:
+    print('caught', flush=True)
+"""
+    cache = tmp_path / "cache"
+    child = subprocess.Popen(
+        [sys.executable, "-c", code],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "FUSE_CACHE_DIR": str(cache)},
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    assert child.stdout.readline().strip() == "start", child.stderr.read()
+    time.sleep(0.3)
+    child.send_signal(signal.SIGINT)
+    out, stderr = child.communicate(timeout=120)
+    if "finished" in out:
+        pytest.skip("the run ended before the interrupt: too short to tell")
+    assert "caught" in out and child.returncode == 0, (child.returncode, stderr)
+    left = [p for p in cache.rglob(".scratch-*")]
+    assert not left, left
+
