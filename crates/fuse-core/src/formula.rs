@@ -10,6 +10,11 @@
 //!
 //! `norm2(i, e)` is the Euclidean norm `sqrt(sum(i, e * e))` as BLAS `nrm2` computes it: scaled
 //! so that it neither overflows nor underflows where the result is representable.
+//!
+//! A product with a scalar parameter that is zero is dropped, whatever its other factors hold
+//! ([`Expr::without_zero_products`]): BLAS does not read `y` where β = 0 or `A` where α = 0, so
+//! a NaN or an uninitialised buffer there does not reach the result. Every backend follows this
+//! rule, for a literal 0 at compile time and for a run-time scalar when it runs.
 
 use crate::shape::Shape;
 
@@ -124,6 +129,46 @@ impl Expr {
             Expr::Reduce { body: e, .. } | Expr::Neg(e) | Expr::Call(_, e) => e.reads(param),
             Expr::Binary(_, a, b) => a.reads(param) || b.reads(param),
         }
+    }
+
+    /// The scalar parameters this expression multiplies by, where it is a product (a chain of
+    /// `*` and `-`): where one of them is zero, the product is dropped.
+    pub fn scalar_factors(&self) -> Vec<usize> {
+        match self {
+            Expr::Scalar(p) => vec![*p],
+            Expr::Neg(a) => a.scalar_factors(),
+            Expr::Binary(BinOp::Mul, a, b) => [a.scalar_factors(), b.scalar_factors()].concat(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// The expression with every product by a scalar parameter that `is_zero` dropped (left
+    /// out of the sum it stands in, zero elsewhere); `None` where all of it is dropped. `a·x +
+    /// y` with `a` zero is `y`, and reads no `x`.
+    pub fn without_zero_products(&self, is_zero: &dyn Fn(usize) -> bool) -> Option<Expr> {
+        let keep = |e: &Expr| e.without_zero_products(is_zero);
+        let or_zero = |e: &Expr| Box::new(keep(e).unwrap_or(Expr::Number(0.0)));
+        if self.scalar_factors().into_iter().any(is_zero) {
+            return None;
+        }
+        Some(match self {
+            Expr::Number(_) | Expr::Scalar(_) | Expr::Element { .. } => self.clone(),
+            Expr::Neg(a) => Expr::Neg(Box::new(keep(a)?)),
+            Expr::Binary(op @ (BinOp::Add | BinOp::Sub), a, b) => match (keep(a), keep(b)) {
+                (Some(a), Some(b)) => Expr::Binary(*op, Box::new(a), Box::new(b)),
+                (Some(a), None) => a,
+                (None, Some(b)) if *op == BinOp::Add => b,
+                (None, Some(b)) => Expr::Neg(Box::new(b)),
+                (None, None) => return None,
+            },
+            Expr::Binary(op, a, b) => Expr::Binary(*op, or_zero(a), or_zero(b)),
+            Expr::Reduce { op, index, body } => Expr::Reduce {
+                op: *op,
+                index: *index,
+                body: or_zero(body),
+            },
+            Expr::Call(f, a) => Expr::Call(*f, or_zero(a)),
+        })
     }
 
     /// Whether the expression contains a reduction (`sum` or `norm2`).

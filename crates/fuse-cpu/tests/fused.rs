@@ -337,3 +337,68 @@ fn norms_at_the_edges_of_the_range_match_the_reference() {
         }
     }
 }
+
+/// Each call's result is a number of the script's precision, as if each call ran alone: a
+/// fused chain of maps (or of rank-1 updates) gives the unfused plan's bits, whichever way the
+/// calls are chained — substituted into one pass where that rounds the same, kept apart where
+/// it would not (`b·(a·x)` is not `(b·a)·x`; `w + (x + y)` is not `(w + x) + y`).
+#[test]
+fn fused_chains_of_maps_round_as_the_calls_alone() {
+    let chains = [
+        "t = sscal(a, x); z = sscal(b, t)",
+        "t = saxpy(a, x, y); z = sadd(t, w)",
+        "t = saxpy(a, x, y); z = sadd(w, t)",
+        "t = saxpby(a, x, b, y); u = sadd(t, w); z = saxpy(b, v, u)",
+        "t = sadd(x, y); u = saxpby(1.0, t, a, w); s = saxpy(b, v, u); z = saxpy(a, y, s)",
+        "t = sscal(-1.0, x); z = saxpy(a, t, y)",
+    ];
+    for chain in chains {
+        let calls: String = chain.split("; ").map(|c| format!("  - {c}\n")).collect();
+        let text = format!(
+            "sizes: {{n: 1000}}\ninputs: {{x: [n], y: [n], w: [n], v: [n], a: scalar, b: scalar}}\n\
+             outputs: [z]\ncalls:\n{calls}"
+        );
+        let program = script::parse("chain.yaml", &text, &library()).unwrap();
+        same_bits_as_unfused(&program, &[(1, 1000), (1, 37)]);
+    }
+    let gemver_b = "
+sizes: {m: 45, n: 67}
+inputs: {A: [m, n], u1: [m], v1: [n], u2: [m], v2: [n], a: scalar}
+outputs: [B]
+calls:
+  - B1 = sger(a, u1, v1, A)
+  - B = sger(u2, v2, B1)
+";
+    same_bits_as_unfused(
+        &script::parse("b.yaml", gemver_b, &library()).unwrap(),
+        &[(45, 67), (3, 300)],
+    );
+}
+
+/// Every output of the best five plans of `program` equals the unfused plan's, bit for bit.
+fn same_bits_as_unfused(program: &Program, sizes: &[(usize, usize)]) {
+    for (seed, &(m, n)) in sizes.iter().enumerate() {
+        let sizes = sizes_mn(program, m, n);
+        let mut inputs = Bindings::new();
+        fill_random_inputs(program, &sizes, seed as u64, &mut inputs);
+        let run = |plan: &Plan| {
+            FusedPlan::new(program.clone(), &sizes, plan)
+                .unwrap()
+                .run(&inputs)
+                .unwrap()
+        };
+        let alone = run(&unfused_plan(program, &sizes));
+        let exploration = explore(program, &sizes, &cpu_table(), &library(), Limits::default()).unwrap();
+        for plan in exploration.plans().take(5) {
+            let fused = run(&plan);
+            for (name, want) in &alone {
+                assert_eq!(
+                    fused[name].to_f64(),
+                    want.to_f64(),
+                    "{name}: {}",
+                    plan.describe(program, &FusedPlan::new(program.clone(), &sizes, &plan).unwrap())
+                );
+            }
+        }
+    }
+}

@@ -34,7 +34,9 @@ pub fn scalar_register(v: ValueId) -> String {
 }
 
 /// Emits `expr` of `call`; `sum` names the value that replaces its `sum(...)` or `norm2(...)`,
-/// if any.
+/// if any. A product by a scalar that is zero is dropped (`fuse_core::formula`): by a literal 0
+/// here, by a run-time scalar where the kernel runs, a test of the scalar the compiler hoists
+/// out of the loops.
 pub fn emit(
     expr: &Expr,
     call: &Call,
@@ -42,34 +44,80 @@ pub fn emit(
     regs: &dyn Registers,
     sum: Option<&str>,
 ) -> Result<String, GenerateError> {
-    let recur = |e: &Expr| emit(e, call, precision, regs, sum);
-    Ok(match expr {
-        Expr::Number(v) => literal(*v, precision),
-        Expr::Scalar(p) => match call.args[*p] {
-            Arg::Literal(v) => literal(v, precision),
-            Arg::Value(v) => scalar_register(v),
-        },
-        Expr::Element { param, index } => match call.args[*param] {
-            Arg::Value(v) => regs.element(v, index),
-            Arg::Literal(_) => unreachable!("the checker gives array parameters values"),
-        },
-        Expr::Neg(a) => format!("(-{})", recur(a)?),
-        Expr::Binary(op, a, b) => {
-            let op = match op {
-                BinOp::Add => '+',
-                BinOp::Sub => '-',
-                BinOp::Mul => '*',
-                BinOp::Div => '/',
-            };
-            format!("({} {op} {})", recur(a)?, recur(b)?)
+    let literal_zero = |p: usize| matches!(call.args.get(p), Some(Arg::Literal(v)) if *v == 0.0);
+    match expr.without_zero_products(&literal_zero) {
+        Some(expr) => Emitter {
+            call,
+            precision,
+            regs,
+            sum,
         }
-        Expr::Call(Func::Abs, a) => format!("fuse_abs({})", recur(a)?),
-        Expr::Call(Func::Sqrt, a) => format!("fuse_sqrt({})", recur(a)?),
-        Expr::Reduce { .. } => match sum {
-            Some(acc) => acc.to_string(),
-            None => return Err(unsupported(call, "a sum where no reduction is generated")),
-        },
-    })
+        .emit(&expr),
+        None => Ok(literal(0.0, precision)),
+    }
+}
+
+/// What [`emit`] emits with.
+struct Emitter<'a> {
+    call: &'a Call,
+    precision: Precision,
+    regs: &'a dyn Registers,
+    sum: Option<&'a str>,
+}
+
+impl Emitter<'_> {
+    fn emit(&self, expr: &Expr) -> Result<String, GenerateError> {
+        Ok(match expr {
+            Expr::Binary(BinOp::Mul, ..) | Expr::Neg(_) => {
+                let product = self.product(expr)?;
+                let zero = literal(0.0, self.precision);
+                let tests: Vec<String> = (expr.scalar_factors().into_iter())
+                    .filter_map(|p| match self.call.args[p] {
+                        Arg::Value(v) => Some(format!("{} == {zero}", scalar_register(v))),
+                        Arg::Literal(_) => None,
+                    })
+                    .collect();
+                match tests.is_empty() {
+                    true => product,
+                    false => format!("(({}) ? {zero} : {product})", tests.join(" || ")),
+                }
+            }
+            _ => self.product(expr)?,
+        })
+    }
+
+    /// `expr` with its products unguarded: a product's factors, or any other node.
+    fn product(&self, expr: &Expr) -> Result<String, GenerateError> {
+        let (call, precision) = (self.call, self.precision);
+        Ok(match expr {
+            Expr::Number(v) => literal(*v, precision),
+            Expr::Scalar(p) => match call.args[*p] {
+                Arg::Literal(v) => literal(v, precision),
+                Arg::Value(v) => scalar_register(v),
+            },
+            Expr::Element { param, index } => match call.args[*param] {
+                Arg::Value(v) => self.regs.element(v, index),
+                Arg::Literal(_) => unreachable!("the checker gives array parameters values"),
+            },
+            Expr::Neg(a) => format!("(-{})", self.product(a)?),
+            Expr::Binary(BinOp::Mul, a, b) => format!("({} * {})", self.product(a)?, self.product(b)?),
+            Expr::Binary(op, a, b) => {
+                let op = match op {
+                    BinOp::Add => '+',
+                    BinOp::Sub => '-',
+                    BinOp::Mul => '*',
+                    BinOp::Div => '/',
+                };
+                format!("({} {op} {})", self.emit(a)?, self.emit(b)?)
+            }
+            Expr::Call(Func::Abs, a) => format!("fuse_abs({})", self.emit(a)?),
+            Expr::Call(Func::Sqrt, a) => format!("fuse_sqrt({})", self.emit(a)?),
+            Expr::Reduce { .. } => match self.sum {
+                Some(acc) => acc.to_string(),
+                None => return Err(unsupported(call, "a sum where no reduction is generated")),
+            },
+        })
+    }
 }
 
 /// The one `sum(index, term)` or `norm2(index, term)` of a reduce formula.

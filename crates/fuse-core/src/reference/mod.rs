@@ -1,5 +1,8 @@
 //! The f64 reference interpreter: evaluates a program call by call, each call straight from
-//! its library formula, in f64 whatever the script's precision. It is the ground truth every
+//! its library formula (products by a zero scalar dropped, as BLAS drops them), in f64 whatever
+//! the script's precision, and each call's result then rounded to the script's precision: a
+//! call's result is a number of that precision, as if each call ran alone (`t = sscal(a, x);
+//! z = sscal(b, t)` overflows at `t` in f32 on every backend). It is the ground truth every
 //! backend is compared with, so it is written for obviousness, with rayon across result rows.
 
 use std::collections::{BTreeMap, HashMap};
@@ -8,7 +11,7 @@ use rayon::prelude::*;
 
 use crate::data::{check_inputs, BindError, Bound};
 use crate::formula::{BinOp, Expr, Func, ReduceOp};
-use crate::{Arg, Bindings, Call, HostArray, Program, Sizes};
+use crate::{Arg, Bindings, Call, HostArray, Precision, Program, Sizes};
 
 /// An f64 array during evaluation.
 struct Array {
@@ -42,7 +45,10 @@ pub fn evaluate<A: Bound>(
         );
     }
     for call in &program.calls {
-        let result = evaluate_call(call, &values);
+        let mut result = evaluate_call(call, &values);
+        if program.precision == Precision::F32 {
+            result.data.iter_mut().for_each(|x| *x = f64::from(*x as f32));
+        }
         values.insert(call.result, result);
     }
     Ok(program
@@ -71,6 +77,11 @@ fn evaluate_call(call: &Call, values: &HashMap<usize, Array>) -> Array {
         })
         .collect();
     let formula = &call.form.formula;
+    let is_zero = |p: usize| matches!(operands[p], Operand::Scalar(v) if v == 0.0);
+    let body = formula
+        .body
+        .without_zero_products(&is_zero)
+        .unwrap_or(Expr::Number(0.0));
     let mut extent_of_dim: HashMap<&str, usize> = HashMap::new();
     for (param, operand) in call.form.signature.params.iter().zip(&operands) {
         if let Operand::Array(a) = operand {
@@ -86,14 +97,14 @@ fn evaluate_call(call: &Call, values: &HashMap<usize, Array>) -> Array {
     };
     let dims: Vec<usize> = formula.result_indices.iter().map(|&i| extents[i]).collect();
     let data = match dims.as_slice() {
-        [] => vec![eval.eval(&formula.body, &mut vec![0; extents.len()])],
+        [] => vec![eval.eval(&body, &mut vec![0; extents.len()])],
         [n] => (0..*n)
             .into_par_iter()
             .map_init(
                 || vec![0; extents.len()],
                 |idx, i| {
                     idx[0] = i;
-                    eval.eval(&formula.body, idx)
+                    eval.eval(&body, idx)
                 },
             )
             .collect(),
@@ -104,7 +115,7 @@ fn evaluate_call(call: &Call, values: &HashMap<usize, Array>) -> Array {
                 idx[0] = i;
                 for (j, out) in row.iter_mut().enumerate() {
                     idx[1] = j;
-                    *out = eval.eval(&formula.body, &mut idx);
+                    *out = eval.eval(&body, &mut idx);
                 }
             });
             data

@@ -141,6 +141,24 @@ impl<'s, T: Real> Scope<'s, '_, T> {
         }
     }
 
+    /// Whether `term` is a product by a scalar that is zero now: dropped, as BLAS drops it
+    /// (`fuse_core::formula`), its other factors not read.
+    fn drops(&self, term: &Term) -> bool {
+        term.factors
+            .iter()
+            .any(|f| matches!(f, Factor::Scalar(v) if self.scalar(*v) == T::ZERO))
+    }
+
+    /// [`Scope::drops`] for a product node of the generic evaluator (a chain of `*` and `-`).
+    fn drops_product(&self, node: &Node) -> bool {
+        match node {
+            Node::Scalar(v) => self.scalar(*v) == T::ZERO,
+            Node::Neg(a) => self.drops_product(a),
+            Node::Binary(BinOp::Mul, a, b) => self.drops_product(a) || self.drops_product(b),
+            _ => false,
+        }
+    }
+
     fn factor(&self, f: Factor, seg: Seg) -> Piece<'s, T> {
         match f {
             Factor::Scalar(v) => Piece::Scalar(self.scalar(v)),
@@ -191,6 +209,9 @@ impl<'s, T: Real> Resolved<'s, T> {
     /// Adds the terms of one segment (the stage guarantees at most two runs per term).
     fn add(&mut self, terms: &[Term], scope: &Scope<'s, '_, T>, seg: Seg) {
         for term in terms {
+            if scope.drops(term) {
+                continue;
+            }
             let mut coef = T::from_f64(term.coef);
             let mut runs: [&'s [T]; 2] = [&[], &[]];
             let mut count = 0;
@@ -280,6 +301,9 @@ pub(crate) fn row_sums<T: Real>(
         }
         return;
     };
+    if scope.drops(only_term(stage)) {
+        return;
+    }
     let product = RowProduct::new(only_term(stage), matrix, scope, (start, len));
     let mut dots = [T::ZERO; CHUNK];
     for (first, chunk) in (rows.start..).step_by(CHUNK).zip(sums[..rows.len()].chunks_mut(CHUNK)) {
@@ -406,6 +430,9 @@ pub(crate) fn accumulate<T: Real>(
     if let Some(matrix) = stage.row_product(0) {
         // `c·A[i, ·]` (`Aᵀ·y`): the matrix and each row's coefficient looked up once for the
         // tile, not factor by factor for every row (a fifth of a 1024² `Aᵀ·y` went to that).
+        if scope.drops(only_term(stage)) {
+            return;
+        }
         let product = RowProduct::new(only_term(stage), matrix, scope, (start, len));
         let mut coefs = [T::ZERO; CHUNK];
         for first in rows.clone().step_by(CHUNK) {
@@ -446,6 +473,8 @@ pub(crate) fn shared_rows<T: Real>(
     let row_sum = RowProduct::new(only_term(row_body), matrix, scope, span);
     // The column sums' product, its run being the matrix row itself.
     let column = RowProduct::new(only_term(column_body), matrix, scope, span);
+    // A product by a scalar that is zero now is dropped: the other sum alone.
+    let (rows_drop, columns_drop) = (scope.drops(only_term(row_body)), scope.drops(only_term(column_body)));
     let (mut dots, mut coefs) = ([T::ZERO; CHUNK], [T::ZERO; CHUNK]);
     for (first, chunk) in (rows.start..)
         .step_by(CHUNK)
@@ -453,8 +482,15 @@ pub(crate) fn shared_rows<T: Real>(
     {
         let (dots, coefs) = (&mut dots[..chunk.len()], &mut coefs[..chunk.len()]);
         column.coefs(first, coefs);
-        loops::dot_add_lines(row_sum.lines(first), row_sum.x, coefs, dest, dots);
-        row_sum.add_scaled(first, chunk, dots);
+        match (rows_drop, columns_drop) {
+            (false, false) => loops::dot_add_lines(row_sum.lines(first), row_sum.x, coefs, dest, dots),
+            (false, true) => loops::dot_lines(row_sum.lines(first), row_sum.x, dots, loops::Ahead::NONE),
+            (true, false) => loops::add_lines(column.lines(first), coefs, dest, loops::Ahead::NONE),
+            (true, true) => return,
+        }
+        if !rows_drop {
+            row_sum.add_scaled(first, chunk, dots);
+        }
     }
 }
 
@@ -468,6 +504,9 @@ fn only_term(stage: &Stage) -> &Term {
 /// `dest = node` on `seg`, a node at a time; `scratch` holds a buffer per level of right
 /// operands.
 pub(crate) fn generic<T: Real>(node: &Node, scope: &Scope<T>, seg: Seg, dest: &mut [T], scratch: &mut [Vec<T>]) {
+    if scope.drops_product(node) {
+        return dest.fill(T::ZERO);
+    }
     if let Some(v) = uniform(node, scope, seg) {
         return dest.fill(v);
     }
@@ -512,6 +551,9 @@ pub(crate) fn generic<T: Real>(node: &Node, scope: &Scope<T>, seg: Seg, dest: &m
 
 /// The value of `node` when it is the same for the whole segment.
 fn uniform<T: Real>(node: &Node, scope: &Scope<T>, seg: Seg) -> Option<T> {
+    if scope.drops_product(node) {
+        return Some(T::ZERO);
+    }
     match node {
         Node::Number(v) => Some(T::from_f64(*v)),
         Node::Scalar(v) => Some(scope.scalar(*v)),

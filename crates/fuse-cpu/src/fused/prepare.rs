@@ -417,10 +417,11 @@ fn read_in_its_pass(ctx: &Context, lowered: &[CallPlan], v: ValueId) -> bool {
     lowered.iter().filter(reads).all(|c| Some(c.pass) == pass_of(v))
 }
 
-/// Puts the terms of each on-chip map in place of its runs in the calls after it, so a chain
-/// of maps runs as one pass over its operands (VADD's `x = (w + y) + z` reads three vectors and
-/// writes one, with no tile buffer in between). A value no call reads any more is not computed
-/// at all; the others stay in tile buffers.
+/// Puts the terms of each on-chip map in place of its runs in the maps after it, where that
+/// rounds as the calls one by one would ([`Stage::substitute`]), so a chain of maps runs as one
+/// pass over its operands (VADD's `x = (w + y) + z` reads three vectors and writes one, with no
+/// tile buffer in between). A value no call reads any more is not computed at all; the others
+/// stay in tile buffers.
 fn inline_chip_values(mut calls: Vec<CallPlan>, chip: Vec<ValueId>) -> (Vec<CallPlan>, Vec<ValueId>) {
     let mut kept = Vec::new();
     for v in chip {
@@ -436,9 +437,11 @@ fn inline_chip_values(mut calls: Vec<CallPlan>, chip: Vec<ValueId>) -> (Vec<Call
         };
         let mut gone = true;
         for call in &mut calls[p + 1..] {
-            for stage in stages_mut(&mut call.op) {
-                gone &= stage.substitute(v, &producer);
-            }
+            // Only a map runs its terms in the order `substitute` keeps rounding-exact.
+            gone &= match &mut call.op {
+                Op::Map(stage) => stage.substitute(v, &producer),
+                op => stages(op).iter().all(|s| !s.reads(v)),
+            };
         }
         match gone {
             true => {
@@ -448,15 +451,6 @@ fn inline_chip_values(mut calls: Vec<CallPlan>, chip: Vec<ValueId>) -> (Vec<Call
         }
     }
     (calls, kept)
-}
-
-fn stages_mut(op: &mut Op) -> Vec<&mut Stage> {
-    match op {
-        Op::Map(s) => vec![s],
-        Op::Reduce { body, outer, .. } | Op::RowSums { body, outer } | Op::ColumnSums { body, outer } => {
-            std::iter::once(body).chain(outer.as_mut()).collect()
-        }
-    }
 }
 
 /// The stages of an op.

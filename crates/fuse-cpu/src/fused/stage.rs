@@ -112,7 +112,10 @@ impl Stage {
         sum: bool,
         sum_is_run: bool,
     ) -> Result<Stage, String> {
-        let node = lower(expr, args, roles, sum)?;
+        // A product by a literal 0 is dropped here, once; by a run-time 0, as each segment runs.
+        let literal_zero = |p: usize| matches!(args.get(p), Some(Arg::Literal(v)) if *v == 0.0);
+        let expr = expr.without_zero_products(&literal_zero).unwrap_or(Expr::Number(0.0));
+        let node = lower(&expr, args, roles, sum)?;
         let terms = expand(&node).filter(|t| fits_loops(t, sum_is_run));
         Ok(Stage {
             depth: depth(&node),
@@ -151,33 +154,106 @@ impl Stage {
     }
 
     /// Puts `producer` — the terms of the map computing `v` on the same segments — in place of
-    /// every run of `v` in the terms, where the result still fits the loops. Returns whether
-    /// the stage no longer reads `v`.
+    /// `v` in the terms of this map, where that computes every element with exactly the
+    /// operations, in the same order, of `v` computed alone and then this stage: each call's
+    /// result is a number of the script's precision, as if each call ran alone, so a chain of
+    /// maps may run as one pass only where no rounding moves (`(w + y) + z` and GEMVER's two
+    /// rank-1 updates do; `b·(a·x)` would become `(b·a)·x`, and is not). Returns whether the
+    /// stage no longer reads `v`.
     pub(crate) fn substitute(&mut self, v: ValueId, producer: &[Term]) -> bool {
         let Some(terms) = &self.terms else {
             return !self.reads(v);
         };
-        let mut out = Vec::new();
-        for term in terms {
-            let (hits, rest): (Vec<Factor>, Vec<Factor>) = term
-                .factors
+        let reads_v = |t: &Term| {
+            t.factors
                 .iter()
-                .partition(|f| matches!(f, Factor::Array(x, a) if *x == v && a.is_run()));
-            match hits.len() {
-                0 => out.push(term.clone()),
-                1 => out.extend(producer.iter().map(|p| Term {
-                    coef: term.coef * p.coef,
-                    factors: [rest.clone(), p.factors.clone()].concat(),
-                })),
-                _ => return false,
+                .any(|f| matches!(f, Factor::Array(x, a) if *x == v && a.is_run()))
+        };
+        if !terms.iter().any(reads_v) {
+            return true;
+        }
+        match exact_substitution(terms, v, producer) {
+            Some(out) if out.len() <= MAX_TERMS && fits_loops(&out, false) => {
+                self.terms = Some(out);
+                true
             }
+            _ => false,
         }
-        if out.len() > MAX_TERMS || !fits_loops(&out, false) {
-            return false;
-        }
-        self.terms = Some(out);
-        true
     }
+}
+
+/// The order in which a map runs its terms ([`super::eval::map`]), as indices into them: the
+/// constants first, folded into the starting value, then each one-run term added in order, then
+/// each two-run product in order.
+fn evaluation_order(terms: &[Term]) -> Vec<usize> {
+    (0..3)
+        .flat_map(|k| (0..terms.len()).filter(move |&t| runs(&terms[t], false) == k))
+        .collect()
+}
+
+/// For each term, whether a map adds it as a plain product then sum (the first [`LIN_PLAIN`]
+/// one-run terms) or as a fused multiply-add (the one-run terms after them); `None` for the
+/// others.
+fn plain_adds(terms: &[Term]) -> Vec<Option<bool>> {
+    let mut lins = 0;
+    (terms.iter())
+        .map(|t| {
+            (runs(t, false) == 1).then(|| {
+                lins += 1;
+                lins <= LIN_PLAIN
+            })
+        })
+        .collect()
+}
+
+/// One-run terms a map adds as a product then a sum; those after are fused multiply-adds,
+/// which round alike only where the product is exact.
+const LIN_PLAIN: usize = 3;
+
+/// `terms` with `producer` in place of `v`, where that rounds exactly as `v` computed alone and
+/// then `terms`: `v` is the first operation of `terms` (`1·v`: `-0 + v` is `v`), the operations
+/// of `producer` then those of the rest follow in the same order, and each one-run term of the
+/// rest is still a plain product and sum, or still a fused multiply-add, unless its product is
+/// exact. (The producer's terms come first, where they were.)
+fn exact_substitution(terms: &[Term], v: ValueId, producer: &[Term]) -> Option<Vec<Term>> {
+    let order = evaluation_order(terms);
+    let at = *order.first()?;
+    let alone = matches!(terms[at].factors[..], [Factor::Array(x, a)] if x == v && a.is_run());
+    if terms[at].coef != 1.0 || !alone {
+        return None;
+    }
+    // The terms of the result, each with where it comes from.
+    let origins: Vec<Origin> = ((0..at).map(Origin::Consumer))
+        .chain((0..producer.len()).map(Origin::Producer))
+        .chain((at + 1..terms.len()).map(Origin::Consumer))
+        .collect();
+    let term = |o: Origin| match o {
+        Origin::Producer(k) => producer[k].clone(),
+        Origin::Consumer(k) => terms[k].clone(),
+    };
+    let out: Vec<Term> = origins.iter().map(|&o| term(o)).collect();
+    let got: Vec<Origin> = evaluation_order(&out).into_iter().map(|k| origins[k]).collect();
+    let expected: Vec<Origin> = (evaluation_order(producer).into_iter().map(Origin::Producer))
+        .chain(order[1..].iter().map(|&k| Origin::Consumer(k)))
+        .collect();
+    let (before, after) = (plain_adds(terms), plain_adds(&out));
+    let adds_alike = origins.iter().zip(&after).all(|(o, now)| match o {
+        Origin::Producer(_) => true,
+        Origin::Consumer(k) => {
+            let exact = terms[*k].coef.abs() == 1.0 && terms[*k].factors.len() == 1;
+            exact || before[*k] == *now
+        }
+    });
+    (got == expected && adds_alike).then_some(out)
+}
+
+/// Where a term of a substituted map comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Origin {
+    /// The producer's term of this index.
+    Producer(usize),
+    /// The consumer's term of this index.
+    Consumer(usize),
 }
 
 /// Whether `node` reads a value that `read` picks (by the value and its access; a scalar's: none).
@@ -276,14 +352,17 @@ fn negated(mut terms: Vec<Term>) -> Vec<Term> {
 
 /// Whether every product has at most two runs (the loops handle `c·x` and `c·x·y`).
 fn fits_loops(terms: &[Term], sum_is_run: bool) -> bool {
-    terms.iter().all(|t| {
-        let runs = t.factors.iter().filter(|f| match f {
-            Factor::Array(_, a) => a.is_run(),
-            Factor::Sum => sum_is_run,
-            Factor::Scalar(_) => false,
-        });
-        runs.count() <= 2
-    })
+    terms.iter().all(|t| runs(t, sum_is_run) <= 2)
+}
+
+/// The runs a term multiplies (the finished sum one where `sum_is_run`).
+fn runs(t: &Term, sum_is_run: bool) -> usize {
+    let is_run = |f: &&Factor| match f {
+        Factor::Array(_, a) => a.is_run(),
+        Factor::Sum => sum_is_run,
+        Factor::Scalar(_) => false,
+    };
+    t.factors.iter().filter(is_run).count()
 }
 
 #[cfg(test)]
@@ -333,6 +412,32 @@ mod tests {
         assert_eq!(terms[2].factors, [Factor::Array(11, Access::Run)]);
         let mut generic = stage("(x[n], y[n]) -> [n]", "out[i] = x[i] / y[i]", &roles).unwrap();
         assert!(!generic.substitute(10, &[]), "a generic stage keeps reading the value");
+    }
+
+    #[test]
+    fn a_map_is_substituted_only_where_no_rounding_moves() {
+        let roles = [Role::Varying];
+        let sum = stage("(x[n], y[n]) -> [n]", "out[i] = x[i] + y[i]", &roles).unwrap();
+        let scaled = stage("(a, x[n]) -> [n]", "out[i] = a * x[i]", &roles).unwrap();
+        let producer = stage("(a, x[n], y[n]) -> [n]", "out[i] = a * x[i] + y[i]", &roles).unwrap();
+        let producer = producer.terms.as_ref().unwrap();
+        // (a·x + y) + z: the same operations in the same order.
+        assert!(sum.clone().substitute(10, producer));
+        // z + (a·x + y) would add z first; b·(a·x + y) would distribute b.
+        assert!(!sum.clone().substitute(11, producer));
+        assert!(!scaled.clone().substitute(11, producer));
+        // A fourth one-run term is a fused multiply-add: a term with a coefficient moved past
+        // the third changes how it rounds.
+        let three = stage(
+            "(x[n], y[n], a, w[n]) -> [n]",
+            "out[i] = x[i] + y[i] + a * w[i]",
+            &roles,
+        )
+        .unwrap();
+        let two = stage("(x[n], y[n]) -> [n]", "out[i] = 2.0 * x[i] - y[i]", &roles).unwrap();
+        assert!(!three.clone().substitute(10, two.terms.as_ref().unwrap()));
+        let unit = stage("(x[n], y[n], w[n]) -> [n]", "out[i] = x[i] + y[i] + w[i]", &roles).unwrap();
+        assert!(unit.clone().substitute(10, two.terms.as_ref().unwrap()));
     }
 
     #[test]
