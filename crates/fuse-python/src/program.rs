@@ -225,6 +225,18 @@ impl Program {
             // returns at once and abandons nothing borrowed (both backends read their inputs
             // once more, into the interpreter's f64 arrays or the emulated device's buffers).
             Backend::Reference | Backend::Emulate => {
+                // Checked whole before the first copy: the copies alone may fit where the run does not.
+                let p = compiled.program();
+                let needed = p.input_bytes(compiled.sizes()).saturating_add(compiled.run_bytes());
+                fuse::check_host_memory(needed, || {
+                    format!(
+                        "a run of {} at {} on {} (the inputs copied, the outputs and temporaries)",
+                        p.name,
+                        compiled.sizes(),
+                        self.backend
+                    )
+                })
+                .py_err()?;
                 let owned = self.copies(&views).py_err()?;
                 let note = format!(
                     "running {} on {} (slow: a test backend)",

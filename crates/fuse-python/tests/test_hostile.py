@@ -98,6 +98,23 @@ def test_inputs_a_slow_backend_copies_without_the_memory_are_an_out_of_memory_er
     assert printed.startswith("OutOfMemoryError not enough host memory for a copy of input `x` for the reference backend")
 
 
+def test_a_slow_backend_run_larger_than_memory_is_refused_before_it_copies_anything(tmp_path):
+    # A sparse file mapped as the input takes no memory; its copy would take half the memory
+    # available, and the reference interpreter's f64 values twice that again. (The address
+    # space is capped, so that a copy made anyway fails rather than fill the machine.)
+    printed, stderr = out_of_memory(
+        "prog(a=2.0, x=x)",
+        setup=f"""
+        available = int(next(l for l in open("/proc/meminfo") if l.startswith("MemAvailable")).split()[1]) * 1024
+        x = np.memmap({str(tmp_path / "x")!r}, np.float32, "w+", shape=(available // 8 + 1,))
+        prog = fuseblas.compile({SCAL.format(precision="f32", p="s")!r}, backend="reference")
+        limit(1 << 30)
+        """,
+    )
+    assert printed.startswith("OutOfMemoryError not enough host memory for a run of scal at n="), (printed, stderr)
+    assert "on reference (the inputs copied, the outputs and temporaries)" in printed
+
+
 def test_an_input_resized_by_another_thread_during_a_call_is_refused_not_an_abort():
     # numpy lets a thread resize an array in place (`refcheck=False`) while fuse reads it with
     # the GIL released; fuse pins what it reads, so the resize is what fails.
