@@ -191,7 +191,7 @@ def test_out_must_be_a_dict_of_arrays_and_a_scalar_output_takes_its_own_dtype():
     for dtype in (np.float32, np.float64):  # the script's dtype, or a Python float's
         d = np.zeros((), dtype)
         assert prog(a=1.0, x=x, out={"d": d})["d"] is d and d == 14.0
-    with pytest.raises(fuseblas.InputError, match=r"out: output `d` needs an array of float32 or float64 \(\), the one given is a int64"):
+    with pytest.raises(fuseblas.InputError, match=r"out: output `d` needs an array of float32 or float64 \(\), the one given is an int64"):
         prog(a=1.0, x=x, out={"d": np.zeros((), np.int64)})
     with pytest.raises(fuseblas.InputError, match=r"out: output `y` needs an array of float32 \(4,\), the one given is a float64"):
         prog(a=1.0, x=x, out={"y": np.zeros(4)})

@@ -142,7 +142,8 @@ def _dlpack_device(value: object) -> Optional[Tuple[int, int]]:
 def _kind(value: object) -> str:
     """What ``value`` is, for messages: its type, and an array's dtype and shape."""
     if isinstance(value, np.ndarray):
-        return f"a {value.dtype} array of shape {value.shape}"
+        article = "an" if value.dtype.name[0] in "aeiou" else "a"
+        return f"{article} {value.dtype} array of shape {value.shape}"
     kind = type(value)
     return kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
 
@@ -356,7 +357,9 @@ class Program:
         if isinstance(value, DeviceArray):
             raise InputError(f"out: output `{name}` stays on the GPU (a DeviceArray); out= writes host arrays")
         # A scalar output is a Python float: exactly the script's value, so float64 holds it too.
-        dtypes = [self._dtype] if isinstance(value, np.ndarray) else list(dict.fromkeys([self._dtype, np.dtype(np.float64)]))
+        dtypes = [self._dtype]
+        if not isinstance(value, np.ndarray) and self._dtype != np.float64:
+            dtypes.append(np.dtype(np.float64))
         value = np.asarray(value)
         if not isinstance(target, np.ndarray) or target.shape != value.shape or target.dtype not in dtypes:
             want = f"{' or '.join(d.name for d in dtypes)} {value.shape}"
@@ -486,9 +489,9 @@ class Session:
         """Records library function ``function`` (named without its ``s``/``d`` prefix) in the
         form that takes ``len(args)`` arguments — also functions you added to the library.
         Each argument is a value of the session or a real number (see :meth:`scalar`)."""
+        expected = "a value of the session or a real number"
         operands = [
-            a if isinstance(a, Value) else _number(f"{function}: argument {i}", a, "a value of the session or a real number")
-            for i, a in enumerate(args, 1)
+            a if isinstance(a, Value) else _number(f"{function}: argument {i}", a, expected) for i, a in enumerate(args, 1)
         ]
         return self._native.call(function, operands)
 
