@@ -86,6 +86,8 @@ fn name() -> BoxedStrategy<String> {
 fn literal() -> impl Strategy<Value = String> {
     one_of(&[
         "2.0", "-1", "0", "1e999", "-1e999", "1e-999", "nan", "inf", "0x10", "--1", "1_0", ".5", "5.", "1e", "e5",
+        // Past f32 and inside f64, and below f32's smallest: outside the script's precision.
+        "1e300", "-3.5e38", "1e-50",
     ])
 }
 

@@ -1,20 +1,24 @@
 //! numpy arrays in and out: inputs read in place (C-contiguous arrays of the script's dtype),
 //! outputs handed over as the buffers fuse computed into.
 
+use std::ops::Deref;
+
 use fuse::{ArrayView, DataView, Element, HostArray, HostData};
 use numpy::ndarray::{ArrayD, IxDyn};
-use numpy::{IntoPyArray, PyArrayDyn, PyArrayMethods, PyReadonlyArrayDyn, PyUntypedArrayMethods};
+use numpy::{IntoPyArray, PyArrayDyn, PyArrayMethods, PyReadonlyArrayDyn, PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::prelude::*;
-use pyo3::types::PyFloat;
+use pyo3::types::{PyFloat, PyWeakrefReference};
 
 use crate::errors::input_error;
 
 /// An element type both fuse and numpy know.
-pub(crate) trait Real: Element + numpy::Element + Copy {
+pub(crate) trait Real: Element + numpy::Element + Copy + std::fmt::LowerExp {
     /// The elements as fuse's borrowed host data.
     fn view(values: &[Self]) -> DataView<'_>;
     /// numpy's name for the type.
     const DTYPE: &'static str;
+    /// The largest finite value.
+    const MAX: Self;
 }
 
 impl Real for f32 {
@@ -22,6 +26,7 @@ impl Real for f32 {
         DataView::F32(values)
     }
     const DTYPE: &'static str = "float32";
+    const MAX: f32 = f32::MAX;
 }
 
 impl Real for f64 {
@@ -29,12 +34,59 @@ impl Real for f64 {
         DataView::F64(values)
     }
     const DTYPE: &'static str = "float64";
+    const MAX: f64 = f64::MAX;
 }
 
-/// `object` as a numpy array of `T` that fuse may read in place: C-contiguous, of dtype `T`.
-/// The package's Python half converts what it may first; anything else is an `InputError`
-/// naming `what`.
-pub(crate) fn borrow<'py, T: Real>(object: &Bound<'py, PyAny>, what: &str) -> PyResult<PyReadonlyArrayDyn<'py, T>> {
+/// `value` in `T`, or an `InputError` saying so where a finite value does not fit (1e300 would
+/// be inf in float32); `what` names the value.
+pub(crate) fn fitted<T: Real>(value: f64, what: impl FnOnce() -> String) -> PyResult<T> {
+    let converted = T::from_f64(value);
+    if value.is_finite() && !converted.to_f64().is_finite() {
+        return Err(input_error(format!(
+            "{}: {value:e} does not fit {} (at most {:e} in magnitude)",
+            what(),
+            T::DTYPE,
+            T::MAX
+        )));
+    }
+    Ok(converted)
+}
+
+/// A numpy array that fuse reads in place, with a weak reference to the array that owns its
+/// memory: numpy refuses to resize an array that has weak references (`ndarray.resize` raises
+/// even with `refcheck=False`), so the memory stays where it is while fuse reads it with the GIL
+/// released and another thread runs.
+pub(crate) struct InPlace<'py, T: Real> {
+    // Declared first, so dropped first: the borrow is released while the array is still pinned.
+    array: PyReadonlyArrayDyn<'py, T>,
+    _pin: Bound<'py, PyWeakrefReference>,
+}
+
+impl<'py, T: Real> Deref for InPlace<'py, T> {
+    type Target = PyReadonlyArrayDyn<'py, T>;
+
+    fn deref(&self) -> &Self::Target {
+        &self.array
+    }
+}
+
+/// The numpy array at the end of `array`'s chain of bases: the one that owns the memory, the
+/// only one numpy can resize.
+fn owner<'py>(array: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    let mut owner = array.clone();
+    loop {
+        let base = owner.getattr("base")?;
+        if base.cast::<PyUntypedArray>().is_err() {
+            return Ok(owner);
+        }
+        owner = base;
+    }
+}
+
+/// `object` as a numpy array of `T` that fuse may read in place: C-contiguous, of dtype `T`,
+/// pinned ([`InPlace`]). The package's Python half converts what it may first; anything else is
+/// an `InputError` naming `what`.
+pub(crate) fn borrow<'py, T: Real>(object: &Bound<'py, PyAny>, what: &str) -> PyResult<InPlace<'py, T>> {
     let array = object.cast::<PyArrayDyn<T>>().map_err(|_| {
         let dtype = object
             .getattr("dtype")
@@ -47,11 +99,14 @@ pub(crate) fn borrow<'py, T: Real>(object: &Bound<'py, PyAny>, what: &str) -> Py
             "{what} is not C-contiguous (fuseblas reads arrays in place, row by row)"
         )));
     }
-    Ok(array.readonly())
+    Ok(InPlace {
+        array: array.readonly(),
+        _pin: PyWeakrefReference::new(&owner(object)?)?,
+    })
 }
 
 /// A view of `array`'s elements where they are: no copy.
-pub(crate) fn view<'a, T: Real>(array: &'a PyReadonlyArrayDyn<'_, T>) -> PyResult<ArrayView<'a>> {
+pub(crate) fn view<'a, T: Real>(array: &'a InPlace<'_, T>) -> PyResult<ArrayView<'a>> {
     let values = array
         .as_slice()
         .map_err(|e| input_error(format!("cannot read the array in place: {e}")))?;

@@ -24,6 +24,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<device::GpuArray>()?;
     m.add_function(wrap_pyfunction!(arrays::view_address, m)?)?;
     m.add_function(wrap_pyfunction!(backends, m)?)?;
+    m.add_function(wrap_pyfunction!(check_host_memory, m)?)?;
     m.add_function(wrap_pyfunction!(interrupt::_set_note_after_ms, m)?)?;
     let stop_work = wrap_pyfunction!(interrupt::_stop_work, m)?;
     m.py().import("atexit")?.call_method1("register", (&stop_work,))?;
@@ -40,4 +41,12 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
 fn backends() -> (String, String) {
     let (backend, why) = fuse::Backend::detect_why();
     (backend.to_string(), why)
+}
+
+/// Raises `OutOfMemoryError` naming `what` where the host cannot give `bytes` now: the copies
+/// the Python half has numpy make are checked as fuse's own are.
+#[pyfunction]
+fn check_host_memory(bytes: u64, what: String) -> PyResult<()> {
+    use errors::IntoPy;
+    fuse::check_host_memory(bytes, || what).py_err()
 }

@@ -3,12 +3,14 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
-use fuse::{Backend, Bindings, CompileOptions, Compiled, Precision, Script, SizeSource, Sizes, Threads, Views};
-use numpy::{PyReadonlyArrayDyn, PyUntypedArrayMethods};
+use fuse::{
+    Backend, Bindings, CompileOptions, Compiled, HostArray, Precision, Script, SizeSource, Sizes, Threads, Views,
+};
+use numpy::PyUntypedArrayMethods;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use crate::arrays::{borrow, to_python, view, Real};
+use crate::arrays::{borrow, to_python, view, InPlace, Real};
 use crate::device::{self, GpuArray, Imported};
 use crate::errors::{input_error, IntoPy};
 use crate::interrupt::interruptible;
@@ -74,6 +76,7 @@ impl Program {
             given: sizes.unwrap_or_default(),
             compiled: Mutex::new(HashMap::new()),
         };
+        program.check_symbols(&program.given, "sizes")?;
         let fixed = program
             .script
             .program()
@@ -153,6 +156,7 @@ impl Program {
     /// What compiling at `sizes` chose (the plan's kernels, one line each, then the notes:
     /// an estimated timing table, a module from the cache).
     fn describe(&self, py: Python<'_>, sizes: Vec<(String, usize)>) -> PyResult<String> {
+        self.check_symbols(&sizes, "describe")?;
         let given: Vec<SizeSource> = sizes
             .iter()
             .map(|(symbol, value)| SizeSource::Given {
@@ -187,7 +191,7 @@ impl Program {
 
 impl Program {
     fn run_as<'py, T: Real>(&self, py: Python<'py>, arrays: &Bound<'py, PyDict>) -> PyResult<Bound<'py, PyDict>> {
-        let mut borrowed: Vec<(String, PyReadonlyArrayDyn<'py, T>)> = Vec::with_capacity(arrays.len());
+        let mut borrowed: Vec<(String, InPlace<'py, T>)> = Vec::with_capacity(arrays.len());
         let mut on_gpu = Vec::new();
         for (name, object) in arrays.iter() {
             let name: String = name.extract()?;
@@ -221,7 +225,19 @@ impl Program {
             // returns at once and abandons nothing borrowed (both backends read their inputs
             // once more, into the interpreter's f64 arrays or the emulated device's buffers).
             Backend::Reference | Backend::Emulate => {
-                let owned: Bindings = views.iter().map(|(name, a)| (name.clone(), a.to_owned())).collect();
+                // Checked whole before the first copy: the copies alone may fit where the run does not.
+                let p = compiled.program();
+                let needed = p.input_bytes(compiled.sizes()).saturating_add(compiled.run_bytes());
+                fuse::check_host_memory(needed, || {
+                    format!(
+                        "a run of {} at {} on {} (the inputs copied, the outputs and temporaries)",
+                        p.name,
+                        compiled.sizes(),
+                        self.backend
+                    )
+                })
+                .py_err()?;
+                let owned = self.copies(&views).py_err()?;
                 let note = format!(
                     "running {} on {} (slow: a test backend)",
                     compiled.program().name,
@@ -248,7 +264,7 @@ impl Program {
     fn run_on_gpu<'py, T: Real>(
         &self,
         py: Python<'py>,
-        host: &[(String, PyReadonlyArrayDyn<'py, T>)],
+        host: &[(String, InPlace<'py, T>)],
         on_gpu: &[(String, Bound<'py, PyAny>, usize)],
     ) -> PyResult<Bound<'py, PyDict>> {
         let precision = self.script.program().precision;
@@ -306,6 +322,42 @@ impl Program {
             }
         }
         Ok(result)
+    }
+
+    /// Refuses a size symbol the script does not have, naming those it has (`how`: how the
+    /// sizes were given). Checked here, where they are given, rather than at every later run.
+    fn check_symbols(&self, sizes: &[(String, usize)], how: &str) -> PyResult<()> {
+        let p = self.script.program();
+        let Some((symbol, _)) = sizes.iter().find(|(symbol, _)| p.sizes.get(symbol).is_none()) else {
+            return Ok(());
+        };
+        let known: Vec<&str> = p.sizes.iter().map(|(k, _)| k).collect();
+        let known = if known.is_empty() {
+            "none".to_string()
+        } else {
+            known.join(", ")
+        };
+        Err(input_error(format!(
+            "{how}: `{symbol}` is not a size of {} (its sizes: {known})",
+            p.name
+        )))
+    }
+
+    /// Copies of the inputs `views` for a backend that runs on a worker; memory the host
+    /// cannot give is an error, not an abort.
+    fn copies(&self, views: &Views<'_>) -> fuse::Result<Bindings> {
+        let copy = |(name, array): (&String, &fuse::ArrayView<'_>)| {
+            let what = || format!("a copy of input `{name}` for the {} backend", self.backend);
+            let data = fuse::try_to_owned(array.data, what)?;
+            Ok((
+                name.clone(),
+                HostArray {
+                    dims: array.dims.clone(),
+                    data,
+                },
+            ))
+        };
+        views.iter().map(copy).collect()
     }
 
     /// The sizes of a run: those given at compile time, then `sources`, then the defaults.

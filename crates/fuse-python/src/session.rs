@@ -5,12 +5,12 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use fuse::{AnyHandle, Backend, CallArg, CompileOptions, Element, Forecast, Handle, Precision, Stats};
+use fuse::{AnyHandle, Backend, CallArg, CompileOptions, Forecast, Handle, Precision, Stats};
 use numpy::{PyArrayDyn, PyArrayMethods, PyUntypedArrayMethods};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyFloat};
 
-use crate::arrays::{to_python, Real};
+use crate::arrays::{fitted, to_python, Real};
 use crate::device::{self, GpuArray};
 use crate::errors::{input_error, IntoPy};
 use crate::interrupt::interruptible;
@@ -195,14 +195,17 @@ impl Session {
         GpuArray::new(array)
     }
 
-    /// A run-time scalar `value` of `dtype` (`"float32"` or `"float64"`).
+    /// A run-time scalar `value` of `dtype` (`"float32"` or `"float64"`), which it must fit.
     fn scalar(&self, value: f64, dtype: &str) -> PyResult<Value> {
+        let what = || "Session.scalar".to_string();
         let mut sessions = lock(&self.shared);
         let handle = match dtype {
             "float32" => Handles::F32(AnyHandle::Scalar(
-                f32::session(&mut sessions).py_err()?.scalar(value as f32),
+                f32::session(&mut sessions).py_err()?.scalar(fitted(value, what)?),
             )),
-            "float64" => Handles::F64(AnyHandle::Scalar(f64::session(&mut sessions).py_err()?.scalar(value))),
+            "float64" => Handles::F64(AnyHandle::Scalar(
+                f64::session(&mut sessions).py_err()?.scalar(fitted(value, what)?),
+            )),
             other => {
                 return Err(input_error(format!(
                     "dtype `{other}`: a session computes in float32 or float64"
@@ -282,8 +285,11 @@ impl Session {
 
     fn array_as<T: Precise>(&self, array: &Bound<'_, PyArrayDyn<T>>) -> PyResult<Value> {
         let dims = array.shape().to_vec();
-        // In logical (C) order whatever the layout: this is the one copy a session makes.
-        let data: Vec<T> = array.readonly().as_array().iter().copied().collect();
+        // In logical (C) order whatever the layout: this is the one copy a session makes, made
+        // only where the host can give the memory.
+        let readonly = array.readonly();
+        let what = || format!("a session's copy of a {} array of shape {dims:?}", T::DTYPE);
+        let data = fuse::try_collect(readonly.as_array().iter().copied(), what).py_err()?;
         let mut sessions = lock(&self.shared);
         let session = T::session(&mut sessions).py_err()?;
         let handle = match dims[..] {
@@ -340,16 +346,17 @@ impl Session {
     }
 }
 
-/// A literal scalar argument: a Python number.
-fn literal<T: Element>(arg: &Bound<'_, PyAny>, function: &str, index: usize) -> PyResult<T> {
-    let value: f64 = arg.extract().map_err(|_| {
+/// A literal scalar argument: a Python float (the package's Python half makes it one), which
+/// must fit `T`.
+fn literal<T: Real>(arg: &Bound<'_, PyAny>, function: &str, index: usize) -> PyResult<T> {
+    let value = arg.cast::<PyFloat>().map_err(|_| {
         input_error(format!(
-            "{function}: argument {} is a {}, not a value of the session or a number",
+            "{function}: argument {} is a {}, not a value of the session or a float",
             index + 1,
             arg.get_type()
         ))
     })?;
-    Ok(T::from_f64(value))
+    fitted(value.value(), || format!("{function}: argument {}", index + 1))
 }
 
 /// `handle` as a handle of `T`, if it is of that precision.

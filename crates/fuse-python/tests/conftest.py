@@ -4,7 +4,9 @@
 import os
 import pathlib
 import shutil
+import subprocess
 import sys
+import textwrap
 
 import pytest
 
@@ -27,6 +29,11 @@ def backends():
     if GPU:
         present.append("cuda")
     return present
+
+
+def run_python(code, **kwargs):
+    """Runs `code` in an interpreter of its own (a crash there fails a test, not pytest)."""
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, **kwargs)
 
 
 @pytest.fixture(autouse=True)

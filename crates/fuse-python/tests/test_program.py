@@ -8,7 +8,6 @@ import re
 import signal
 import subprocess
 import sys
-import textwrap
 import threading
 import time
 
@@ -16,7 +15,7 @@ import numpy as np
 import pytest
 
 import fuseblas
-from conftest import GPU, ROOT, SCRIPTS, backends, numpy_check
+from conftest import GPU, ROOT, SCRIPTS, backends, numpy_check, run_python
 
 # Normwise relative error allowed against numpy's f64 result: f32 sums of up to 1001 terms.
 TOLERANCE = {"float32": 2e-5, "float64": 1e-11}
@@ -90,7 +89,7 @@ def test_out_arrays_receive_the_outputs():
     q = np.full(3, np.nan, np.float32)
     out = program(A=A, p=p, r=r, out={"q": q})
     assert out["q"] is q and np.array_equal(q, A.sum(axis=1))
-    with pytest.raises(fuseblas.InputError, match=r"output `q` is float32 \(3,\), the array given is float64 \(3,\)"):
+    with pytest.raises(fuseblas.InputError, match=r"output `q` needs an array of float32 \(3,\), the one given is a float64 array of shape \(3,\)"):
         program(A=A, p=p, r=r, out={"q": np.zeros(3)})
     with pytest.raises(fuseblas.InputError, match="no output `z`"):
         program(A=A, p=p, r=r, out={"z": q})
@@ -209,10 +208,6 @@ def test_asking_for_the_gpu_without_one_is_a_clear_error():
         fuseblas.compile(SCRIPTS / "bicgk.yaml", backend="cuda")
     backend, why = fuseblas.default_backend()
     assert backend == "cpu" and why
-
-
-def run_python(code, **kwargs):
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, **kwargs)
 
 
 def test_a_run_larger_than_memory_is_a_memory_error():

@@ -81,7 +81,9 @@ def test_session_errors_say_what_is_wrong():
         s.add(x, other.array(np.zeros(3)))
     with pytest.raises(fuseblas.InputError, match="at least one argument must be a value"):
         s.call("scal", 1.0, 2.0)
-    with pytest.raises(fuseblas.InputError, match="float32 or float64"):
+    with pytest.raises(fuseblas.InputError, match="a session computes in float32 or float64, not int32"):
+        s.array(np.zeros(3), dtype=np.int32)
+    with pytest.raises(TypeError, match="the array must hold real numbers, not <U1 values"):
         s.array(np.array(["a"]))
     with pytest.raises(fuseblas.InputError, match="sessions hold scalars, vectors and matrices"):
         s.array(np.zeros((2, 2, 2)))

@@ -17,7 +17,7 @@ pub use device::{DeviceArray, RunTimes};
 pub use element::{array, Element};
 pub use error::{Error, Result};
 pub use io::{Inputs, Outputs};
-pub use memory::{available_host_memory, check_host_memory};
+pub use memory::{available_host_memory, check_host_memory, try_collect, try_to_owned};
 pub use script::{bind_sizes, Script, SizeSource};
 pub use session::{AnyHandle, CallArg, Forecast, Handle, Matrix, Scalar, ScalarArg, Session, Stats, Vector};
 

@@ -6,7 +6,8 @@
 
 use std::path::Path;
 
-use fuse_core::data::HostMemoryError;
+use fuse_core::data::{try_vec, HostMemoryError};
+use fuse_core::{DataView, HostData};
 
 use crate::error::Result;
 
@@ -57,4 +58,30 @@ pub fn check_host_memory(needed: u64, what: impl FnOnce() -> String) -> Result<(
         .into()),
         _ => Ok(()),
     }
+}
+
+/// `items` collected into a vector, which is first checked against the host memory available
+/// ([`check_host_memory`]) and then allocated fallibly: a copy sized by a caller's data (a
+/// session's copy of a numpy array, a value read back) is an error naming `what`, never the
+/// abort of a failed allocation.
+///
+/// ```
+/// let copy = fuse::try_collect([1.0f32, 2.0].iter().copied(), || "two floats".to_string())?;
+/// assert_eq!(copy, [1.0, 2.0]);
+/// # Ok::<(), fuse::Error>(())
+/// ```
+pub fn try_collect<T>(items: impl ExactSizeIterator<Item = T>, what: impl Fn() -> String) -> Result<Vec<T>> {
+    let bytes = (items.len() as u64).saturating_mul(std::mem::size_of::<T>() as u64);
+    check_host_memory(bytes, &what)?;
+    let mut collected = try_vec(items.len(), what)?;
+    collected.extend(items);
+    Ok(collected)
+}
+
+/// The elements of `data`, copied as [`try_collect`] copies.
+pub fn try_to_owned(data: DataView<'_>, what: impl Fn() -> String) -> Result<HostData> {
+    Ok(match data {
+        DataView::F32(values) => HostData::F32(try_collect(values.iter().copied(), what)?),
+        DataView::F64(values) => HostData::F64(try_collect(values.iter().copied(), what)?),
+    })
 }

@@ -8,11 +8,17 @@ an NVIDIA GPU. Two ways in:
 
       import numpy as np, fuseblas
       bicgk = fuseblas.compile('''
+      precision: f32
+      sizes: {m: 4096, n: 4096}
       inputs: {A: [m, n], p: [n], r: [m]}
       outputs: [q, s]
-      calls: [q = sgemv(A, p), s = sgemtv(A, r)]
+      calls:
+        - q = sgemv(A, p)
+        - s = sgemtv(A, r)
       ''')
-      out = bicgk(A=A, p=p, r=r)          # {'q': ..., 's': ...}: one pass over A
+      A = np.random.rand(300, 200).astype(np.float32)
+      p, r = np.ones(200, np.float32), np.ones(300, np.float32)
+      out = bicgk(A=A, p=p, r=r)          # {'q': ..., 's': ...}: one pass over A, sizes from the shapes
 
 * A lazy :class:`Session`, with BLAS calls recorded and run fused when a result is read::
 
@@ -30,6 +36,7 @@ re-exported here.
 
 from __future__ import annotations
 
+import math
 import os
 from typing import Dict, Mapping, Optional, Sequence, Tuple, Union
 
@@ -72,7 +79,11 @@ def _dtype_name(dtype: object) -> str:
     try:
         return _DTYPE_NAMES[dtype]
     except (KeyError, TypeError):
+        pass
+    try:
         return np.dtype(dtype).name
+    except TypeError as e:
+        raise TypeError(f"dtype {dtype!r} is not a numpy dtype (float32 or float64): {e}") from None
 
 
 def default_backend() -> Tuple[str, str]:
@@ -107,9 +118,12 @@ def compile(
     elif isinstance(source, str):
         path, is_text = source, "\n" in source
     else:
-        raise TypeError(f"source must be a path or the script's text, not {type(source).__name__}")
+        raise TypeError(f"source must be a path or the script's text, not {_kind(source)}")
+    if sizes is not None and not isinstance(sizes, Mapping):
+        raise TypeError(f"sizes must be a dict of size symbols to positive integers ({{'n': 1000}}), not {_kind(sizes)}")
     given = None if sizes is None else [(str(k), _size(k, v)) for k, v in sizes.items()]
-    return Program(_core.Program(path, is_text=is_text, backend=backend, sizes=given, threads=threads))
+    native = _core.Program(path, is_text=is_text, backend=_backend(backend), sizes=given, threads=_threads(threads))
+    return Program(native)
 
 
 # DLPack's device types (dlpack.h `DLDeviceType`) by number, for messages.
@@ -125,26 +139,137 @@ def _dlpack_device(value: object) -> Optional[Tuple[int, int]]:
     return kind, index
 
 
-def _host_array(what: str, value: object) -> object:
-    """``value`` as numpy sees it in host memory: an object that speaks DLPack from the CPU as a
-    view of its memory (``numpy.from_dlpack``, no copy), anything else unchanged for
-    ``numpy.asarray``. An array on another device is an :class:`InputError` naming it."""
-    device = _dlpack_device(value)
-    if device is None:
+def _kind(value: object) -> str:
+    """What ``value`` is, for messages: its type, and an array's dtype and shape."""
+    if isinstance(value, np.ndarray):
+        article = "an" if value.dtype.name[0] in "aeiou" else "a"
+        return f"{article} {value.dtype} array of shape {value.shape}"
+    kind = type(value)
+    return kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+
+
+# numpy's array protocol: objects numpy.asarray reads as arrays (pandas, xarray, a Value).
+_ARRAY_PROTOCOL = ("__array__", "__array_interface__", "__array_struct__")
+
+
+def _host_array(what: str, value: object, shape: Sequence[str] = ()) -> np.ndarray:
+    """``value`` as a numpy array in host memory: itself if it is one; a number as a 0-d array;
+    an object that speaks DLPack from the CPU as a view of its memory (``numpy.from_dlpack``, no
+    copy); a list, a tuple or an object of numpy's array protocol through ``numpy.asarray``. An
+    array on another device is an :class:`InputError`, anything else (None, a str, a buffer) a
+    ``TypeError``, each naming ``what`` (and the ``shape`` expected, in size symbols)."""
+    if isinstance(value, np.ndarray):
         return value
-    kind, index = device
-    if kind != 1:
-        where = f"{_DLPACK_DEVICES.get(kind, f'DLPack device type {kind}')}:{index}"
-        raise InputError(
-            f"{what} is on {where}, which fuseblas does not read: pass a host copy "
-            "(`x.cpu()`, `cupy.asnumpy(x)`, `jax.device_get(x)`)"
-        )
-    return np.from_dlpack(value)
+    if isinstance(value, (int, float, complex, np.generic)):
+        return np.asarray(value)
+    device = _dlpack_device(value)
+    if device is not None:
+        kind, index = device
+        if kind != 1:
+            where = f"{_DLPACK_DEVICES.get(kind, f'DLPack device type {kind}')}:{index}"
+            raise InputError(
+                f"{what} is on {where}, which fuseblas does not read: pass a host copy "
+                "(`x.cpu()`, `cupy.asnumpy(x)`, `jax.device_get(x)`)"
+            )
+        return np.from_dlpack(value)
+    if not isinstance(value, (list, tuple)) and not any(hasattr(value, a) for a in _ARRAY_PROTOCOL):
+        raise _not_an_array(what, value, shape)
+    try:
+        return np.asarray(value)
+    except MemoryError as e:
+        raise OutOfMemoryError(f"not enough host memory for {what} as an array: {e}") from e
+    except (ValueError, TypeError) as e:
+        raise InputError(f"{what} is not an array of numbers: {e}") from e
+
+
+def _not_an_array(what: str, value: object, shape: Sequence[str] = ()) -> TypeError:
+    """The error for ``value`` where an array (of ``shape``, in size symbols) belongs."""
+    dims = f" [{', '.join(shape)}]" if shape else ""
+    buffer = " (numpy.frombuffer(x, dtype) reads a buffer)" if isinstance(value, (memoryview, bytes, bytearray)) else ""
+    return TypeError(
+        f"{what} must be an array{dims} (a numpy array, a list, or an array that speaks DLPack or numpy's "
+        f"array protocol), not {_kind(value)}{buffer}"
+    )
+
+
+def _real(what: str, array: np.ndarray) -> None:
+    """Refuses ``array`` (naming ``what``) unless it holds real numbers: fuse computes with
+    no complex numbers, strings or objects."""
+    if array.dtype.kind not in "biuf":
+        raise TypeError(f"{what} must hold real numbers, not {array.dtype} values")
+
+
+def _converted(what: str, array: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """``array`` in ``dtype``, C-contiguous: itself where it is, else a copy that the host must
+    have the memory for (:class:`OutOfMemoryError`, not numpy's abort-prone overcommit). Rounding
+    is allowed; a finite element that does not fit ``dtype`` (1e300 in float32) is an
+    :class:`InputError` naming ``what``."""
+    if array.dtype == dtype and array.flags.c_contiguous:
+        return array
+    _core.check_host_memory(array.size * dtype.itemsize, f"a {dtype} copy of {what}")
+    try:
+        with np.errstate(over="ignore"):
+            converted = np.asarray(array, dtype=dtype, order="C")
+    except MemoryError as e:
+        raise OutOfMemoryError(f"not enough host memory for a {dtype} copy of {what}: {e}") from e
+    if array.dtype.kind == "f" and array.dtype.itemsize > dtype.itemsize:
+        lost = np.isinf(converted) & np.isfinite(array)
+        if lost.any():
+            at = tuple(int(i) for i in np.argwhere(lost)[0])
+            where = f"{what}[{', '.join(map(str, at))}]" if at else what
+            raise InputError(f"{where}: {float(array[at])!r} {_does_not_fit(dtype)}")
+    return converted
+
+
+def _does_not_fit(dtype: np.dtype) -> str:
+    return f"does not fit {dtype} (at most {np.finfo(dtype).max!s} in magnitude)"
+
+
+def _number(what: str, value: object, expected: str = "a real number") -> float:
+    """``value``, a real number (a Python or numpy int or float, or a 0-d array of one), as a
+    float; anything else (a complex, a bool, a str, None, an array) is a ``TypeError`` saying
+    ``what`` must be ``expected``."""
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        value = value[()]
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{what} must be {expected}, not {_kind(value)}")
+    try:
+        number = float(value)
+        if not math.isinf(number) or np.isinf(value):
+            return number
+    except OverflowError:  # a Python int past float64's range (a long double past it is inf)
+        pass
+    raise InputError(f"{what}: {value} {_does_not_fit(np.dtype(np.float64))}")
+
+
+def _scalar(what: str, value: object, dtype: np.dtype) -> np.ndarray:
+    """``value`` (see :func:`_number`) as a 0-d array of ``dtype``, which it must fit: rounded
+    as a literal is, never made infinite."""
+    number = _number(what, value)
+    with np.errstate(over="ignore"):
+        converted = np.array(number, dtype=dtype)
+    if math.isfinite(number) and not np.isfinite(converted):
+        raise InputError(f"{what}: {number!r} {_does_not_fit(dtype)}")
+    return converted
 
 
 def _size(symbol: object, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
         raise InputError(f"size `{symbol}` = {value!r}: sizes are positive integers")
+    return int(value)
+
+
+def _backend(value: object) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"backend must be a str (\"auto\", \"cpu\", \"cuda\", \"cuda:1\", …), not {_kind(value)}")
+    return value
+
+
+def _threads(value: object) -> Optional[int]:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
+        raise InputError(f"threads = {value!r}: a positive integer, or None for FUSE_NUM_THREADS, else every core")
     return int(value)
 
 
@@ -172,54 +297,75 @@ class Program:
     converts to the script's without loss (``numpy.can_cast(..., "safe")``: float32 or integers
     into a float64 script) and any non-contiguous array is converted once per call; a float64
     array for a float32 script is refused (:class:`InputError`) rather than silently rounded.
-    Scalars are Python numbers. Lists and tuples are converted as
-    ``numpy.asarray(x, dtype=prog.dtype)``.
+    Lists and tuples of numbers are converted as ``numpy.asarray(x, dtype=prog.dtype)``.
+    Anything else where an array belongs (None, a str, a buffer) is a ``TypeError``.
 
-    **out=**: ``prog(..., out={"q": q_buf})`` writes output ``q`` into ``q_buf`` (an array of
-    its shape and dtype) and returns it in the dict in place of a new array.
+    **Scalars** (inputs declared ``scalar``) are real numbers: a Python or numpy int or float,
+    or a 0-d array of one, rounded to the script's dtype as a literal is. A complex number or a
+    bool is a ``TypeError``; a number that does not fit the dtype (1e300 for a float32 script)
+    an :class:`InputError`. Inputs read in place cannot be resized by another thread during the
+    call (numpy refuses it).
+
+    **out=**: ``prog(..., out={"q": q_buf})`` writes output ``q`` into ``q_buf`` (a writable
+    array of its shape and dtype; for a scalar output a 0-d array of the script's dtype or
+    float64) and returns it in the dict in place of a new array.
     """
 
     def __init__(self, native: "_core.Program") -> None:
         self._native = native
         self._dtype = np.dtype(native.dtype)
-        self._scalars = frozenset(name for name, shape in native.inputs if not shape)
+        self._shapes = {name: tuple(shape) for name, shape in native.inputs}
+        self._scalars = frozenset(name for name, shape in self._shapes.items() if not shape)
+        self._outputs = tuple(native.outputs)
 
     def __call__(self, *, out: Optional[Mapping[str, np.ndarray]] = None, **arrays: object) -> Dict[str, Output]:
+        if out is not None and not isinstance(out, Mapping):
+            raise TypeError(f"out must be a dict of output names to arrays ({{'q': q_buf}}), not {_kind(out)}")
+        for name in out or ():
+            if name not in self._outputs:
+                raise InputError(f"out: there is no output `{name}` (the outputs are {', '.join(self._outputs)})")
         prepared = {name: self._prepare(name, value) for name, value in arrays.items()}
         result = self._native.run(prepared)
-        if out:
-            for name, target in out.items():
-                result[name] = self._write(name, result, target)
+        for name, target in (out or {}).items():
+            result[name] = self._write(name, result[name], target)
         return result
 
     def _prepare(self, name: str, value: object) -> object:
         dtype = self._dtype
         if type(value) is np.ndarray and value.dtype == dtype and value.flags.c_contiguous:
             return value  # read in place
-        if name in self._scalars and isinstance(value, (int, float, np.number)) and not isinstance(value, bool):
-            return np.array(value, dtype=dtype)
-        if isinstance(value, (list, tuple)):
-            return np.ascontiguousarray(value, dtype=dtype)
-        if (_dlpack_device(value) or (1, 0))[0] == 2:
+        what = f"input `{name}`"
+        device = _dlpack_device(value)
+        if device is not None and device[0] == 2:
             return value  # a CUDA array: read in place by the native half, through DLPack
-        if not isinstance(value, np.ndarray):
-            value = _host_array(f"input `{name}`", value)
-        if value.dtype != dtype and not np.can_cast(value.dtype, dtype, "safe"):
+        if device is None and not isinstance(value, (list, tuple)) and np.ndim(value) == 0:
+            if name in self._scalars:
+                return _scalar(what, value, dtype)
+            if name in self._shapes:
+                raise _not_an_array(what, value, self._shapes[name])
+        array = _host_array(what, value, self._shapes.get(name, ()))
+        _real(what, array)
+        lossless = array.dtype == dtype or np.can_cast(array.dtype, dtype, "safe")
+        if not lossless and not isinstance(value, (list, tuple)):
             raise InputError(
-                f"input `{name}` is {value.dtype} but {self.name} computes in {dtype}; "
+                f"input `{name}` is {array.dtype} but {self.name} computes in {dtype}; "
                 f"convert it yourself (e.g. `{name}.astype(numpy.{dtype})`) if rounding is intended"
             )
-        return np.ascontiguousarray(value, dtype=dtype)
+        return _converted(what, array, dtype)
 
-    def _write(self, name: str, result: Dict[str, Output], target: np.ndarray) -> np.ndarray:
-        if name not in result:
-            raise InputError(f"out: there is no output `{name}` (the outputs are {', '.join(self.outputs)})")
-        if isinstance(result[name], DeviceArray):
+    def _write(self, name: str, value: Output, target: object) -> np.ndarray:
+        if isinstance(value, DeviceArray):
             raise InputError(f"out: output `{name}` stays on the GPU (a DeviceArray); out= writes host arrays")
-        value = np.asarray(result[name])
-        if not isinstance(target, np.ndarray) or target.shape != value.shape or target.dtype != value.dtype:
-            got = f"{target.dtype} {target.shape}" if isinstance(target, np.ndarray) else type(target).__name__
-            raise InputError(f"out: output `{name}` is {value.dtype} {value.shape}, the array given is {got}")
+        # A scalar output is a Python float: exactly the script's value, so float64 holds it too.
+        dtypes = [self._dtype]
+        if not isinstance(value, np.ndarray) and self._dtype != np.float64:
+            dtypes.append(np.dtype(np.float64))
+        value = np.asarray(value)
+        if not isinstance(target, np.ndarray) or target.shape != value.shape or target.dtype not in dtypes:
+            want = f"{' or '.join(d.name for d in dtypes)} {value.shape}"
+            raise InputError(f"out: output `{name}` needs an array of {want}, the one given is {_kind(target)}")
+        if not target.flags.writeable:
+            raise InputError(f"out: the array given for output `{name}` is read-only")
         np.copyto(target, value)
         return target
 
@@ -241,12 +387,12 @@ class Program:
     @property
     def inputs(self) -> Dict[str, Tuple[str, ...]]:
         """Each input's declared shape in size symbols (``()`` for a scalar)."""
-        return {name: tuple(shape) for name, shape in self._native.inputs}
+        return dict(self._shapes)
 
     @property
     def outputs(self) -> Tuple[str, ...]:
         """The outputs' names, in the script's order (the order of the returned dict)."""
-        return tuple(self._native.outputs)
+        return self._outputs
 
     @property
     def sizes(self) -> Dict[str, int]:
@@ -283,7 +429,7 @@ class Session:
 
     def __init__(self, backend: str = "auto", threads: Optional[int] = None) -> None:
         """A session on ``backend`` (see :func:`compile`)."""
-        self._native = _core.Session(backend=backend, threads=threads)
+        self._native = _core.Session(backend=_backend(backend), threads=_threads(threads))
 
     @property
     def backend(self) -> str:
@@ -297,26 +443,34 @@ class Session:
         C-contiguous, taken through DLPack; ``dtype`` must then be None): the copy is made there."""
         if (_dlpack_device(data) or (1, 0))[0] == 2 and dtype is None:
             return self._native.array_from_gpu(data)
-        array = np.asarray(_host_array("the array", data), dtype=dtype)
-        if array.dtype not in (np.float32, np.float64):
-            if dtype is not None or not np.can_cast(array.dtype, np.float64, "safe"):
-                raise InputError(f"a session computes in float32 or float64, not {array.dtype}")
-            array = array.astype(np.float64)
-        return self._native.array(array)
+        array = _host_array("the array", data)
+        _real("the array", array)
+        if dtype is not None:
+            target = np.dtype(_dtype_name(dtype))
+        elif array.dtype in (np.float32, np.float64):
+            target = array.dtype
+        elif np.can_cast(array.dtype, np.float64, "safe"):
+            target = np.dtype(np.float64)
+        else:
+            raise InputError(f"the array is {array.dtype}: give dtype=numpy.float64 or numpy.float32 to round it")
+        if target not in (np.float32, np.float64):
+            raise InputError(f"a session computes in float32 or float64, not {target}")
+        return self._native.array(array if array.dtype == target else _converted("the array", array, target))
 
     def scalar(self, value: float, dtype: object = np.float64) -> "_core.Value":
         """A run-time scalar value: a new number never compiles anew (a Python float passed as
-        an argument is a constant until it first changes, which costs one more compile)."""
-        return self._native.scalar(float(value), _dtype_name(dtype))
+        an argument is a constant until it first changes, which costs one more compile).
+        ``value`` is a real number that fits ``dtype``."""
+        return self._native.scalar(_number("Session.scalar: value", value), _dtype_name(dtype))
 
     def to_device(self, value: "_core.Value") -> "_core.DeviceArray":
         """A copy of ``value``, made on the session's GPU, as a :class:`DeviceArray`
         (``torch.from_dlpack`` and ``cupy.from_dlpack`` take it without a further copy)."""
-        return self._native.to_device(value)
+        return self._native.to_device(_value("Session.to_device", value))
 
     def read(self, value: "_core.Value") -> Output:
         """``value`` as a numpy array (a float for a scalar), running what it waits for."""
-        return value.read()
+        return _value("Session.read", value).read()
 
     def flush(self) -> None:
         """Runs every recorded call that a held value depends on."""
@@ -333,8 +487,13 @@ class Session:
 
     def call(self, function: str, *args: Operand) -> "_core.Value":
         """Records library function ``function`` (named without its ``s``/``d`` prefix) in the
-        form that takes ``len(args)`` arguments — also functions you added to the library."""
-        return self._native.call(function, list(args))
+        form that takes ``len(args)`` arguments — also functions you added to the library.
+        Each argument is a value of the session or a real number (see :meth:`scalar`)."""
+        expected = "a value of the session or a real number"
+        operands = [
+            a if isinstance(a, Value) else _number(f"{function}: argument {i}", a, expected) for i, a in enumerate(args, 1)
+        ]
+        return self._native.call(function, operands)
 
     # BLAS-1
     def scal(self, a: Operand, x: "_core.Value") -> "_core.Value":
@@ -403,6 +562,12 @@ class Session:
 
     def __repr__(self) -> str:
         return f"<fuseblas.Session on {self.backend}>"
+
+
+def _value(what: str, value: object) -> "_core.Value":
+    if not isinstance(value, Value):
+        raise TypeError(f"{what} takes a value of the session, not {_kind(value)}")
+    return value
 
 
 def _blas2(A: object, x: object, alpha: object, beta: object, y: object) -> Tuple[object, ...]:

@@ -20,7 +20,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 
 use fuse_core::data::{check_inputs, views};
-use fuse_core::{Library, Plan, Program, Sizes, Views};
+use fuse_core::{Library, Plan, Precision, Program, Sizes, Views};
 use fuse_cuda::DeviceInfo;
 
 use crate::device::RunTimes;
@@ -331,12 +331,20 @@ impl Compiled {
     }
 
     /// Host bytes a run allocates beside its inputs: every value the plan stores to memory
-    /// (outputs, and temporaries passed between kernels), or, without a plan, the outputs.
+    /// (outputs, and temporaries passed between kernels), or, for the reference interpreter (no
+    /// plan), every value in f64 (its copies of the inputs too) and the outputs handed over.
     pub fn run_bytes(&self) -> u64 {
         let p = &self.program;
         match &self.plan {
             Some(plan) => plan.stored_bytes(p, &self.sizes),
-            None => p.compulsory_bytes(&self.sizes) - p.input_bytes(&self.sizes),
+            None => {
+                let in_f64 = p
+                    .values
+                    .iter()
+                    .map(|v| self.sizes.array_bytes(&v.shape, Precision::F64));
+                let in_f64: u64 = in_f64.map(|b| b.unwrap_or(u64::MAX)).fold(0, u64::saturating_add);
+                in_f64.saturating_add(p.compulsory_bytes(&self.sizes) - p.input_bytes(&self.sizes))
+            }
         }
     }
 

@@ -12,6 +12,7 @@ use super::memory::bytes_text;
 use super::pool::bytes_of;
 use super::{mismatch, Memory, Pool, Raw};
 use crate::error::{Error, Result};
+use crate::memory::try_to_owned;
 
 /// The variable that sets the emulated device's capacity.
 const CAPACITY_VAR: &str = "FUSE_EMULATE_MEMORY";
@@ -137,7 +138,9 @@ impl Memory for EmulatedMemory {
 
     fn download(&self, from: &Raw, precision: Precision) -> Result<HostData> {
         match from {
-            Raw::Emulated(data) if data.precision() == precision => Ok(data.clone()),
+            Raw::Emulated(data) if data.precision() == precision => {
+                try_to_owned(data.view(), || "a host copy of an emulated device array".to_string())
+            }
             _ => Err(mismatch()),
         }
     }

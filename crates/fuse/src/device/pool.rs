@@ -12,6 +12,7 @@ use fuse_core::{DataView, HostData, Precision, ValueId};
 use super::memory::bytes_text;
 use super::{mismatch, Memory, Raw};
 use crate::error::{Error, Result};
+use crate::memory::check_host_memory;
 
 /// A device's memory with a cache of free buffers.
 pub(crate) struct Pool {
@@ -215,6 +216,13 @@ impl Buffer {
 
     /// The elements on the host (waits for the work queued before).
     pub(crate) fn download(&self) -> Result<HostData> {
+        // A GPU's copy comes into memory allocated unchecked: the size is checked first.
+        check_host_memory(self.bytes(), || {
+            format!(
+                "a host copy of a device array of {} {} elements",
+                self.len, self.precision
+            )
+        })?;
         self.pool.memory.download(self.raw(), self.precision)
     }
 }

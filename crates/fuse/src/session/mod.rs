@@ -47,6 +47,7 @@ use crate::backend::{Backend, CompileOptions};
 use crate::distributed::Communicator;
 use crate::element::{checked_array, Element};
 use crate::error::{Error, Result};
+use crate::memory::try_collect;
 use crate::select::builtin_library;
 use canonical::PendingArg;
 use state::{not_computed, Copies, Data, State};
@@ -186,7 +187,11 @@ impl<T: Element> Session<T> {
     /// The elements of `handle`'s value (row-major for a matrix), running the recorded calls
     /// first if it is not computed yet.
     pub fn read(&self, handle: &impl Handle<T>) -> Result<Vec<T>> {
-        self.with_value("read", handle.token(), |values| values.to_vec())
+        self.with_value("read", handle.token(), |values| {
+            try_collect(values.iter().copied(), || {
+                format!("a copy of a value of {} elements", values.len())
+            })
+        })?
     }
 
     /// The value of `scalar`, running the recorded calls first if it is not computed yet.
