@@ -22,6 +22,7 @@ use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
 
+use fuse::stages::fuse_core::wording::printable;
 use fuse::stages::fuse_core::{script, DataGraph};
 use fuse::Library;
 
@@ -275,7 +276,10 @@ fn main() -> ExitCode {
                 _ => String::new(),
             };
             if f.code != EXIT_CLOSED_OUTPUT {
-                eprintln!("error: {}{advice}", f.message);
+                // Bytes of a file or a name quoted in the message are shown, never obeyed by the
+                // terminal; the lines of a compiler's log stay lines.
+                let message: Vec<String> = f.message.lines().map(printable).collect();
+                eprintln!("error: {}{advice}", message.join("\n"));
             }
             ExitCode::from(f.code)
         }
@@ -330,7 +334,11 @@ fn run(cli: Cli) -> Result<(), Failure> {
             timing,
             distributed,
         } => {
-            let program = load(&script, &library)?;
+            // Under mpirun every rank loads the script: warned of by rank 0 of the distributed run.
+            let program = args::load_quiet(&script, &library)?;
+            if !distributed {
+                args::warn(&program);
+            }
             let options = run::RunOptions {
                 library: &library,
                 backend,
@@ -385,7 +393,10 @@ fn check(scripts: &[PathBuf], library: &Library) -> Result<(), Failure> {
     let mut failed = 0;
     for path in scripts {
         match script::load(path, library) {
-            Ok(program) => println!("ok  {}: {program}", path.display()),
+            Ok(program) => {
+                println!("ok  {}: {program}", path.display());
+                args::warn(&program);
+            }
             Err(e) => {
                 eprintln!("error: {e}");
                 failed += 1;

@@ -94,7 +94,7 @@ pub fn check_input_files(
         .collect();
     match missing.is_empty() {
         true => Ok(npy::unused_files(program, dir)),
-        false => Err(bad_input(npy::missing_inputs(dir, &missing))),
+        false => Err(bad_input(npy::missing_inputs(program, dir, &missing))),
     }
 }
 
