@@ -156,9 +156,14 @@ Without NVRTC the source is still written, with a note.",
         /// Folder to write to (created if missing).
         #[arg(short = 'o', long = "out", value_name = "DIR")]
         out: PathBuf,
-        /// Which plan, by predicted rank (1 = best).
+        /// Which plan, by predicted rank (1 = best) among the plans of --backend, as `fuse explore
+        /// --backend` ranks them.
         #[arg(long, default_value_t = 1, value_name = "RANK")]
         plan: usize,
+        /// The backend whose plans to rank, cuda or emulate (the same plans, ranked by the GPU's
+        /// table or the analytic H100's); without it, the GPU here, else emulate.
+        #[arg(long, value_enum)]
+        backend: Option<Backend>,
         /// Override a size of the script, e.g. --size m=1000 (repeatable).
         #[arg(long = "size", value_name = "NAME=VALUE", value_parser = parse_size)]
         sizes: Vec<(String, usize)>,
@@ -368,6 +373,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
             script,
             out,
             plan,
+            backend,
             sizes,
             timings,
             arch,
@@ -377,6 +383,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
             let args = compile::CompileArgs {
                 out,
                 rank: plan,
+                backend,
                 timings,
                 arch,
             };

@@ -63,3 +63,29 @@ pub fn list_or_none(items: &[&str]) -> String {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn the_nearest_comes_first_then_the_longer_shared_beginning() {
+        let library = names(&["sgemtv", "sgemv", "sger", "sdot"]);
+        assert_eq!(closest("sgemvv", library.clone()).as_deref(), Some("sgemv"));
+        // A swap of neighbours is one slip, nearer than a letter changed elsewhere.
+        assert_eq!(closest("sgmev", library.clone()).as_deref(), Some("sgemv"));
+        assert_eq!(closest("SDOT", library.clone()).as_deref(), Some("sdot"));
+        assert_eq!(closest("frobnicate", library), None);
+    }
+
+    #[test]
+    fn unprintable_characters_are_escaped_and_the_rest_kept() {
+        assert_eq!(printable("a\0b\x1b[31m\n\tπ"), "a\\x00b\\x1b[31m\\n\\tπ");
+        assert_eq!(printable("x\u{202e}y\u{85}"), "x\\u{202e}y\\u{85}");
+        assert_eq!(excerpt("{'descr'}\0\0"), "{'descr'}\\x00\\x00");
+    }
+}
