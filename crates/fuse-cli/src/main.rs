@@ -134,8 +134,10 @@ mpirun -n 4 fuse run scripts/atax.yaml --distributed --inputs in/ --outputs o/"
     },
     /// Generate the CUDA source of a plan; compile it with NVRTC where available.
     #[command(
-        long_about = "Generate the CUDA source of the best predicted plan (or of --plan RANK) and \
-write it to DIR: <name>.cu, plan.yaml (kernels, launch steps, argument order) and, where NVRTC \
+        long_about = "Generate the CUDA source of the best predicted plan (or of --plan RANK) among the \
+GPU plans of --backend (cuda or emulate; without it, the GPU here, else emulate), ranked as \
+`fuse explore --backend` ranks them — the first line of the output says which plan of how many, \
+by which timing table — and write it to DIR: <name>.cu, plan.yaml (kernels, launch steps, argument order) and, where NVRTC \
 is available, <name>.<arch>.ptx, resources.txt (registers, spills and shared memory per \
 kernel, from ptxas) and profile.txt, also printed: per kernel the widest global load in bits \
 (128 = 16-byte vector loads), the numbers of a matrix row each thread loads at once, atomics and \
