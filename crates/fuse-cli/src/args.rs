@@ -21,9 +21,24 @@ pub fn parse_size(s: &str) -> Result<(String, usize), String> {
     Ok((name.trim().to_string(), value))
 }
 
-/// Loads and checks the script at `path`.
+/// Loads and checks the script at `path`, and prints its warnings (see [`warn`]).
 pub fn load(path: &Path, library: &Library) -> Result<Program, Failure> {
+    let program = load_quiet(path, library)?;
+    warn(&program);
+    Ok(program)
+}
+
+/// Loads and checks the script at `path`.
+pub fn load_quiet(path: &Path, library: &Library) -> Result<Program, Failure> {
     script::load(path, library).map_err(bad_input)
+}
+
+/// Prints on standard error what in `program` is legal but likely a slip (an input no call
+/// reads).
+pub fn warn(program: &Program) {
+    for warning in program.warnings() {
+        eprintln!("warning: {warning}");
+    }
 }
 
 /// `--size` given twice for one symbol (`--size m=5 --size m=7`): which one was meant is not
@@ -39,10 +54,23 @@ pub fn check_distinct_sizes(sizes: &[(String, usize)]) -> Result<(), Failure> {
     Ok(())
 }
 
-/// The sizes of `program` with the `--size` values given.
+/// The sizes of `program` with the `--size` values given, to make plans at: none may be 0.
 pub fn bind_sizes(program: &Program, sizes: &[(String, usize)]) -> Result<Sizes, Failure> {
     check_distinct_sizes(sizes)?;
-    program.bind_sizes(sizes).map_err(bad_input)
+    let bound = program.bind_sizes(sizes).map_err(bad_input)?;
+    plannable(&bound)?;
+    Ok(bound)
+}
+
+/// An error where a size is 0: plans are laid out for at least one element, and an empty
+/// dimension leaves nothing to fuse (`fuse run` computes it call by call).
+pub fn plannable(sizes: &Sizes) -> Result<(), Failure> {
+    match sizes.empty_dimension() {
+        Some(symbol) => Err(bad_input(format!(
+            "--size {symbol}=0: plans are made for sizes of at least 1; at {symbol} = 0 there is nothing to fuse (`fuse run` computes it call by call)"
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// Where a script runs.

@@ -279,6 +279,7 @@ impl Bench<'_> {
             .cloned()
             .collect();
         let sizes = program.bind_sizes(&overrides).map_err(bad_input)?;
+        crate::args::plannable(&sizes)?;
         match self.target {
             Target::Cpu { table } => self.cpu(sizes, table),
             Target::Cuda { device, .. } => self.cuda(sizes, device),

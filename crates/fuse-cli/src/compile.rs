@@ -1,6 +1,7 @@
 //! `fuse compile`: the generator's output for a plan, written out (a lower stage: it uses the
 //! generator and NVRTC through `fuse::stages`).
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
@@ -10,24 +11,48 @@ use fuse::stages::fuse_codegen::nvrtc::{self, Arch, CompileOptions, NvrtcError};
 use fuse::stages::fuse_codegen::{profile, sass};
 use fuse::stages::fuse_core::{explore, file, Library, Limits, Plan, Program, Sizes, TimingTable};
 
-use crate::failure::{bad_input, Failure};
+use crate::args::Backend;
+use crate::failure::{bad_input, failure, stdout, Failure};
 
+/// The plan of predicted rank `rank` among `backend`'s plans by `table`, and a line saying
+/// which it is: a rank means something only within one backend and one table.
 fn ranked_plan(
     program: &Program,
     sizes: &Sizes,
     library: &Library,
-    table: &TimingTable,
+    (backend, table): (&fuse::Backend, &TimingTable),
     rank: usize,
-) -> Result<Plan, Failure> {
+) -> Result<(Plan, String), Failure> {
     let exploration = explore(program, sizes, table, library, Limits::default()).map_err(bad_input)?;
     if rank == 0 {
         return Err(bad_input("--plan 0: plans are ranked from 1 (the best predicted)"));
     }
     let count = exploration.count();
-    exploration
-        .plans()
-        .nth(rank - 1)
-        .ok_or_else(|| bad_input(format!("--plan {rank}: {} has only {count} plan(s)", program.file)))
+    let plan = (exploration.plans().nth(rank - 1))
+        .ok_or_else(|| bad_input(format!("--plan {rank}: {} has only {count} plan(s)", program.file)))?;
+    let said = format!(
+        "plan {rank} of {count} for the {backend} backend, ranked by timings: {} (`fuse explore --backend {backend}` lists them)",
+        exploration.timings
+    );
+    Ok((plan, said))
+}
+
+/// The backend whose plans `fuse compile` ranks: one that runs generated CUDA — as asked, else
+/// the GPU here, else its emulation.
+fn generating_backend(asked: Option<Backend>) -> Result<fuse::Backend, Failure> {
+    match asked {
+        Some(b @ (Backend::Cuda | Backend::Emulate)) => Ok(b.into()),
+        Some(other) => {
+            let name = fuse::Backend::from(other);
+            Err(bad_input(format!(
+                "--backend {name}: fuse compile writes the CUDA of a GPU plan: use --backend cuda or emulate (`fuse explore --backend {name}` shows the {name} backend's plans)"
+            )))
+        }
+        None => match fuse::Backend::detect() {
+            gpu @ fuse::Backend::Cuda { .. } => Ok(gpu),
+            _ => Ok(fuse::Backend::Emulate),
+        },
+    }
 }
 
 /// What `plan.yaml` holds: the plan, and how to launch its kernels.
@@ -47,6 +72,7 @@ struct PlanFile<'a> {
 pub struct CompileArgs {
     pub out: PathBuf,
     pub rank: usize,
+    pub backend: Option<Backend>,
     pub timings: Option<PathBuf>,
     pub arch: String,
 }
@@ -54,8 +80,16 @@ pub struct CompileArgs {
 /// Writes source, plan and (where NVRTC is available) PTX and resource report to `args.out`.
 pub fn compile(program: &Program, sizes: &Sizes, library: &Library, args: &CompileArgs) -> Result<(), Failure> {
     let arch: Arch = args.arch.parse().map_err(bad_input)?;
-    let table = crate::gpu::generator_table(library, args.timings.as_deref())?;
-    let plan = ranked_plan(program, sizes, library, &table, args.rank)?;
+    let backend = generating_backend(args.backend)?;
+    let chosen = (backend.timing_table(library, args.timings.as_deref()))
+        .map_err(failure)?
+        .expect("a backend of generated code ranks plans");
+    if let Some(note) = chosen.note {
+        eprintln!("{note}");
+    }
+    let table = chosen.table;
+    let (plan, said) = ranked_plan(program, sizes, library, (&backend, &table), args.rank)?;
+    show(&format!("{said}\n"))?;
     let generated = generate_plan(program, &plan).map_err(bad_input)?;
     let out = &args.out;
     clear_earlier_compile(out)?;
@@ -66,7 +100,7 @@ pub fn compile(program: &Program, sizes: &Sizes, library: &Library, args: &Compi
             code: 1,
             message: format!("cannot write {}: {e}", path.display()),
         })?;
-        println!("wrote {}", path.display());
+        show(&format!("wrote {}\n", path.display()))?;
         Ok(path)
     };
     write(format!("{}.cu", program.name), &generated.source)?;
@@ -121,7 +155,7 @@ pub fn compile(program: &Program, sizes: &Sizes, library: &Library, args: &Compi
             );
             let report = profile::table(&kernels);
             write("profile.txt".to_string(), &report)?;
-            print!("{report}");
+            show(&report)?;
             Ok(())
         }
         // Named explicitly and not loadable: the setting is wrong, so say where it points.
@@ -141,6 +175,11 @@ pub fn compile(program: &Program, sizes: &Sizes, library: &Library, args: &Compi
             message: format!("NVRTC: {e}"),
         }),
     }
+}
+
+/// Writes `text` to standard output; a reader that stopped early (`| head`) ends the run quietly.
+fn show(text: &str) -> Result<(), Failure> {
+    std::io::stdout().write_all(text.as_bytes()).map_err(stdout)
 }
 
 /// Whether the user set environment variable `name` (`FUSE_NVRTC_LIB`, `FUSE_NVDISASM`).

@@ -110,6 +110,19 @@ impl Prepared {
         format!("{}\nbackend: {}\ntimings: {}\n", self.program, self.backend, ex.timings)
     }
 
+    /// Which plans these are, and where else their ranks mean the same.
+    fn ranks(&self) -> String {
+        let b = &self.backend;
+        match b {
+            fuse::Backend::Cpu => format!(
+                "ranked for the {b} backend by these timings (`fuse compile --plan RANK` ranks GPU plans: see --backend emulate or cuda)"
+            ),
+            _ => format!(
+                "ranked for the {b} backend by these timings (`fuse compile --backend {b} --plan RANK` writes plan RANK)"
+            ),
+        }
+    }
+
     /// `plan` described in the words of the backend.
     fn describe(&self, plan: &Plan) -> Result<String, Failure> {
         Ok(match self.backend {
@@ -131,7 +144,7 @@ pub fn run_explore(args: &ExploreArgs, library: &Library) -> Result<(), Failure>
     let wanted = if args.all { ex.limits.max_plans } else { args.top };
     if !args.json {
         print!("{}", prepared.header(&ex));
-        println!("plans: {count} in total");
+        println!("plans: {count} in total, {}", prepared.ranks());
         ex.notes.iter().for_each(|n| println!("note: {n}"));
     }
     // Plans are printed as they come, so that --all never holds them all.

@@ -22,6 +22,7 @@ use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
 
+use fuse::stages::fuse_core::wording::printable;
 use fuse::stages::fuse_core::{script, DataGraph};
 use fuse::Library;
 
@@ -133,8 +134,10 @@ mpirun -n 4 fuse run scripts/atax.yaml --distributed --inputs in/ --outputs o/"
     },
     /// Generate the CUDA source of a plan; compile it with NVRTC where available.
     #[command(
-        long_about = "Generate the CUDA source of the best predicted plan (or of --plan RANK) and \
-write it to DIR: <name>.cu, plan.yaml (kernels, launch steps, argument order) and, where NVRTC \
+        long_about = "Generate the CUDA source of the best predicted plan (or of --plan RANK) among the \
+GPU plans of --backend (cuda or emulate; without it, the GPU here, else emulate), ranked as \
+`fuse explore --backend` ranks them — the first line of the output says which plan of how many, \
+by which timing table — and write it to DIR: <name>.cu, plan.yaml (kernels, launch steps, argument order) and, where NVRTC \
 is available, <name>.<arch>.ptx, resources.txt (registers, spills and shared memory per \
 kernel, from ptxas) and profile.txt, also printed: per kernel the widest global load in bits \
 (128 = 16-byte vector loads), the numbers of a matrix row each thread loads at once, atomics and \
@@ -155,9 +158,14 @@ Without NVRTC the source is still written, with a note.",
         /// Folder to write to (created if missing).
         #[arg(short = 'o', long = "out", value_name = "DIR")]
         out: PathBuf,
-        /// Which plan, by predicted rank (1 = best).
+        /// Which plan, by predicted rank (1 = best) among the plans of --backend, as `fuse explore
+        /// --backend` ranks them.
         #[arg(long, default_value_t = 1, value_name = "RANK")]
         plan: usize,
+        /// The backend whose plans to rank, cuda or emulate (the same plans, ranked by the GPU's
+        /// table or the analytic H100's); without it, the GPU here, else emulate.
+        #[arg(long, value_enum)]
+        backend: Option<Backend>,
         /// Override a size of the script, e.g. --size m=1000 (repeatable).
         #[arg(long = "size", value_name = "NAME=VALUE", value_parser = parse_size)]
         sizes: Vec<(String, usize)>,
@@ -275,7 +283,10 @@ fn main() -> ExitCode {
                 _ => String::new(),
             };
             if f.code != EXIT_CLOSED_OUTPUT {
-                eprintln!("error: {}{advice}", f.message);
+                // Bytes of a file or a name quoted in the message are shown, never obeyed by the
+                // terminal; the lines of a compiler's log stay lines.
+                let message: Vec<String> = f.message.lines().map(printable).collect();
+                eprintln!("error: {}{advice}", message.join("\n"));
             }
             ExitCode::from(f.code)
         }
@@ -330,7 +341,11 @@ fn run(cli: Cli) -> Result<(), Failure> {
             timing,
             distributed,
         } => {
-            let program = load(&script, &library)?;
+            // Under mpirun every rank loads the script: warned of by rank 0 of the distributed run.
+            let program = args::load_quiet(&script, &library)?;
+            if !distributed {
+                args::warn(&program);
+            }
             let options = run::RunOptions {
                 library: &library,
                 backend,
@@ -360,6 +375,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
             script,
             out,
             plan,
+            backend,
             sizes,
             timings,
             arch,
@@ -369,6 +385,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
             let args = compile::CompileArgs {
                 out,
                 rank: plan,
+                backend,
                 timings,
                 arch,
             };
@@ -385,7 +402,10 @@ fn check(scripts: &[PathBuf], library: &Library) -> Result<(), Failure> {
     let mut failed = 0;
     for path in scripts {
         match script::load(path, library) {
-            Ok(program) => println!("ok  {}: {program}", path.display()),
+            Ok(program) => {
+                println!("ok  {}: {program}", path.display());
+                args::warn(&program);
+            }
             Err(e) => {
                 eprintln!("error: {e}");
                 failed += 1;

@@ -9,7 +9,7 @@ use ndarray_npy::WriteNpyExt;
 
 use fuse::stages::fuse_core::data::try_vec;
 use fuse::stages::fuse_core::file;
-use fuse::stages::fuse_core::wording::{closest, excerpt, list_or_none};
+use fuse::stages::fuse_core::wording::{closest, excerpt, list_or_none, printable};
 use fuse::stages::fuse_core::{Bindings, HostArray, HostData, Precision, Program};
 
 /// Reads `DIR/<input>.npy` for every input of `program` that has such a file; returns the
@@ -81,10 +81,15 @@ fn npy_files(dir: &Path) -> Vec<String> {
     names
 }
 
-/// Why a run with `--inputs dir` cannot start: the files of `missing` are not there. Names the
-/// `.npy` files that are, with a did-you-mean where one is close to a missing name.
-pub fn missing_inputs(dir: &Path, missing: &[&str]) -> String {
+/// Why a run of `program` with `--inputs dir` cannot start: the files of inputs `missing` are
+/// not there. Names the `.npy` files that are, with a did-you-mean where one that is no other
+/// input's own file is close to a missing name, and to none closer.
+pub fn missing_inputs(program: &Program, dir: &Path, missing: &[&str]) -> String {
     let found = npy_files(dir);
+    let own: Vec<String> = (program.inputs.iter())
+        .map(|&v| format!("{}.npy", program.values[v].variable))
+        .collect();
+    let spare = || found.iter().filter(|f| !own.contains(f)).cloned();
     let files: Vec<String> = missing.iter().map(|n| format!("{n}.npy")).collect();
     let mut message = format!(
         "--inputs {}: no {} for input{} {}",
@@ -96,7 +101,8 @@ pub fn missing_inputs(dir: &Path, missing: &[&str]) -> String {
     let there: Vec<&str> = found.iter().map(String::as_str).collect();
     message += &format!("; the folder has {}", list_or_none(&there));
     for (name, file) in missing.iter().zip(&files) {
-        if let Some(near) = closest(file, found.iter().cloned()) {
+        let near = closest(file, spare()).filter(|near| closest(near, files.iter().cloned()).as_ref() == Some(file));
+        if let Some(near) = near {
             message += &format!("; did you mean `{near}` for `{name}`?");
         }
     }
@@ -140,7 +146,7 @@ pub fn read_rows(path: &Path, precision: Precision, rows: Option<Range<usize>>) 
     let header = Header::read(&mut reader, size).map_err(bad)?;
     let (kind, big_endian) = header.float_kind().map_err(bad)?;
     if kind != precision {
-        return Err(bad(format!("its dtype is {}", header.descr)));
+        return Err(bad(format!("its dtype is {}", printable(&header.descr))));
     }
     let what = || match &rows {
         Some(r) => format!("{} (rows {}..{})", path.display(), r.start, r.end),
@@ -296,7 +302,7 @@ impl Header {
         match self.descr.trim_start_matches(['<', '>', '=', '|']) {
             "f4" => Ok((Precision::F32, big_endian)),
             "f8" => Ok((Precision::F64, big_endian)),
-            _ => Err(format!("its dtype is {}", self.descr)),
+            _ => Err(format!("its dtype is {}", printable(&self.descr))),
         }
     }
 

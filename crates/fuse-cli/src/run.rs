@@ -2,7 +2,9 @@
 //! backend and run, outputs written (all or none) or printed.
 
 use std::path::PathBuf;
+use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::Arc;
+use std::time::Duration;
 
 use fuse::stages::fuse_core::data::{check_inputs_given, try_fill_random_inputs};
 use fuse::stages::fuse_core::wording::list_or_none;
@@ -94,7 +96,7 @@ pub fn check_input_files(
         .collect();
     match missing.is_empty() {
         true => Ok(npy::unused_files(program, dir)),
-        false => Err(bad_input(npy::missing_inputs(dir, &missing))),
+        false => Err(bad_input(npy::missing_inputs(program, dir, &missing))),
     }
 }
 
@@ -137,7 +139,8 @@ pub fn run_script(program: &Program, options: &RunOptions) -> Result<(), Failure
     let compile = CompileOptions::new()
         .library(Arc::clone(options.library))
         .plan_sizes(options.plan_sizes.clone());
-    let compiled = backend.compile_with(program, &sizes, &compile).map_err(failure)?;
+    let compiled =
+        said_if_slow(&backend, program, || backend.compile_with(program, &sizes, &compile)).map_err(failure)?;
     for note in compiled.notes() {
         eprintln!("{note}");
     }
@@ -159,6 +162,35 @@ pub fn run_script(program: &Program, options: &RunOptions) -> Result<(), Failure
         eprintln!("{}", timing_line(compiled.backend(), &times));
     }
     report(program, &results.into_bindings(), options, &read)
+}
+
+/// How long a compile goes on unannounced: a first compile of generated code takes seconds,
+/// which without a word look like a hang.
+const QUIET_COMPILE: Duration = Duration::from_secs(1);
+
+/// `compile()`, with a note on standard error once it has taken [`QUIET_COMPILE`] on a backend
+/// that builds a module of generated code (emulate, cuda): what it is doing, and that it
+/// happens once.
+fn said_if_slow<T: Send>(backend: &fuse::Backend, program: &Program, compile: impl FnOnce() -> T + Send) -> T {
+    let how = match backend {
+        fuse::Backend::Emulate => "for emulation with the host C++ compiler",
+        fuse::Backend::Cuda { .. } => "for the GPU with NVRTC",
+        _ => return compile(),
+    };
+    let (done, finished) = mpsc::channel::<()>();
+    std::thread::scope(|s| {
+        s.spawn(move || {
+            if finished.recv_timeout(QUIET_COMPILE) == Err(RecvTimeoutError::Timeout) {
+                eprintln!(
+                    "note: compiling the kernels of {} {how} (seconds, once: later runs take the module from the cache)",
+                    program.name
+                );
+            }
+        });
+        let compiled = compile();
+        drop(done);
+        compiled
+    })
 }
 
 /// The outputs of a run: written to `--outputs` (all or none), else printed in script order.

@@ -134,3 +134,32 @@ fn compilers_running_in(dir: &Path) -> bool {
         .flatten()
         .any(|process| std::fs::read_link(process.path().join("cwd")).is_ok_and(|cwd| cwd.starts_with(dir)))
 }
+
+#[test]
+fn a_slow_first_compile_is_announced_and_a_cached_one_is_not() {
+    // A compiler that takes two seconds, as a first emulated compile takes on a busy machine.
+    let dir = tempfile::tempdir().unwrap();
+    let compiler = dir.path().join("slow-c++");
+    std::fs::write(&compiler, "#!/bin/sh\nsleep 2\nexec c++ \"$@\"\n").unwrap();
+    std::fs::set_permissions(&compiler, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let cache = dir.path().join("cache");
+    let run = || {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/sscal.yaml");
+        let out = Command::new(env!("CARGO_BIN_EXE_fuse"))
+            .arg("run")
+            .arg(script)
+            .args(["--backend", "emulate", "--size", "n=5"])
+            .env("FUSE_CACHE_DIR", &cache)
+            .env("CXX", &compiler)
+            .output()
+            .expect("the fuse binary runs");
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{stderr}");
+        stderr
+    };
+    let note = "note: compiling the kernels of sscal for emulation with the host C++ compiler (seconds, once: later runs take the module from the cache)\n";
+    let first = run();
+    assert_eq!(first.matches(note).count(), 1, "{first}");
+    let second = run();
+    assert!(!second.contains("note: compiling"), "{second}");
+}

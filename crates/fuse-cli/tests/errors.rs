@@ -84,6 +84,12 @@ fn unknown_top_level_key() {
 fn unknown_function() {
     let e = check_fails(&BICGK.replace("sgemtv(A, r)", "sgemtx(A, r)"));
     assert_message(&e, 11, 9, &["unknown function `sgemtx`", "did you mean `sgemtv`"]);
+    // The nearest first: one letter too many (`sgemv`) before one letter changed (`sgemtv`),
+    // two letters swapped counted as one slip.
+    let e = check_fails(&BICGK.replace("sgemv(A, p)", "sgemvv(A, p)"));
+    assert_message(&e, 10, 9, &["unknown function `sgemvv`", "did you mean `sgemv`?"]);
+    let e = check_fails(&BICGK.replace("sgemv(A, p)", "sgmev(A, p)"));
+    assert_message(&e, 10, 9, &["unknown function `sgmev`", "did you mean `sgemv`?"]);
     let e = check_fails(&BICGK.replace("sgemtv(A, r)", "frobnicate(A, r)"));
     assert_message(
         &e,
@@ -268,11 +274,7 @@ fn bad_size_override() {
     let path = dir.path().join("bicgk.yaml");
     std::fs::write(&path, BICGK).unwrap();
     let p = path.to_str().unwrap();
-    for (arg, want) in [
-        ("k=3", "`k` is not a size of"),
-        ("m=0", "sizes must be positive"),
-        ("m=4000000000000", "more than"),
-    ] {
+    for (arg, want) in [("k=3", "`k` is not a size of"), ("m=4000000000000", "more than")] {
         let out = fuse(&["run", p, "--backend", "reference", "--size", arg]);
         assert_eq!(out.status.code(), Some(2), "{arg}");
         let stderr = String::from_utf8_lossy(&out.stderr);
@@ -281,6 +283,37 @@ fn bad_size_override() {
     let out = fuse(&["run", p, "--size", "m"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("expected NAME=VALUE"));
+}
+
+#[test]
+fn an_input_no_call_reads_is_warned_of() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bicgk.yaml");
+    std::fs::write(
+        &path,
+        BICGK.replace("  r: [m]\n", "  r: [m]\n  alpha: scalar\n  beta: scalar\n"),
+    )
+    .unwrap();
+    let p = path.to_str().unwrap();
+    let runs: [&[&str]; 4] = [
+        &["check", p],
+        &["run", p, "--backend", "reference"],
+        &["explore", p, "--backend", "cpu"],
+        &["graph", p],
+    ];
+    for args in runs {
+        let out = fuse(args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{args:?}: {stderr}");
+        for name in ["alpha", "beta"] {
+            let warning = format!("warning: {p}: input `{name}` is declared but no call reads it\n");
+            assert_eq!(stderr.matches(&warning).count(), 1, "{args:?}: {stderr}");
+        }
+    }
+    // The script every input of which is read: not a word.
+    std::fs::write(&path, BICGK).unwrap();
+    let out = fuse(&["check", p]);
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("warning"));
 }
 
 #[test]

@@ -106,7 +106,10 @@ fn all_lists_every_plan_and_the_header_counts_them() {
     let total = v["implementations"].as_u64().unwrap();
     assert_eq!(v["plans"].as_array().unwrap().len() as u64, total);
     let text = stdout(&fuse(&["explore", "scripts/gemver.yaml", "--backend", "emulate"]));
-    assert!(text.contains(&format!("plans: {total} in total\n")), "{text}");
+    assert!(
+        text.contains(&format!("plans: {total} in total, ranked for the emulate backend")),
+        "{text}"
+    );
     assert!(
         text.contains("timings: built-in library/timings/h100-analytic.yaml"),
         "{text}"
@@ -114,6 +117,81 @@ fn all_lists_every_plan_and_the_header_counts_them() {
     assert!(
         text.contains("kernel 1:") && text.contains("B = sger(u2, v2, B1)"),
         "{text}"
+    );
+}
+
+/// The predicted time of the plan in a `plan.yaml` that `fuse compile` wrote.
+fn compiled_prediction(plan_yaml: &Path) -> f64 {
+    let text = std::fs::read_to_string(plan_yaml).unwrap();
+    let line = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("predicted_us:"))
+        .unwrap();
+    line.split(':').nth(1).unwrap().trim().parse().unwrap()
+}
+
+#[test]
+fn explore_and_compile_rank_the_plans_of_the_backend_they_say() {
+    let v = json(&[
+        "explore",
+        "scripts/gemver.yaml",
+        "--backend",
+        "emulate",
+        "--all",
+        "--json",
+    ]);
+    let total = v["implementations"].as_u64().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    for rank in [1, 3] {
+        let out_dir = dir.path().join(format!("plan{rank}"));
+        let r = rank.to_string();
+        let args = [
+            "compile",
+            "scripts/gemver.yaml",
+            "--backend",
+            "emulate",
+            "--plan",
+            &r,
+            "-o",
+        ];
+        let text = stdout(&fuse(&[&args[..], &[out_dir.to_str().unwrap()]].concat()));
+        let first = text.lines().next().unwrap();
+        assert!(
+            first.starts_with(&format!("plan {rank} of {total} for the emulate backend, ranked by timings: built-in library/timings/h100-analytic.yaml")),
+            "{text}"
+        );
+        let want = v["plans"][rank - 1]["predicted_us"].as_f64().unwrap();
+        let got = compiled_prediction(&out_dir.join("plan.yaml"));
+        assert!(
+            (got - want).abs() <= 1e-9 * want,
+            "plan {rank}: compiled {got} µs, explored {want} µs"
+        );
+    }
+    // Each says which plans its ranks are, and where the other's are.
+    let text = stdout(&fuse(&["explore", "scripts/gemver.yaml", "--backend", "cpu"]));
+    assert!(
+        text.contains("ranked for the cpu backend by these timings (`fuse compile --plan RANK` ranks GPU plans: see --backend emulate or cuda)"),
+        "{text}"
+    );
+    let text = stdout(&fuse(&["explore", "scripts/gemver.yaml", "--backend", "emulate"]));
+    assert!(
+        text.contains("`fuse compile --backend emulate --plan RANK` writes plan RANK"),
+        "{text}"
+    );
+    // The CPU's plans are not generated code.
+    let out = fuse(&[
+        "compile",
+        "scripts/gemver.yaml",
+        "--backend",
+        "cpu",
+        "-o",
+        dir.path().join("cpu").to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--backend cpu: fuse compile writes the CUDA of a GPU plan: use --backend cuda or emulate"),
+        "{err}"
     );
 }
 

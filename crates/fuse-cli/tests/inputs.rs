@@ -110,18 +110,105 @@ fn sizes_of_inputs_drawn_at_random_keep_the_default_or_the_flag() {
     );
 }
 
+/// A script of the BLAS calls BLAS allows at a length of 0, over `x`, `y` of length n and `A`
+/// of m × n.
+const EMPTY: &str = "sizes: {m: 3, n: 4}
+inputs: {x: [n], y: [n], A: [m, n], r: [m]}
+outputs: [d, s, e, q, t, z]
+calls:
+  - d = sdot(x, y)
+  - s = sasum(x)
+  - e = snrm2(y)
+  - q = sgemv(2.0, A, x, 3.0, r)
+  - t = sgemtv(A, r)
+  - z = saxpy(2.0, x, y)
+";
+
 #[test]
-fn empty_arrays_are_refused_by_name() {
+fn empty_vectors_give_what_blas_gives_on_every_backend() {
     let dir = tempfile::tempdir().unwrap();
-    write_f32(&dir.path().join("x.npy"), &[0], &[]);
-    write_f32(&dir.path().join("alpha.npy"), &[], &[2.0]);
-    let out = fuse(&["run", &script("sscal.yaml"), "--inputs", dir.path().to_str().unwrap()]);
-    assert_eq!(out.status.code(), Some(2));
-    let message = stderr(&out);
+    let (inputs, path) = (dir.path().join("in"), dir.path().join("empty.yaml"));
+    std::fs::write(&path, EMPTY).unwrap();
+    std::fs::create_dir(&inputs).unwrap();
+    let r = numbers(3, 5);
+    write_f32(&inputs.join("x.npy"), &[0], &[]);
+    write_f32(&inputs.join("y.npy"), &[0], &[]);
+    write_f32(&inputs.join("A.npy"), &[3, 0], &[]);
+    write_f32(&inputs.join("r.npy"), &[3], &r);
+    // Sums over nothing are 0, so 2·A·x + 3·r is 3·r: one f32 rounding of each element.
+    let q: Vec<f64> = r.iter().map(|&v| 3.0 * v as f64).collect();
+    for backend in ["reference", "cpu", "emulate"] {
+        let out_dir = dir.path().join(backend);
+        let (i, o) = (inputs.to_str().unwrap(), out_dir.to_str().unwrap());
+        let out = fuse(&[
+            "run",
+            path.to_str().unwrap(),
+            "--backend",
+            backend,
+            "--inputs",
+            i,
+            "--outputs",
+            o,
+        ]);
+        assert!(out.status.success(), "{backend}: {}", stderr(&out));
+        for (name, want) in [
+            ("d", vec![0.0]),
+            ("s", vec![0.0]),
+            ("e", vec![0.0]),
+            ("t", vec![]),
+            ("z", vec![]),
+        ] {
+            assert_eq!(
+                read_f32(&out_dir.join(format!("{name}.npy"))),
+                want,
+                "{backend}: {name}"
+            );
+        }
+        let error = relative_error(&read_f32(&out_dir.join("q.npy")), &q);
+        assert!(error < 1e-7, "{backend}: q off by {error:e}");
+    }
+    // Sizes from --size, inputs drawn: the same, summarised.
+    let out = fuse(&["run", path.to_str().unwrap(), "--backend", "cpu", "--size", "n=0"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let summary = common::stdout(&out);
     assert!(
-        message.contains("x.npy (input `x`: [n]) of shape [0]: an empty array"),
+        summary.contains("d  scalar f32  0\n") && summary.contains("t  [0] f32  (empty)"),
+        "{summary}"
+    );
+    assert!(stderr(&out).contains("note: n = 0 (an empty dimension) leaves nothing to fuse"));
+    // Plans are made for one element at least: the commands that show or time them say so.
+    for command in ["explore", "explain", "bench", "tune"] {
+        let out = fuse(&[command, path.to_str().unwrap(), "--size", "n=0"]);
+        assert_eq!(out.status.code(), Some(2), "{command}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains("--size n=0: plans are made for sizes of at least 1"),
+            "{command}: {}",
+            stderr(&out)
+        );
+    }
+}
+
+#[test]
+fn a_missing_input_is_offered_no_file_of_another_input() {
+    let dir = tempfile::tempdir().unwrap();
+    write_f32(&dir.path().join("A.npy"), &[5, 4], &numbers(20, 1));
+    let run = || {
+        let out = fuse(&["run", &script("bicgk.yaml"), "--inputs", dir.path().to_str().unwrap()]);
+        assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+        stderr(&out)
+    };
+    // `A.npy` is `A`'s own: offered for neither `p` nor `r`, though one letter from each.
+    let message = run();
+    assert!(
+        message.contains("no `p.npy` and `r.npy` for inputs `p` and `r`"),
         "{message}"
     );
+    assert!(!message.contains("did you mean"), "{message}");
+    // A file that is no input's is still offered.
+    write_f32(&dir.path().join("R.npy"), &[5], &numbers(5, 2));
+    let message = run();
+    assert!(message.contains("did you mean `R.npy` for `r`?"), "{message}");
+    assert_eq!(message.matches("did you mean").count(), 1, "{message}");
 }
 
 #[test]
@@ -271,6 +358,30 @@ fn a_long_header_is_quoted_in_part() {
     assert_eq!(code, Some(2), "{}", &stderr[..stderr.len().min(500)]);
     assert!(stderr.contains("bytes in all)"), "{}", &stderr[..stderr.len().min(500)]);
     assert!(stderr.len() < 1000, "the message is {} bytes", stderr.len());
+}
+
+#[test]
+fn bytes_of_a_corrupt_header_are_shown_escaped() {
+    let cases = [
+        // NULs where numpy pads with spaces: no dict, quoted.
+        (
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (3,), }\0\0\n",
+            "}\\x00\\x00",
+        ),
+        // An escape sequence inside the dtype, which the header's literal decodes.
+        (
+            "{'descr': '<f4\\x1b[31m', 'fortran_order': False, 'shape': (3,), }\n",
+            "its dtype is <f4\\x1b[31m",
+        ),
+    ];
+    for (header, shown) in cases {
+        let p = [0u8; 12];
+        let (code, stderr) = run_damaged(|d| std::fs::write(d.join("p.npy"), npy_bytes(1, header, None, &p)).unwrap());
+        assert_eq!(code, Some(2), "{stderr:?}");
+        assert!(stderr.contains(shown), "{stderr:?}");
+        assert!(!stderr.contains(['\0', '\x1b']), "{stderr:?}");
+        assert_eq!(stderr.lines().count(), 1, "{stderr:?}");
+    }
 }
 
 #[test]

@@ -60,6 +60,55 @@ fn the_readme_lists_every_command() {
 }
 
 #[test]
+fn tests_run_says_what_it_starts_before_each_long_step() {
+    // Builds, installs and test runs take minutes each on a small machine: a line on stderr
+    // before each, so that a quiet stretch is known for what it is.
+    let text = std::fs::read_to_string(repo().join("tests/run")).unwrap();
+    let lines: Vec<&str> = (text.lines().map(str::trim))
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .collect();
+    let long = |l: &str| l.starts_with("cargo ") || l.contains(" -m pip install") || l.contains(" -m pytest");
+    let steps: Vec<usize> = (0..lines.len()).filter(|&k| long(lines[k])).collect();
+    assert!(steps.len() >= 7, "{steps:?}");
+    for k in steps {
+        let before = lines[k - 1];
+        assert!(
+            before.starts_with("echo \"tests/run: ") && before.ends_with(">&2"),
+            "no `echo \"tests/run: …\" >&2` before `{}`",
+            lines[k]
+        );
+    }
+    assert!(lines.last().unwrap().starts_with("echo \"tests/run: all passed"));
+}
+
+#[test]
+fn the_readme_script_example_checks_without_a_warning() {
+    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
+    let section = readme.split("## Script language").nth(1).unwrap();
+    let example = section.split("```yaml\n").nth(1).unwrap().split("```").next().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("example.yaml");
+    std::fs::write(&path, example).unwrap();
+    let out = fuse_env(&["check", path.to_str().unwrap()], &[], &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stderr(&out).is_empty(), "{}", stderr(&out));
+}
+
+#[test]
+fn the_readme_documents_what_a_new_user_looks_for() {
+    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
+    for needed in [
+        "FUSE_CPU_TIMINGS",
+        "`fuse explore SCRIPT [--backend cpu\\|emulate\\|cuda]",
+        "`fuse explain SCRIPT [--backend cpu\\|emulate\\|cuda]",
+        "`fuse compile SCRIPT -o DIR [--backend cuda\\|emulate]",
+        "up to 40 minutes",
+    ] {
+        assert!(readme.contains(needed), "the README lacks {needed:?}");
+    }
+}
+
+#[test]
 fn help_examples_do_not_wrap_in_80_columns() {
     // Each example is one line of the help however wide the terminal: the same lines at 80
     // columns as at 1000.

@@ -526,6 +526,9 @@ impl fmt::Display for HostArray {
             );
         }
         let dims: Vec<String> = self.dims.iter().map(|d| d.to_string()).collect();
+        if v.is_empty() {
+            return write!(f, "[{}] {}  (empty)", dims.join("×"), self.precision());
+        }
         let norm = v.iter().map(|x| x * x).sum::<f64>().sqrt();
         let numbers = || v.iter().copied().filter(|x| !x.is_nan());
         let min = numbers().reduce(f64::min).unwrap_or(f64::NAN);

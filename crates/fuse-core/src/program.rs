@@ -99,13 +99,26 @@ impl Program {
         self.values.iter().position(|v| v.name == name)
     }
 
+    /// What is legal but likely a slip, one line each: an input that no call reads (misspelt
+    /// where it is used, or left over), which a run must still be given.
+    pub fn warnings(&self) -> Vec<String> {
+        let read: Vec<ValueId> = self.calls.iter().flat_map(Call::reads).collect();
+        (self.inputs.iter())
+            .filter(|v| !read.contains(v))
+            .map(|&v| {
+                let name = &self.values[v].variable;
+                format!("{}: input `{name}` is declared but no call reads it", self.file)
+            })
+            .collect()
+    }
+
     /// Whether `v` is one of the outputs.
     pub fn is_output(&self, v: ValueId) -> bool {
         self.outputs.contains(&v)
     }
 
-    /// The default sizes with `overrides` applied, checked: every symbol known, every value
-    /// positive, every array of a sane byte size.
+    /// The default sizes with `overrides` applied, checked: every symbol known, every array of
+    /// a sane byte size. A size may be 0, as in BLAS (see [`Sizes::empty_dimension`]).
     pub fn bind_sizes(&self, overrides: &[(String, usize)]) -> Result<Sizes> {
         let mut sizes = self.sizes.clone();
         for (symbol, value) in overrides {
@@ -116,9 +129,6 @@ impl Program {
                     self.file,
                     list_or_none(&known)
                 )));
-            }
-            if *value == 0 {
-                return Err(Error::Sizes(format!("--size {symbol}=0: sizes must be positive")));
             }
             sizes.set(symbol, *value);
         }

@@ -140,6 +140,12 @@ impl Sizes {
         self.0.iter().map(|(k, v)| (k.as_str(), *v))
     }
 
+    /// The first symbol bound to 0: an empty dimension, which BLAS allows (a dot of length 0 is
+    /// 0) and which leaves a program nothing to fuse.
+    pub fn empty_dimension(&self) -> Option<&str> {
+        self.iter().find(|&(_, v)| v == 0).map(|(k, _)| k)
+    }
+
     /// Bytes of an array of `shape` in `precision`, or why it is not a sane size.
     pub fn array_bytes(&self, shape: &Shape, precision: Precision) -> Result<u64, String> {
         let mut bytes = precision.bytes();

@@ -75,37 +75,56 @@ element!(f32, F32);
 element!(f64, F64);
 
 /// A row-major host array of `dims` holding `data`, checked: the data must fill the dimensions
-/// exactly and arrays are non-empty (`dims = []` is a scalar of one element).
+/// exactly (`dims = []` is a scalar of one element; a dimension of 0, an empty array, as an
+/// input of a script run at a size of 0).
 ///
 /// ```
 /// let a = fuse::array(vec![2, 3], vec![0.0f32; 6])?;
 /// assert_eq!(a.dims, [2, 3]);
 /// assert!(fuse::array(vec![2, 3], vec![0.0f32; 5]).is_err());
+/// assert!(fuse::array(vec![0, 3], Vec::<f32>::new())?.data.is_empty());
 /// # Ok::<(), fuse::Error>(())
 /// ```
 pub fn array<T: Element>(dims: Vec<usize>, data: Vec<T>) -> Result<HostArray> {
-    checked_array("array", dims, data)
+    exact_array("array", dims, data)
 }
 
 /// [`array`], naming `what` in the error.
-pub(crate) fn checked_array<T: Element>(what: &str, dims: Vec<usize>, data: Vec<T>) -> Result<HostArray> {
-    checked_len(what, &dims, data.len())?;
+pub(crate) fn exact_array<T: Element>(what: &str, dims: Vec<usize>, data: Vec<T>) -> Result<HostArray> {
+    exact_len(what, &dims, data.len())?;
     Ok(HostArray {
         dims,
         data: T::into_data(data),
     })
 }
 
-/// `len`, if it is the (non-zero) number of elements of `dims`; else an error naming `what`.
-pub(crate) fn checked_len(what: &str, dims: &[usize], len: usize) -> Result<usize> {
-    let want = dims.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d));
-    if want != Some(len) || len == 0 {
-        return Err(Error::DataLength {
-            what: what.to_string(),
-            len,
-            want: want.unwrap_or(usize::MAX),
-            dims: dims.to_vec(),
-        });
+/// [`exact_array`], and not empty: what a session holds.
+pub(crate) fn checked_array<T: Element>(what: &str, dims: Vec<usize>, data: Vec<T>) -> Result<HostArray> {
+    checked_len(what, &dims, data.len())?;
+    exact_array(what, dims, data)
+}
+
+/// `len`, if it is the number of elements of `dims`; else an error naming `what`.
+fn exact_len(what: &str, dims: &[usize], len: usize) -> Result<usize> {
+    match dims.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d)) {
+        Some(want) if want == len => Ok(len),
+        want => Err(data_length(what, dims, len, want.unwrap_or(usize::MAX))),
     }
-    Ok(len)
+}
+
+/// [`exact_len`], and not 0: a session holds no empty arrays.
+pub(crate) fn checked_len(what: &str, dims: &[usize], len: usize) -> Result<usize> {
+    match exact_len(what, dims, len)? {
+        0 => Err(data_length(what, dims, 0, 0)),
+        len => Ok(len),
+    }
+}
+
+fn data_length(what: &str, dims: &[usize], len: usize, want: usize) -> Error {
+    Error::DataLength {
+        what: what.to_string(),
+        len,
+        want,
+        dims: dims.to_vec(),
+    }
 }

@@ -59,8 +59,9 @@ pub enum Error {
         /// The precision asked for.
         want: Precision,
     },
-    /// Host data whose length does not fill the dimensions given, or an empty array.
-    #[error("{what}: {len} elements given for dimensions {dims:?}, which need {want} (arrays are non-empty)")]
+    /// Host data whose length does not fill the dimensions given, or an empty array given to a
+    /// session.
+    #[error("{what}: {len} elements given for dimensions {dims:?}, which need {want}{}", if .len == .want { " (a session holds no empty arrays)" } else { "" })]
     DataLength {
         /// What was being built.
         what: String,

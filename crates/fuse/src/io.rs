@@ -5,7 +5,7 @@ use std::ops::Deref;
 
 use fuse_core::{Bindings, HostArray};
 
-use crate::element::{checked_array, Element};
+use crate::element::{exact_array, Element};
 use crate::error::{list, Error, Result};
 
 /// Named input arrays for [`Compiled::run`](crate::Compiled::run), built from host vectors with their lengths
@@ -41,13 +41,13 @@ impl Inputs {
 
     /// Binds `name` to a `rows × cols` row-major matrix; `data` must hold `rows · cols` elements.
     pub fn matrix<T: Element>(self, name: &str, rows: usize, cols: usize, data: Vec<T>) -> Result<Self> {
-        let array = checked_array(&format!("matrix `{name}`"), vec![rows, cols], data)?;
+        let array = exact_array(&format!("matrix `{name}`"), vec![rows, cols], data)?;
         Ok(self.array(name, array))
     }
 
-    /// Binds `name` to a vector of `data` (non-empty).
+    /// Binds `name` to a vector of `data`.
     pub fn vector<T: Element>(self, name: &str, data: Vec<T>) -> Result<Self> {
-        let array = checked_array(&format!("vector `{name}`"), vec![data.len()], data)?;
+        let array = exact_array(&format!("vector `{name}`"), vec![data.len()], data)?;
         Ok(self.array(name, array))
     }
 

@@ -102,8 +102,9 @@ pub enum SizeSource<'a> {
 
 /// The sizes of a run of `program`, each symbol taken from the first of `sources` that gives it
 /// (a given value, or the shape of an input's array), else the script's default. Two sources
-/// that disagree are a size error (`fuse_core::Error::Sizes`) naming both; so is an empty array. An array of
-/// another rank than its input is passed over: the input check names it, with the shape wanted.
+/// that disagree are a size error (`fuse_core::Error::Sizes`) naming both. An empty array binds
+/// its sizes to 0, as BLAS allows. An array of another rank than its input is passed over: the
+/// input check names it, with the shape wanted.
 ///
 /// ```
 /// use fuse::{bind_sizes, Script, SizeSource};
@@ -154,10 +155,6 @@ pub fn bind_sizes(program: &Program, sources: &[SizeSource<'_>]) -> Result<Sizes
                     continue;
                 }
                 let what = format!("{what} (input `{input}`: {}) of shape {dims:?}", value.shape);
-                if dims.contains(&0) {
-                    let message = format!("{what}: an empty array; every size must be positive");
-                    return Err(CoreError::Sizes(message).into());
-                }
                 for (symbol, &extent) in symbols.into_iter().zip(dims.iter()) {
                     bind(symbol, extent, &what)?;
                 }

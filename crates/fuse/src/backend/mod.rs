@@ -122,7 +122,10 @@ impl Backend {
     }
 
     /// Compiles `program` for this backend at `sizes` (symbols not given keep the program's
-    /// defaults). The result runs any number of times on inputs of those sizes.
+    /// defaults). The result runs any number of times on inputs of those sizes. A size of 0
+    /// (an empty dimension, as BLAS allows: a dot of length 0 is 0) leaves nothing to fuse:
+    /// such a program runs call by call on the reference interpreter, whatever the backend,
+    /// with a note saying so.
     ///
     /// ```
     /// use fuse::{Backend, Inputs, Library};
@@ -149,11 +152,12 @@ impl Backend {
             Some(library) => Arc::clone(library),
             None => crate::select::builtin_library()?,
         };
-        let chosen = match self {
-            Backend::Reference => executables::reference(&program, &sizes),
-            Backend::Cpu => executables::cpu(&program, &sizes, &library, options)?,
-            Backend::Emulate => executables::emulate(&program, &sizes, &library, options)?,
-            Backend::Cuda { device } => executables::cuda(*device, &program, &sizes, &library, options)?,
+        let chosen = match (self, sizes.empty_dimension()) {
+            (Backend::Reference, _) => executables::reference(&program, &sizes),
+            (_, Some(symbol)) => executables::empty(self, &program, &sizes, symbol)?,
+            (Backend::Cpu, _) => executables::cpu(&program, &sizes, &library, options)?,
+            (Backend::Emulate, _) => executables::emulate(&program, &sizes, &library, options)?,
+            (Backend::Cuda { device }, _) => executables::cuda(*device, &program, &sizes, &library, options)?,
         };
         Ok(Compiled {
             backend: self.clone(),
