@@ -9,6 +9,7 @@
 
 use fuse::{Backend, Inputs, Script};
 use fuse_core::{Bindings, HostArray};
+use proptest::prelude::*;
 
 const M: usize = 67;
 const N: usize = 45;
@@ -167,5 +168,88 @@ fn each_call_rounds_to_the_script_precision_as_if_it_ran_alone() {
         let want: Vec<f64> = x.iter().map(|&e| f64::from(3.3f32 * (0.1f32 * e))).collect();
         let got = run(&backend, "f32", calls, &f32_inputs(0.1, 3.3, x));
         assert_eq!(got, want, "{backend}");
+    }
+}
+
+/// A call with scalar parameters `$a` (and `$b`), and the arrays each scalar multiplies.
+struct Form {
+    call: &'static str,
+    terms: &'static [(&'static str, &'static [&'static str])],
+}
+
+const FORMS: [Form; 7] = [
+    Form { call: "Fgemv($a, A, x)", terms: &[("a", &["A", "x"])] },
+    Form { call: "Fgemv($a, A, x, $b, y)", terms: &[("a", &["A", "x"]), ("b", &["y"])] },
+    Form { call: "Fgemtv($a, A, y, $b, v)", terms: &[("a", &["A", "y"]), ("b", &["v"])] },
+    Form { call: "Faxpy($a, x, v)", terms: &[("a", &["x"])] },
+    Form { call: "Faxpby($a, x, $b, v)", terms: &[("a", &["x"]), ("b", &["v"])] },
+    Form { call: "Fscal($a, x)", terms: &[("a", &["x"])] },
+    Form { call: "Fger($a, u, x, A)", terms: &[("a", &["u", "x"])] },
+];
+
+/// What a scalar argument is: a literal 0, a run-time 0, or a run-time number.
+#[derive(Debug, Clone, Copy)]
+enum Zero {
+    Literal,
+    RunTime,
+    No(f64),
+}
+
+/// `inputs` in `precision` (f32 rounds them).
+fn in_precision(inputs: Bindings, precision: &str) -> Bindings {
+    match precision {
+        "f32" => (inputs.into_iter())
+            .map(|(k, a)| {
+                let data = a.to_f64().iter().map(|&e| e as f32).collect();
+                (k, HostArray::f32(a.dims, data))
+            })
+            .collect(),
+        _ => inputs,
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    /// Any form, any pattern of zero scalars (literal or at run time), NaN in every array only
+    /// a zero scalar multiplies: every backend gives the numbers the call gives on finite
+    /// inputs there, in either precision.
+    #[test]
+    fn nan_where_a_zero_scalar_multiplies_never_reaches_a_result(
+        form in 0..FORMS.len(),
+        zeros in prop::array::uniform2(prop_oneof![
+            Just(Zero::Literal), Just(Zero::RunTime), (-2.0..2.0f64).prop_map(Zero::No)
+        ]),
+        f32 in any::<bool>(),
+    ) {
+        let (form, precision) = (&FORMS[form], if f32 { "f32" } else { "f64" });
+        let mut call = form.call.to_owned();
+        let (mut a, mut b) = (1.0, 1.0);
+        let mut poisoned: Vec<&str> = Vec::new();
+        let mut live: Vec<&str> = Vec::new();
+        for (k, (scalar, arrays)) in form.terms.iter().enumerate() {
+            let (text, value, zero) = match zeros[k] {
+                Zero::Literal => ("0".to_owned(), 0.0, true),
+                Zero::RunTime => (scalar.to_string(), 0.0, true),
+                Zero::No(v) => (scalar.to_string(), v, false),
+            };
+            call = call.replace(&format!("${scalar}"), &text);
+            *if *scalar == "a" { &mut a } else { &mut b } = value;
+            if zero { poisoned.extend(*arrays) } else { live.extend(*arrays) }
+        }
+        poisoned.retain(|p| !live.contains(p));
+        let calls = format!("  - out = {call}\n");
+        let want = run(&Backend::Reference, precision, &calls, &in_precision(inputs(a, b, &[]), precision));
+        let poison = in_precision(inputs(a, b, &poisoned), precision);
+        let tolerance = if f32 { 1e-5 } else { 1e-12 };
+        for backend in backends() {
+            let got = run(&backend, precision, &calls, &poison);
+            for (k, (g, w)) in got.iter().zip(&want).enumerate() {
+                prop_assert!(
+                    (g - w).abs() <= tolerance * (1.0 + w.abs()),
+                    "{backend} {calls} (NaN in {poisoned:?}, a = {a}, b = {b}) element {k}: {g}, not {w}"
+                );
+            }
+        }
     }
 }
