@@ -45,6 +45,22 @@ pub fn stdout(e: std::io::Error) -> Failure {
     }
 }
 
+/// What a command that also runs on the CPU offers when no GPU is usable.
+pub const USE_THE_CPU: &str = "use --backend cpu";
+
+/// Prints `f` on standard error as `error: …`, offering `alternative` where no GPU is usable;
+/// nothing for an empty message (already said, or standard output closed).
+pub fn print(f: &Failure, alternative: Option<&str>) {
+    if f.message.is_empty() {
+        return;
+    }
+    let advice = match alternative {
+        Some(a) if f.code == EXIT_NO_DEVICE => format!(", or {a}"),
+        _ => String::new(),
+    };
+    eprintln!("error: {}{advice}", f.message);
+}
+
 /// An error of fuse (or of a backend below it) for the terminal.
 pub fn failure(err: impl Into<fuse::Error>) -> Failure {
     let err = err.into();

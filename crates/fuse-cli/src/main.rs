@@ -26,7 +26,7 @@ use fuse::stages::fuse_core::{script, DataGraph};
 use fuse::Library;
 
 use args::{load, parse_size, Backend};
-use failure::{bad_input, Failure, EXIT_CLOSED_OUTPUT, EXIT_NO_DEVICE};
+use failure::{bad_input, Failure};
 
 #[derive(Parser)]
 #[command(
@@ -270,13 +270,7 @@ fn main() -> ExitCode {
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(f) => {
-            let advice = match alternative {
-                Some(a) if f.code == EXIT_NO_DEVICE => format!(", or {a}"),
-                _ => String::new(),
-            };
-            if f.code != EXIT_CLOSED_OUTPUT {
-                eprintln!("error: {}{advice}", f.message);
-            }
+            failure::print(&f, alternative);
             ExitCode::from(f.code)
         }
     }
@@ -290,7 +284,7 @@ impl Command {
             | Command::Bench(_)
             | Command::Calibrate(_)
             | Command::Explore(_)
-            | Command::Explain(_) => Some("use --backend cpu"),
+            | Command::Explain(_) => Some(failure::USE_THE_CPU),
             Command::Selftest(_) => Some("use --backend emulate"),
             _ => None,
         }
@@ -330,7 +324,8 @@ fn run(cli: Cli) -> Result<(), Failure> {
             timing,
             distributed,
         } => {
-            let program = load(&script, &library)?;
+            // A distributed run agrees on it first: a script missing on one rank is said once.
+            let program = load(&script, &library);
             let options = run::RunOptions {
                 library: &library,
                 backend,
@@ -345,8 +340,8 @@ fn run(cli: Cli) -> Result<(), Failure> {
                 timing,
             };
             match distributed {
-                true => distributed::run_script(&program, &options),
-                false => run::run_script(&program, &options),
+                true => distributed::run_script(program, &options),
+                false => run::run_script(&program?, &options),
             }
         }
         Command::Explore(args) => explore::run_explore(&args, &library),

@@ -35,6 +35,7 @@
 //! # Ok::<(), fuse::Error>(())
 //! ```
 
+mod agreement;
 mod convert;
 mod measure;
 #[cfg(feature = "mpi")]
@@ -59,6 +60,7 @@ use resident::OnDevice;
 
 #[cfg(feature = "mpi")]
 pub use self::mpi::Mpi;
+pub use agreement::{agree_on_digest, agree_on_facts, backend_fact, library_fact, script_fact, size_facts, Fact};
 pub use measure::measure_links;
 pub use ranks::{LocalRank, LocalRanks};
 pub use resident::Link;
@@ -87,6 +89,21 @@ pub trait Communicator {
     fn reduce_scatter_sum(&self, data: &HostData, counts: &[usize]) -> Result<HostData>;
     /// One byte from each rank, on every rank.
     fn all_gather_byte(&self, byte: u8) -> Result<Vec<u8>>;
+    /// Every rank's `bytes` (of any length), in rank order, on every rank. By default one
+    /// broadcast per rank, for the few bytes of an agreement.
+    fn all_gather_bytes(&self, bytes: &[u8]) -> Result<Vec<Vec<u8>>> {
+        (0..self.ranks())
+            .map(|root| {
+                let mut data = if root == self.rank() {
+                    bytes.to_vec()
+                } else {
+                    Vec::new()
+                };
+                self.broadcast_bytes(root, &mut data)?;
+                Ok(data)
+            })
+            .collect()
+    }
 }
 
 /// Agrees on failure: `Err` on every rank with the first failing rank's error if any rank's

@@ -172,6 +172,23 @@ impl Communicator for Mpi {
         self.world.all_gather_into(&byte, &mut all[..]);
         Ok(all)
     }
+
+    fn all_gather_bytes(&self, bytes: &[u8]) -> Result<Vec<Vec<u8>>> {
+        let mut lens = vec![0u64; self.ranks()];
+        self.world.all_gather_into(&(bytes.len() as u64), &mut lens[..]);
+        let lens: Vec<usize> = lens.iter().map(|&n| n as usize).collect();
+        let (c, d) = partition(&lens)?;
+        let mut all = vec![0u8; lens.iter().sum()];
+        (self.world).all_gather_varcount_into(bytes, &mut PartitionMut::new(&mut all[..], c, d));
+        let mut rest = &all[..];
+        Ok((lens.iter())
+            .map(|&n| {
+                let (mine, after) = rest.split_at(n);
+                rest = after;
+                mine.to_vec()
+            })
+            .collect())
+    }
 }
 
 /// This rank's `mine` elements of the sum of `v` over the ranks, blocks of `counts` in rank
