@@ -101,6 +101,7 @@ mod with_mpi {
         // files it names mean the same on each.
         let facts = [
             script_fact(program),
+            Fact::new("precision", format!("precision {}", program.precision)),
             library_fact(options.library),
             backend_fact(&backend),
         ];

@@ -230,23 +230,31 @@ fn ranks_with_other_scripts_sizes_or_seeds_are_told_which() {
         let (first, rest) = ([&small[..], first].concat(), [&small[..], rest].concat());
         bicgk_mpmd(&first, &rest, &out_dir)
     };
-    let script = scaled.to_str().unwrap();
-    let out = mpmd(&[
-        (
-            3,
-            &["run", &common::script("bicgk.yaml"), "--distributed", "--size", "m=40"],
-        ),
-        (1, &["run", script, "--distributed", "--size", "m=40"]),
-    ]);
-    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
-    let error = the_error(&out);
-    assert!(
-        error.starts_with(&format!(
-            "error: the ranks disagree: ranks 0–2 have the script {} (",
-            common::script("bicgk.yaml")
-        )) && error.contains(&format!("), rank 3 has the script {script} (")),
-        "{error}"
-    );
+    let double = dir.path().join("bicgk-f64.yaml");
+    std::fs::write(&double, text.replace("f32", "f64").replace("= sgem", "= dgem")).unwrap();
+    for (other, also) in [
+        (&scaled, ""),
+        (&double, "; ranks 0–2 have precision f32, rank 3 has precision f64"),
+    ] {
+        let other = other.to_str().unwrap();
+        let out = mpmd(&[
+            (
+                3,
+                &["run", &common::script("bicgk.yaml"), "--distributed", "--size", "m=40"],
+            ),
+            (1, &["run", other, "--distributed", "--size", "m=40"]),
+        ]);
+        assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+        let error = the_error(&out);
+        let script = common::script("bicgk.yaml");
+        assert!(
+            error.starts_with(&format!(
+                "error: the ranks disagree: ranks 0–2 have the script {script} ("
+            )) && error.contains(&format!("), rank 3 has the script {other} ("))
+                && error.ends_with(&format!("){also}")),
+            "{error}"
+        );
+    }
     for (first, rest, want) in [
         (
             &["--size", "m=40", "--seed", "1"][..],

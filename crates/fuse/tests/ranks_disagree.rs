@@ -99,3 +99,50 @@ fn ranks_on_other_backends_are_told_which_when_the_session_is_made() {
         );
     }
 }
+
+/// A gather of values of other extents would all-gather other counts.
+#[test]
+fn ranks_that_gather_other_extents_are_told_which() {
+    let results = LocalRanks::new(3).run(|comm| {
+        let rank = fuse::distributed::Communicator::rank(&comm);
+        let s = Session::<f32>::distributed(comm, Backend::Cpu).unwrap();
+        let len = if rank == 0 { 12 } else { 10 };
+        let x = s.vector_rows(len, vec![1.0; s.rows(len).unwrap().len()]).unwrap();
+        s.gather(&x).map_err(|e| e.to_string())
+    });
+    for result in results {
+        assert_eq!(
+            result.unwrap_err(),
+            "the ranks disagree: rank 0 has a gather of [12] in row blocks, \
+             ranks 1 and 2 have a gather of [10] in row blocks"
+        );
+    }
+}
+
+/// `fuse::distributed::run` at other sizes on one rank: told, not an abort in a collective.
+#[test]
+fn ranks_that_run_a_plan_at_other_sizes_are_told_which() {
+    use fuse::distributed::{run, Communicator};
+    use fuse::stages::fuse_core::{data::fill_random_inputs, distribute::distribute, script};
+    use fuse::{Bindings, CompileOptions, Library};
+
+    let library = Library::builtin().unwrap();
+    let text = "precision: f64\nsizes: {m: 7, n: 5}\ninputs: {A: [m, n], p: [n], r: [m]}\n\
+                outputs: [q, s]\ncalls:\n  - q = dgemv(A, p)\n  - s = dgemtv(A, r)";
+    let program = script::parse("bicgk.yaml", text, &library).unwrap();
+    let plan = distribute(&program, &library).unwrap();
+    let results = LocalRanks::new(3).run(|comm| {
+        let m = if comm.rank() == 0 { 12 } else { 10 };
+        let sizes = program.bind_sizes(&[("m".into(), m)]).unwrap();
+        let mut inputs = Bindings::new();
+        fill_random_inputs(&program, &sizes, 1, &mut inputs);
+        let ran = run(&comm, &plan, &sizes, &Backend::Cpu, &CompileOptions::new(), &inputs);
+        ran.map(drop).map_err(|e| e.to_string())
+    });
+    for result in results {
+        assert_eq!(
+            result.unwrap_err(),
+            "the ranks disagree: rank 0 has m = 12, ranks 1 and 2 have m = 10"
+        );
+    }
+}

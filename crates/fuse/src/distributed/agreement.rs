@@ -1,12 +1,13 @@
 //! What the ranks must agree on before any data moves — the script, the library, the sizes, the
 //! options that change results, the inputs' headers, a session's calls — checked with one
-//! all-gather of a digest. Only where the digests differ are the facts behind them gathered,
+//! all-gather of a digest (a SHA-256). Only where the digests differ are the facts behind them gathered,
 //! so that every rank returns the same error naming each fact that differs and which ranks
 //! have which ("rank 0 has m = 120, ranks 1–3 have m = 100"): ranks that disagree would
 //! otherwise compute a wrong result in silence, or abort inside MPI.
 
-use fuse_core::cache::entry_name;
+use fuse_core::distribute::Distributed;
 use fuse_core::{Library, Program, Sizes};
+use sha2::{Digest as _, Sha256};
 
 use super::Communicator;
 use crate::backend::Backend;
@@ -72,6 +73,12 @@ pub fn library_fact(library: &Library) -> Fact {
     )
 }
 
+/// The fact of a distributed plan: how it splits its script (ranks may plan one script with
+/// values held otherwise).
+pub(crate) fn plan_fact(plan: &Distributed) -> Fact {
+    content_fact("plan", &plan.to_string(), &format!("the plan of {}", plan.program.file))
+}
+
 /// One fact per size: `m = 120`.
 pub fn size_facts(sizes: &Sizes) -> Vec<Fact> {
     (sizes.iter())
@@ -86,8 +93,24 @@ pub fn backend_fact(backend: &Backend) -> Fact {
 
 /// A fact compared by the digest of `content`, shown as `what` and the digest's first digits.
 fn content_fact(about: &str, content: &str, what: &str) -> Fact {
-    let digest = entry_name(&[content.as_bytes()]);
-    Fact::shown_as(about, &digest, format!("{what} ({})", &digest[..8]))
+    let hex: String = digest(&[content.as_bytes()])
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    Fact::shown_as(about, &hex, format!("{what} ({})", &hex[..8]))
+}
+
+/// The SHA-256 of what a rank must have alike with the others.
+pub type Digest = [u8; 32];
+
+/// The digest of `parts` (each length-prefixed, so that no bytes move between parts unseen).
+pub fn digest(parts: &[&[u8]]) -> Digest {
+    let mut hasher = Sha256::new();
+    for part in parts {
+        hasher.update((part.len() as u64).to_le_bytes());
+        hasher.update(part);
+    }
+    hasher.finalize().into()
 }
 
 /// `Ok` on every rank where every rank has the same `facts`; else, on every rank, the error
@@ -96,13 +119,13 @@ pub fn agree_on_facts(comm: &dyn Communicator, facts: &[Fact]) -> Result<()> {
     let parts: Vec<&[u8]> = (facts.iter())
         .flat_map(|f| [f.about.as_bytes(), f.value.as_bytes()])
         .collect();
-    agree_on_digest(comm, &entry_name(&parts), || facts.to_vec())
+    agree_on_digest(comm, &digest(&parts), || facts.to_vec())
 }
 
 /// [`agree_on_facts`] for a caller that has a digest of its facts at hand and builds them only
 /// where the digests differ (a session, on every flush).
-pub fn agree_on_digest(comm: &dyn Communicator, digest: &str, facts: impl FnOnce() -> Vec<Fact>) -> Result<()> {
-    let digests = comm.all_gather_bytes(digest.as_bytes())?;
+pub fn agree_on_digest(comm: &dyn Communicator, digest: &Digest, facts: impl FnOnce() -> Vec<Fact>) -> Result<()> {
+    let digests = comm.all_gather_digest(digest)?;
     if digests.iter().all(|d| *d == digests[0]) {
         return Ok(());
     }

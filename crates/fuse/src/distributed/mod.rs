@@ -60,7 +60,10 @@ use resident::OnDevice;
 
 #[cfg(feature = "mpi")]
 pub use self::mpi::Mpi;
-pub use agreement::{agree_on_digest, agree_on_facts, backend_fact, library_fact, script_fact, size_facts, Fact};
+use agreement::plan_fact;
+pub use agreement::{
+    agree_on_digest, agree_on_facts, backend_fact, digest, library_fact, script_fact, size_facts, Digest, Fact,
+};
 pub use measure::measure_links;
 pub use ranks::{LocalRank, LocalRanks};
 pub use resident::Link;
@@ -89,6 +92,16 @@ pub trait Communicator {
     fn reduce_scatter_sum(&self, data: &HostData, counts: &[usize]) -> Result<HostData>;
     /// One byte from each rank, on every rank.
     fn all_gather_byte(&self, byte: u8) -> Result<Vec<u8>>;
+    /// Every rank's `digest`, in rank order, on every rank: what the ranks check they agree on
+    /// before data moves. By default through [`Communicator::all_gather_bytes`]; one
+    /// all-gather of its fixed size where the communicator has one.
+    fn all_gather_digest(&self, digest: &Digest) -> Result<Vec<Digest>> {
+        (self.all_gather_bytes(digest)?.iter())
+            .map(|d| {
+                Digest::try_from(&d[..]).map_err(|_| Error::Internal("a rank sent a digest of another size".into()))
+            })
+            .collect()
+    }
     /// Every rank's `bytes` (of any length), in rank order, on every rank. By default one
     /// broadcast per rank, for the few bytes of an agreement.
     fn all_gather_bytes(&self, bytes: &[u8]) -> Result<Vec<Vec<u8>>> {
@@ -189,7 +202,8 @@ pub struct RankProgram {
 }
 
 /// Compiles this rank's segments of `plan` at `sizes` for `backend` with `options` (on every
-/// rank; a failure on one is every rank's error). Where the segments run on a GPU, the ranks
+/// rank; a failure on one is every rank's error, and so are ranks that give other plans,
+/// sizes or kinds of backend). Where the segments run on a GPU, the ranks
 /// join an NCCL communicator for the program's collectives.
 pub fn compile(
     comm: &dyn Communicator,
@@ -211,6 +225,10 @@ pub(crate) fn compile_linked(
     options: &CompileOptions,
     link: &mut Option<Arc<Link>>,
 ) -> Result<RankProgram> {
+    // Ranks with other plans, sizes or kinds of backend would run other collectives.
+    let mut facts = vec![script_fact(&plan.program), plan_fact(&plan), backend_fact(backend)];
+    facts.extend(size_facts(sizes));
+    agree_on_facts(comm, &facts)?;
     // The same on every rank: no agreement needed.
     let blocks = plan.blocks(sizes, comm.ranks()).map_err(Error::Distribution)?;
     let local_sizes = plan.local_sizes(sizes, &blocks, comm.rank());

@@ -11,7 +11,7 @@ use mpi::Count;
 use fuse_core::data::try_zeroed_vec;
 use fuse_core::HostData;
 
-use super::Communicator;
+use super::{Communicator, Digest};
 use crate::error::{Error, Result};
 
 /// MPI's world communicator; MPI is finalized when it is dropped. It may move to another
@@ -171,6 +171,14 @@ impl Communicator for Mpi {
         let mut all = vec![0u8; self.ranks()];
         self.world.all_gather_into(&byte, &mut all[..]);
         Ok(all)
+    }
+
+    fn all_gather_digest(&self, digest: &Digest) -> Result<Vec<Digest>> {
+        let mut all = vec![0u8; digest.len() * self.ranks()];
+        self.world.all_gather_into(&digest[..], &mut all[..]);
+        Ok((all.chunks_exact(digest.len()))
+            .map(|d| Digest::try_from(d).expect("a digest's bytes"))
+            .collect())
     }
 
     fn all_gather_bytes(&self, bytes: &[u8]) -> Result<Vec<Vec<u8>>> {

@@ -10,7 +10,6 @@ use std::ops::Range;
 use std::sync::Arc;
 use std::time::Instant;
 
-use fuse_core::cache::entry_name;
 use fuse_core::distribute::{distribute_held, Distribution, Local, RowBlocks};
 use fuse_core::{HostArray, Views};
 
@@ -21,7 +20,7 @@ use super::Session;
 use crate::backend::{Backend, CompileOptions};
 use crate::device::Pool;
 use crate::distributed::{
-    self, agree, agree_on_digest, agree_on_facts, backend_fact, library_fact, Communicator, Fact, InputSource,
+    self, agree, agree_on_digest, agree_on_facts, backend_fact, digest, library_fact, Communicator, Fact, InputSource,
     RankProgram, RankTimes, Stored,
 };
 use crate::element::{checked_array, Element};
@@ -124,10 +123,17 @@ impl<T: Element> Session<T> {
     /// every rank must call it.
     pub fn gather(&self, handle: &impl Handle<T>) -> Result<Vec<T>> {
         let local = self.read(handle)?;
-        let (Some(comm), Some(_)) = (self.comm(), self.local_rows(handle)?) else {
+        let Some(comm) = self.comm() else {
             return Ok(local);
         };
+        let by_rows = self.local_rows(handle)?.is_some();
         let dims = handle.dims();
+        let held = if by_rows { "in row blocks" } else { "whole" };
+        // Ranks that gather other values would all-gather other counts, or wait for the others.
+        agree_on_facts(comm, &[Fact::new("gather", format!("a gather of {dims:?} {held}"))])?;
+        if !by_rows {
+            return Ok(local);
+        }
         let counts = blocks(dims[0], comm.ranks())?.counts(dims[1..].iter().product());
         let all = comm.all_gather(&T::into_data(local), &counts)?;
         let array = HostArray {
@@ -226,9 +232,7 @@ impl State {
                 None => vec![0],
             })
             .collect();
-        agree_on_digest(comm, &entry_name(&[&key, &bits]), || {
-            flush_facts(script, &held, &scalars)
-        })?;
+        agree_on_digest(comm, &digest(&[&key, &bits]), || flush_facts(script, &held, &scalars))?;
         let program = match self.ranked.get(&key) {
             Some(program) => {
                 self.stats.cache_hits += 1;
