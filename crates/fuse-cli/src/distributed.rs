@@ -1,8 +1,10 @@
-//! `fuse run --distributed`: this process is one rank of a run started by `mpirun -n R`. Every
-//! rank reads the headers of the input files for the sizes, its own rows of each split input
-//! (rank 0 the replicated ones, then broadcast), runs its local parts with the backend chosen
-//! here, and rank 0 writes or prints the outputs. A failure on any rank is every rank's
-//! failure, with the same message and exit status (2 for bad input).
+//! `fuse run --distributed`: this process is one rank of a run started by `mpirun -n R`. The
+//! ranks first agree that they run one script with one library, precision and kind of
+//! backend, then on the sizes, each input file's header and the seed (a digest all-gathered
+//! each time; where they differ, one message names who has what). Every rank reads its own
+//! rows of each split input (rank 0 the replicated ones, then broadcast), runs its local parts
+//! with the backend chosen here, and rank 0 writes or prints the outputs. A failure on any rank
+//! is every rank's failure, with the same exit status (2 for bad input), said once by rank 0.
 
 #[cfg(not(feature = "mpi"))]
 pub fn run_script(

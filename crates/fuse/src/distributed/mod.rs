@@ -3,7 +3,8 @@
 //! segments compiled and run by any local [`Backend`].
 //!
 //! SPMD: every rank calls [`run`] (or [`compile`], then [`RankProgram::run`] as often as it
-//! likes) with the same program and sizes; each reads only its own rows of the inputs that are
+//! likes) with the same program and sizes (checked when compiling: ranks that differ all get
+//! one error naming who has what, see [`agree_on_facts`]); each reads only its own rows of the inputs that are
 //! split (through an [`InputSource`]), rank 0 reads the replicated ones and broadcasts them, and
 //! each rank returns the results it holds (all of them on rank 0 for a plan of
 //! [`distribute`](fuse_core::distribute::distribute)). A rank that fails (a bad file, memory)
