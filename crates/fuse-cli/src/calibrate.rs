@@ -58,11 +58,11 @@ pub fn progress_bar(len: usize) -> ProgressBar {
 
 /// `fuse calibrate`: the backend asked for, or the GPU when one is there, else the CPU.
 pub fn run(args: &CalibrateArgs, library: &Library) -> Result<(), Failure> {
-    if let Some(path) = &args.out {
-        check_out(path, args.distributed)?;
-    }
     if args.distributed {
         return run_links(args);
+    }
+    if let Some(path) = &args.out {
+        check_out(path, false)?;
     }
     let target = args.backend.unwrap_or_else(|| match fuse::select::usable_gpu() {
         Ok(gpu) => {
@@ -155,22 +155,40 @@ fn run_cuda(args: &CalibrateArgs, library: &Library) -> Result<(), Failure> {
 }
 
 /// `fuse calibrate --distributed`: measures the links between the ranks; rank 0 writes them.
+/// A failure is every rank's, said once.
 #[cfg(feature = "mpi")]
 fn run_links(args: &CalibrateArgs) -> Result<(), Failure> {
-    use fuse::distributed::{measure_links, Communicator, Mpi};
-    let comm = Mpi::init().map_err(failure)?;
-    let links = measure_links(&comm).map_err(failure)?;
-    if comm.rank() != 0 {
-        return Ok(());
-    }
+    use crate::distributed::{agree, on_ranks};
+    use fuse::distributed::{measure_links, Communicator};
+    on_ranks(|comm| {
+        let out = args.out.as_deref().filter(|_| comm.rank() == 0);
+        agree(
+            comm,
+            out.map_or(Ok(()), |path| check_out(path, true)).map_err(|f| f.message),
+        )?;
+        let links = measure_links(comm).map_err(failure)?;
+        agree(
+            comm,
+            if comm.rank() == 0 {
+                write_links(&links, out)
+            } else {
+                Ok(())
+            },
+        )
+    })
+}
+
+/// Rank 0's links, to `out` or standard output.
+#[cfg(feature = "mpi")]
+fn write_links(links: &fuse::stages::fuse_core::distribute::Links, out: Option<&Path>) -> Result<(), String> {
     eprintln!(
         "{}: {:.2} µs a step, {:.2} GB/s a rank",
         links.measured_on, links.latency_us, links.bandwidth_gbs
     );
-    match &args.out {
+    match out {
         None => print!("{}", links.to_yaml()),
         Some(path) => {
-            std::fs::write(path, links.to_yaml()).map_err(|e| bad_input(format!("-o {}: {e}", path.display())))?;
+            std::fs::write(path, links.to_yaml()).map_err(|e| format!("-o {}: {e}", path.display()))?;
             eprintln!(
                 "wrote {0}; use it with `fuse explain --ranks R --links {0}`",
                 path.display()

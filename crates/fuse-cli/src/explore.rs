@@ -275,8 +275,12 @@ fn explain_distributed(prepared: &Prepared, ranks: usize, links: &Links, library
     let d = distribute(program, library).map_err(bad_input)?;
     let blocks = d.blocks(&program.sizes, ranks).map_err(bad_input)?;
     println!(
-        "{program}\nbackend: {} on each of {ranks} ranks\n\n{d}",
-        prepared.backend
+        "{program}\nbackend: {} on each of {ranks} ranks; local scripts at rank 0's sizes (`{}` = {} of `{}`)\n\n{}",
+        prepared.backend,
+        d.local_symbol,
+        blocks.rows(0),
+        d.split,
+        d.on_rank(&program.sizes, &blocks, 0)
     );
     println!(
         "collectives at {} (links: {:.1} µs a step, {:.1} GB/s a rank; {}):",

@@ -2,6 +2,8 @@
 //! message names the file, line and column), 3 when the CUDA backend was asked for and there is
 //! no usable GPU, 1 for a failure of fuse or the GPU.
 
+use fuse::stages::fuse_core::wording::printable;
+
 /// Exit status for bad input (scripts, library, sizes, files named on the command line).
 pub const EXIT_BAD_INPUT: u8 = 2;
 /// Exit status when the CUDA backend was asked for and no usable GPU (or driver) is here.
@@ -43,6 +45,25 @@ pub fn stdout(e: std::io::Error) -> Failure {
         },
         _ => internal(format!("cannot write to standard output: {e}")),
     }
+}
+
+/// What a command that also runs on the CPU offers when no GPU is usable.
+pub const USE_THE_CPU: &str = "use --backend cpu";
+
+/// Prints `f` on standard error as `error: …`, offering `alternative` where no GPU is usable;
+/// nothing for an empty message (already said, or standard output closed).
+pub fn print(f: &Failure, alternative: Option<&str>) {
+    if f.message.is_empty() || f.code == EXIT_CLOSED_OUTPUT {
+        return;
+    }
+    let advice = match alternative {
+        Some(a) if f.code == EXIT_NO_DEVICE => format!(", or {a}"),
+        _ => String::new(),
+    };
+    // Bytes of a file or a name quoted in the message are shown, never obeyed by the terminal;
+    // the lines of a compiler's log stay lines.
+    let message: Vec<String> = f.message.lines().map(printable).collect();
+    eprintln!("error: {}{advice}", message.join("\n"));
 }
 
 /// An error of fuse (or of a backend below it) for the terminal.

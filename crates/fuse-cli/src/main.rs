@@ -22,12 +22,11 @@ use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
 
-use fuse::stages::fuse_core::wording::printable;
 use fuse::stages::fuse_core::{script, DataGraph};
 use fuse::Library;
 
 use args::{load, parse_size, Backend};
-use failure::{bad_input, Failure, EXIT_CLOSED_OUTPUT, EXIT_NO_DEVICE};
+use failure::{bad_input, Failure};
 
 #[derive(Parser)]
 #[command(
@@ -278,16 +277,7 @@ fn main() -> ExitCode {
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(f) => {
-            let advice = match alternative {
-                Some(a) if f.code == EXIT_NO_DEVICE => format!(", or {a}"),
-                _ => String::new(),
-            };
-            if f.code != EXIT_CLOSED_OUTPUT {
-                // Bytes of a file or a name quoted in the message are shown, never obeyed by the
-                // terminal; the lines of a compiler's log stay lines.
-                let message: Vec<String> = f.message.lines().map(printable).collect();
-                eprintln!("error: {}{advice}", message.join("\n"));
-            }
+            failure::print(&f, alternative);
             ExitCode::from(f.code)
         }
     }
@@ -301,7 +291,7 @@ impl Command {
             | Command::Bench(_)
             | Command::Calibrate(_)
             | Command::Explore(_)
-            | Command::Explain(_) => Some("use --backend cpu"),
+            | Command::Explain(_) => Some(failure::USE_THE_CPU),
             Command::Selftest(_) => Some("use --backend emulate"),
             _ => None,
         }
@@ -341,10 +331,11 @@ fn run(cli: Cli) -> Result<(), Failure> {
             timing,
             distributed,
         } => {
-            // Under mpirun every rank loads the script: warned of by rank 0 of the distributed run.
-            let program = args::load_quiet(&script, &library)?;
-            if !distributed {
-                args::warn(&program);
+            // Under mpirun every rank loads the script, and agrees on it before saying anything: a
+            // script missing on one rank is said once, its warnings by rank 0.
+            let program = args::load_quiet(&script, &library);
+            if let (Ok(program), false) = (&program, distributed) {
+                args::warn(program);
             }
             let options = run::RunOptions {
                 library: &library,
@@ -360,8 +351,8 @@ fn run(cli: Cli) -> Result<(), Failure> {
                 timing,
             };
             match distributed {
-                true => distributed::run_script(&program, &options),
-                false => run::run_script(&program, &options),
+                true => distributed::run_script(program, &options),
+                false => run::run_script(&program?, &options),
             }
         }
         Command::Explore(args) => explore::run_explore(&args, &library),

@@ -117,13 +117,31 @@ fn read_array(path: &Path, precision: Precision) -> Result<HostArray, String> {
     read_rows(path, precision, None)
 }
 
-/// The shape in the header of the `.npy` file at `path`, without reading its elements.
+/// The shape and the element type (`float32`, `float64`, else numpy's `descr`) in the header
+/// of the `.npy` file at `path`, without reading its elements.
 #[cfg_attr(not(feature = "mpi"), allow(dead_code))]
-pub fn read_shape(path: &Path) -> Result<Vec<usize>, String> {
+pub fn read_header(path: &Path) -> Result<(Vec<usize>, String), String> {
     let file = file::open_regular(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let size = file.metadata().map_err(|e| format!("{}: {e}", path.display()))?.len();
     let header = Header::read(&mut BufReader::new(file), size).map_err(|e| format!("{}: {e}", path.display()))?;
-    Ok(header.shape)
+    let dtype = match header.float_kind() {
+        Ok((Precision::F32, _)) => "float32".to_string(),
+        Ok((Precision::F64, _)) => "float64".to_string(),
+        Err(_) => header.descr,
+    };
+    Ok((header.shape, dtype))
+}
+
+/// A shape as numpy prints it: `(120, 50)`, `(50,)`, `()`.
+#[cfg_attr(not(feature = "mpi"), allow(dead_code))]
+pub fn tuple(shape: &[usize]) -> String {
+    match shape {
+        [one] => format!("({one},)"),
+        _ => format!(
+            "({})",
+            shape.iter().map(usize::to_string).collect::<Vec<_>>().join(", ")
+        ),
+    }
 }
 
 /// [`read_array`], or only rows `rows` of its outermost dimension: a row-major file is read
@@ -341,16 +359,37 @@ fn read_elements<T, const N: usize>(
     let mut chunk = vec![0u8; READ_CHUNK / N * N];
     while out.len() < count {
         let take = ((count - out.len()) * N).min(chunk.len());
-        reader
-            .read_exact(&mut chunk[..take])
-            .map_err(|e| format!("{}: ends after {} of its {count} elements ({e})", what(), out.len()))?;
+        let got = fill(reader, &mut chunk[..take]).map_err(|e| {
+            format!(
+                "{}: cannot be read after {} of its {count} elements: {e}",
+                what(),
+                out.len()
+            )
+        })?;
         out.extend(
-            chunk[..take]
+            chunk[..got - got % N]
                 .chunks_exact(N)
                 .map(|b| from(b.try_into().expect("N bytes"))),
         );
+        if got < take {
+            return Err(format!("{}: ends after {} of its {count} elements", what(), out.len()));
+        }
     }
     Ok(out)
+}
+
+/// Reads into `buf` until it is full or the file ends: the bytes read.
+fn fill(reader: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut got = 0;
+    while got < buf.len() {
+        match reader.read(&mut buf[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(got)
 }
 
 /// How [`write_outputs`] writes.
@@ -628,7 +667,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let short = npy(dir.path(), "<f4", false, "(4,)", &[0; 12]);
         let err = read_array(&short, Precision::F32).unwrap_err();
-        assert!(err.contains("a.npy: ends after 0 of its 4 elements"), "{err}");
+        // The three elements there are counted, in fuse's words (no "failed to fill whole buffer").
+        assert!(err.ends_with("a.npy: ends after 3 of its 4 elements"), "{err}");
         let ints = npy(dir.path(), "<i8", false, "(1,)", &[0; 8]);
         let err = read_array(&ints, Precision::F64).unwrap_err();
         assert!(

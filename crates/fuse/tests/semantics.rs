@@ -178,13 +178,34 @@ struct Form {
 }
 
 const FORMS: [Form; 7] = [
-    Form { call: "Fgemv($a, A, x)", terms: &[("a", &["A", "x"])] },
-    Form { call: "Fgemv($a, A, x, $b, y)", terms: &[("a", &["A", "x"]), ("b", &["y"])] },
-    Form { call: "Fgemtv($a, A, y, $b, v)", terms: &[("a", &["A", "y"]), ("b", &["v"])] },
-    Form { call: "Faxpy($a, x, v)", terms: &[("a", &["x"])] },
-    Form { call: "Faxpby($a, x, $b, v)", terms: &[("a", &["x"]), ("b", &["v"])] },
-    Form { call: "Fscal($a, x)", terms: &[("a", &["x"])] },
-    Form { call: "Fger($a, u, x, A)", terms: &[("a", &["u", "x"])] },
+    Form {
+        call: "Fgemv($a, A, x)",
+        terms: &[("a", &["A", "x"])],
+    },
+    Form {
+        call: "Fgemv($a, A, x, $b, y)",
+        terms: &[("a", &["A", "x"]), ("b", &["y"])],
+    },
+    Form {
+        call: "Fgemtv($a, A, y, $b, v)",
+        terms: &[("a", &["A", "y"]), ("b", &["v"])],
+    },
+    Form {
+        call: "Faxpy($a, x, v)",
+        terms: &[("a", &["x"])],
+    },
+    Form {
+        call: "Faxpby($a, x, $b, v)",
+        terms: &[("a", &["x"]), ("b", &["v"])],
+    },
+    Form {
+        call: "Fscal($a, x)",
+        terms: &[("a", &["x"])],
+    },
+    Form {
+        call: "Fger($a, u, x, A)",
+        terms: &[("a", &["u", "x"])],
+    },
 ];
 
 /// What a scalar argument is: a literal 0, a run-time 0, or a run-time number.

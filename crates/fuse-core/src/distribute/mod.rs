@@ -180,6 +180,25 @@ impl Segment {
     pub fn sizes(&self, local: &Sizes) -> Sizes {
         Sizes::new((self.program.sizes.iter()).filter_map(|(s, _)| Some((s.to_string(), local.get(s)?))))
     }
+
+    /// It as the rank of sizes `local` runs it: its script and program at those sizes.
+    fn at(&self, local: &Sizes) -> Segment {
+        let sizes = self.sizes(local);
+        let line = steps::sizes_line(sizes.iter());
+        let script: String = (self.script.lines())
+            .map(|l| match l.starts_with("sizes: ") {
+                true => format!("{line}\n"),
+                false => format!("{l}\n"),
+            })
+            .collect();
+        let mut program = self.program.clone();
+        program.sizes = sizes;
+        Segment {
+            script,
+            program,
+            ..self.clone()
+        }
+    }
 }
 
 /// One step of a distributed run, in order.
@@ -253,6 +272,16 @@ impl Distributed {
         let mut local = sizes.clone();
         local.set(&self.local_symbol, blocks.rows(rank));
         local
+    }
+
+    /// The plan as rank `rank` of those `blocks` run at `sizes`: its local scripts with that
+    /// rank's sizes (its rows of the split symbol), not the whole problem's.
+    pub fn on_rank(&self, sizes: &Sizes, blocks: &RowBlocks, rank: usize) -> Distributed {
+        let local = self.local_sizes(sizes, blocks, rank);
+        Distributed {
+            segments: self.segments.iter().map(|s| s.at(&local)).collect(),
+            ..self.clone()
+        }
     }
 
     /// The shape of a local form, in the local scripts' symbols.

@@ -359,11 +359,10 @@ fn local_script(d: &Distributed, k: usize, calls: &[usize], inputs: &[LocalValue
         let whole = if s == d.local_symbol { &d.split } else { s };
         program.sizes.get(whole).unwrap_or(1)
     };
-    let sizes: Vec<String> = symbols.iter().map(|s| format!("{s}: {}", default(s))).collect();
     let mut text = String::new();
     let _ = writeln!(text, "name: {}_part{}", program.name, k + 1);
     let _ = writeln!(text, "precision: {}", program.precision);
-    let _ = writeln!(text, "sizes: {{{}}}", sizes.join(", "));
+    let _ = writeln!(text, "{}", sizes_line(symbols.iter().map(|&s| (s, default(s)))));
     let _ = writeln!(text, "inputs:");
     for (form, shape) in inputs.iter().zip(&shapes) {
         let _ = writeln!(text, "  {}: {shape}", d.name(*form));
@@ -392,4 +391,10 @@ fn local_script(d: &Distributed, k: usize, calls: &[usize], inputs: &[LocalValue
         let _ = writeln!(text, "  - {} = {}({})", d.name(result), call.callee, args.join(", "));
     }
     text
+}
+
+/// A local script's `sizes: {m_local: 250, n: 4096}` line.
+pub(super) fn sizes_line<'a>(sizes: impl Iterator<Item = (&'a str, usize)>) -> String {
+    let sizes: Vec<String> = sizes.map(|(s, v)| format!("{s}: {v}")).collect();
+    format!("sizes: {{{}}}", sizes.join(", "))
 }

@@ -3,7 +3,8 @@
 //! segments compiled and run by any local [`Backend`].
 //!
 //! SPMD: every rank calls [`run`] (or [`compile`], then [`RankProgram::run`] as often as it
-//! likes) with the same program and sizes; each reads only its own rows of the inputs that are
+//! likes) with the same program and sizes (checked when compiling: ranks that differ all get
+//! one error naming who has what, see [`agree_on_facts`]); each reads only its own rows of the inputs that are
 //! split (through an [`InputSource`]), rank 0 reads the replicated ones and broadcasts them, and
 //! each rank returns the results it holds (all of them on rank 0 for a plan of
 //! [`distribute`](fuse_core::distribute::distribute)). A rank that fails (a bad file, memory)
@@ -35,6 +36,7 @@
 //! # Ok::<(), fuse::Error>(())
 //! ```
 
+mod agreement;
 mod convert;
 mod measure;
 #[cfg(feature = "mpi")]
@@ -59,6 +61,10 @@ use resident::OnDevice;
 
 #[cfg(feature = "mpi")]
 pub use self::mpi::Mpi;
+use agreement::plan_fact;
+pub use agreement::{
+    agree_on_digest, agree_on_facts, backend_fact, digest, library_fact, script_fact, size_facts, Digest, Fact,
+};
 pub use measure::measure_links;
 pub use ranks::{LocalRank, LocalRanks};
 pub use resident::Link;
@@ -87,6 +93,31 @@ pub trait Communicator {
     fn reduce_scatter_sum(&self, data: &HostData, counts: &[usize]) -> Result<HostData>;
     /// One byte from each rank, on every rank.
     fn all_gather_byte(&self, byte: u8) -> Result<Vec<u8>>;
+    /// Every rank's `digest`, in rank order, on every rank: what the ranks check they agree on
+    /// before data moves. By default through [`Communicator::all_gather_bytes`]; one
+    /// all-gather of its fixed size where the communicator has one.
+    fn all_gather_digest(&self, digest: &Digest) -> Result<Vec<Digest>> {
+        (self.all_gather_bytes(digest)?.iter())
+            .map(|d| {
+                Digest::try_from(&d[..]).map_err(|_| Error::Internal("a rank sent a digest of another size".into()))
+            })
+            .collect()
+    }
+    /// Every rank's `bytes` (of any length), in rank order, on every rank. By default one
+    /// broadcast per rank, for the few bytes of an agreement.
+    fn all_gather_bytes(&self, bytes: &[u8]) -> Result<Vec<Vec<u8>>> {
+        (0..self.ranks())
+            .map(|root| {
+                let mut data = if root == self.rank() {
+                    bytes.to_vec()
+                } else {
+                    Vec::new()
+                };
+                self.broadcast_bytes(root, &mut data)?;
+                Ok(data)
+            })
+            .collect()
+    }
 }
 
 /// Agrees on failure: `Err` on every rank with the first failing rank's error if any rank's
@@ -172,7 +203,8 @@ pub struct RankProgram {
 }
 
 /// Compiles this rank's segments of `plan` at `sizes` for `backend` with `options` (on every
-/// rank; a failure on one is every rank's error). Where the segments run on a GPU, the ranks
+/// rank; a failure on one is every rank's error, and so are ranks that give other plans,
+/// sizes or kinds of backend). Where the segments run on a GPU, the ranks
 /// join an NCCL communicator for the program's collectives.
 pub fn compile(
     comm: &dyn Communicator,
@@ -194,6 +226,10 @@ pub(crate) fn compile_linked(
     options: &CompileOptions,
     link: &mut Option<Arc<Link>>,
 ) -> Result<RankProgram> {
+    // Ranks with other plans, sizes or kinds of backend would run other collectives.
+    let mut facts = vec![script_fact(&plan.program), plan_fact(&plan), backend_fact(backend)];
+    facts.extend(size_facts(sizes));
+    agree_on_facts(comm, &facts)?;
     // The same on every rank: no agreement needed.
     let blocks = plan.blocks(sizes, comm.ranks()).map_err(Error::Distribution)?;
     let local_sizes = plan.local_sizes(sizes, &blocks, comm.rank());

@@ -11,7 +11,7 @@ use mpi::Count;
 use fuse_core::data::try_zeroed_vec;
 use fuse_core::HostData;
 
-use super::Communicator;
+use super::{Communicator, Digest};
 use crate::error::{Error, Result};
 
 /// MPI's world communicator; MPI is finalized when it is dropped. It may move to another
@@ -171,6 +171,31 @@ impl Communicator for Mpi {
         let mut all = vec![0u8; self.ranks()];
         self.world.all_gather_into(&byte, &mut all[..]);
         Ok(all)
+    }
+
+    fn all_gather_digest(&self, digest: &Digest) -> Result<Vec<Digest>> {
+        let mut all = vec![0u8; digest.len() * self.ranks()];
+        self.world.all_gather_into(&digest[..], &mut all[..]);
+        Ok((all.chunks_exact(digest.len()))
+            .map(|d| Digest::try_from(d).expect("a digest's bytes"))
+            .collect())
+    }
+
+    fn all_gather_bytes(&self, bytes: &[u8]) -> Result<Vec<Vec<u8>>> {
+        let mut lens = vec![0u64; self.ranks()];
+        self.world.all_gather_into(&(bytes.len() as u64), &mut lens[..]);
+        let lens: Vec<usize> = lens.iter().map(|&n| n as usize).collect();
+        let (c, d) = partition(&lens)?;
+        let mut all = vec![0u8; lens.iter().sum()];
+        (self.world).all_gather_varcount_into(bytes, &mut PartitionMut::new(&mut all[..], c, d));
+        let mut rest = &all[..];
+        Ok((lens.iter())
+            .map(|&n| {
+                let (mine, after) = rest.split_at(n);
+                rest = after;
+                mine.to_vec()
+            })
+            .collect())
     }
 }
 

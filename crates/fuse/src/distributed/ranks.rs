@@ -232,4 +232,8 @@ impl Communicator for LocalRank {
     fn all_gather_byte(&self, byte: u8) -> Result<Vec<u8>> {
         Ok(self.bytes(vec![byte])?.concat())
     }
+
+    fn all_gather_bytes(&self, bytes: &[u8]) -> Result<Vec<Vec<u8>>> {
+        self.bytes(bytes.to_vec())
+    }
 }

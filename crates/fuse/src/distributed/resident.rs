@@ -50,7 +50,7 @@ impl Link {
             });
         }
         let uuid = Device::open(device).and_then(|d| d.uuid()).map_err(Error::from);
-        let uuids = all_gather_bytes(comm, agree(comm, uuid)?.to_vec())?;
+        let uuids = comm.all_gather_bytes(&agree(comm, uuid)?)?;
         if (1..uuids.len()).any(|r| uuids[..r].contains(&uuids[r])) {
             return Ok(Link::Host {
                 why: "ranks share a GPU, and NCCL needs one GPU per rank".to_string(),
@@ -73,18 +73,6 @@ impl Link {
             Link::Host { why } => format!("through the host ({why})"),
         }
     }
-}
-
-/// Every rank's `bytes`, in rank order, on every rank (one broadcast per rank: for a few
-/// bytes when a link is made).
-fn all_gather_bytes(comm: &dyn Communicator, bytes: Vec<u8>) -> Result<Vec<Vec<u8>>> {
-    (0..comm.ranks())
-        .map(|root| {
-            let mut data = if root == comm.rank() { bytes.clone() } else { Vec::new() };
-            comm.broadcast_bytes(root, &mut data)?;
-            Ok(data)
-        })
-        .collect()
 }
 
 /// A rank's forms on the device, and what crossed between host and device for them.

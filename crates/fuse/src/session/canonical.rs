@@ -43,8 +43,8 @@ pub(super) struct Canonical<'c> {
     pub outputs: Vec<(u64, String)>,
     calls: &'c [PendingCall],
     /// The extents of each input, in declaration order.
-    dims: Vec<Vec<usize>>,
-    precision: Precision,
+    pub dims: Vec<Vec<usize>>,
+    pub precision: Precision,
 }
 
 /// The batch running `calls` (in order) that returns the values `outputs`; `dims` gives the
@@ -125,23 +125,9 @@ impl Canonical<'_> {
     /// The script's YAML text: value names `v0, v1, …` and one size symbol `n0, n1, …` per
     /// distinct extent, each by first appearance.
     pub(super) fn text(&self) -> String {
-        let mut names = Names::default();
         let mut call_lines = String::new();
-        let prefix = self.precision.prefix();
-        for call in self.calls {
-            let args: Vec<String> = (call.args.iter())
-                .map(|arg| match *arg {
-                    PendingArg::Literal(v) => format!("{v:?}"),
-                    PendingArg::Value(id) => format!("v{}", names.number(id, true)),
-                })
-                .collect();
-            let result = names.number(call.result, false);
-            let _ = writeln!(
-                call_lines,
-                "  - v{result} = {prefix}{}({})",
-                call.function,
-                args.join(", ")
-            );
+        for call in self.call_lines() {
+            let _ = writeln!(call_lines, "  - {call}");
         }
         let mut extents: Vec<usize> = Vec::new();
         let mut input_lines = String::new();
@@ -162,6 +148,24 @@ impl Canonical<'_> {
             sizes.join(", "),
             outputs.join(", ")
         )
+    }
+
+    /// Its calls as the script writes them: `v2 = dgemv(v0, v1)`.
+    pub(super) fn call_lines(&self) -> Vec<String> {
+        let mut names = Names::default();
+        let prefix = self.precision.prefix();
+        (self.calls.iter())
+            .map(|call| {
+                let args: Vec<String> = (call.args.iter())
+                    .map(|arg| match *arg {
+                        PendingArg::Literal(v) => format!("{v:?}"),
+                        PendingArg::Value(id) => format!("v{}", names.number(id, true)),
+                    })
+                    .collect();
+                let result = names.number(call.result, false);
+                format!("v{result} = {prefix}{}({})", call.function, args.join(", "))
+            })
+            .collect()
     }
 }
 

@@ -19,7 +19,10 @@ use super::state::{Computed, Copies, Data, State};
 use super::Session;
 use crate::backend::{Backend, CompileOptions};
 use crate::device::Pool;
-use crate::distributed::{self, agree, Communicator, InputSource, RankProgram, RankTimes, Stored};
+use crate::distributed::{
+    self, agree, agree_on_digest, agree_on_facts, backend_fact, digest, library_fact, Communicator, Fact, InputSource,
+    RankProgram, RankTimes, Stored,
+};
 use crate::element::{checked_array, Element};
 use crate::error::{Error, Result};
 
@@ -33,13 +36,23 @@ impl<T: Element> Session<T> {
         Self::distributed_with_options(comm, backend, CompileOptions::new())
     }
 
-    /// [`Session::distributed`] compiling with `options`.
+    /// [`Session::distributed`] compiling with `options`. Collective: the ranks must make it
+    /// with the same kind of backend, library and precision (an error on every rank names
+    /// which differs); each flush checks that they flush the same calls on values of the same
+    /// extents, held alike, with the same scalars held whole.
     pub fn distributed_with_options(
         comm: impl Communicator + Send + 'static,
         backend: Backend,
         options: CompileOptions,
     ) -> Result<Self> {
-        let mut session = Self::with_options(backend, options)?;
+        // A session that one rank cannot make is every rank's error, not a rank left waiting.
+        let mut session = agree(&comm, Self::with_options(backend, options))?;
+        let facts = [
+            backend_fact(&session.backend),
+            library_fact(&session.library),
+            Fact::new("precision", format!("precision {}", T::PRECISION)),
+        ];
+        agree_on_facts(&comm, &facts)?;
         session.comm = Some(Box::new(comm));
         Ok(session)
     }
@@ -110,10 +123,17 @@ impl<T: Element> Session<T> {
     /// every rank must call it.
     pub fn gather(&self, handle: &impl Handle<T>) -> Result<Vec<T>> {
         let local = self.read(handle)?;
-        let (Some(comm), Some(_)) = (self.comm(), self.local_rows(handle)?) else {
+        let Some(comm) = self.comm() else {
             return Ok(local);
         };
+        let by_rows = self.local_rows(handle)?.is_some();
         let dims = handle.dims();
+        let held = if by_rows { "in row blocks" } else { "whole" };
+        // Ranks that gather other values would all-gather other counts, or wait for the others.
+        agree_on_facts(comm, &[Fact::new("gather", format!("a gather of {dims:?} {held}"))])?;
+        if !by_rows {
+            return Ok(local);
+        }
         let counts = blocks(dims[0], comm.ranks())?.counts(dims[1..].iter().product());
         let all = comm.all_gather(&T::into_data(local), &counts)?;
         let array = HostArray {
@@ -177,6 +197,17 @@ impl State {
         script.inputs.iter().map(|(id, _)| self.held(*id)).collect()
     }
 
+    /// The value of each input of `script` that is a scalar this rank holds on the host (the
+    /// literals a flush passes as values, the caller's scalars): every rank must hold the same.
+    fn held_scalars(&self, script: &Canonical) -> Vec<Option<f64>> {
+        (script.inputs.iter())
+            .map(|(id, _)| match self.data(*id) {
+                Some(Data::Ready(Copies { host: Some(a), .. })) if a.dims.is_empty() => a.to_f64().first().copied(),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// The key of `script`'s rank program: the same calls on values held otherwise (rows or
     /// whole) make another.
     pub(super) fn ranked_key(&self, script: &Canonical) -> Vec<u8> {
@@ -193,6 +224,15 @@ impl State {
     ) -> Result<Computed> {
         let held = self.held_inputs(script);
         let key = rank_program_key(script, &held);
+        // Before the plan is looked up: ranks with other calls would run other collectives.
+        let scalars = self.held_scalars(script);
+        let bits: Vec<u8> = (scalars.iter())
+            .flat_map(|s| match s {
+                Some(v) => [&[1][..], &v.to_bits().to_le_bytes()].concat(),
+                None => vec![0],
+            })
+            .collect();
+        agree_on_digest(comm, &digest(&[&key, &bits]), || flush_facts(script, &held, &scalars))?;
         let program = match self.ranked.get(&key) {
             Some(program) => {
                 self.stats.cache_hits += 1;
@@ -264,6 +304,30 @@ impl State {
         let (results, times) = ran?;
         Ok((Computed::Device(results.into_iter().collect()), times))
     }
+}
+
+/// What the ranks flush, as facts: the precision, each call, each input's extents, how it is
+/// held and its value where it is a scalar held on the host, the outputs.
+fn flush_facts(script: &Canonical, held: &[Distribution], scalars: &[Option<f64>]) -> Vec<Fact> {
+    let calls = script.call_lines();
+    let mut facts = vec![
+        Fact::new("precision", format!("precision {}", script.precision)),
+        Fact::new("calls", format!("{} calls", calls.len())),
+    ];
+    for (k, call) in calls.iter().enumerate() {
+        facts.push(Fact::new(format!("call {}", k + 1), format!("call {} `{call}`", k + 1)));
+    }
+    for ((((_, name), dims), held), scalar) in script.inputs.iter().zip(&script.dims).zip(held).zip(scalars) {
+        let how = match (held, scalar) {
+            (_, Some(v)) => format!("= {v:?}"),
+            (Distribution::Rows, None) => format!("of {dims:?} in row blocks"),
+            _ => format!("of {dims:?} whole"),
+        };
+        facts.push(Fact::new(format!("input {name}"), format!("input {name} {how}")));
+    }
+    let outputs: Vec<&str> = script.outputs.iter().map(|(_, n)| n.as_str()).collect();
+    facts.push(Fact::new("outputs", format!("outputs {}", outputs.join(", "))));
+    facts
 }
 
 fn rank_program_key(script: &Canonical, held: &[Distribution]) -> Vec<u8> {
