@@ -360,40 +360,43 @@ fn timing_reports_upload_compute_and_download() {
     assert!(line.contains("compute ") && line.contains("on the host"), "{line}");
 }
 
+/// A product by a zero scalar is +0 whatever it multiplies (BLAS's α = 0), a literal zero of
+/// either sign included, on every backend: NaN and Inf in `y` are not read.
 #[test]
-fn a_negative_zero_literal_keeps_its_sign_on_every_backend() {
+fn a_zero_literal_scale_is_zero_on_every_backend_whatever_it_scales() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("neg.yaml");
-    let text = "name: neg\nsizes: {n: 5}\ninputs: {y: [n]}\noutputs: [z]\ncalls:\n  - z = sscal(-0.0, y)\n";
-    std::fs::write(&path, text).unwrap();
     let inputs = dir.path().join("in");
     std::fs::create_dir(&inputs).unwrap();
-    let y = [1.0f32, -2.0, 0.0, -0.0, 3.5];
-    common::write_f32(&inputs.join("y.npy"), &[5], &y);
-    // IEEE: -0 · y is -0 for positive y and +0 for negative y (and the reverse for zeros).
-    let want: Vec<u32> = y.iter().map(|v| (-0.0f32 * v).to_bits()).collect();
-    for backend in ["reference", "cpu", "emulate"] {
-        let out_dir = dir.path().join(backend);
-        let out = fuse(&[
-            "run",
-            path.to_str().unwrap(),
-            "--backend",
-            backend,
-            "--inputs",
-            inputs.to_str().unwrap(),
-            "--outputs",
-            out_dir.to_str().unwrap(),
-        ]);
-        assert!(
-            out.status.success(),
-            "{backend}: {}",
-            String::from_utf8_lossy(&out.stderr)
+    let y = [1.0f32, -2.0, 0.0, -0.0, f32::NAN, f32::NEG_INFINITY];
+    common::write_f32(&inputs.join("y.npy"), &[6], &y);
+    for zero in ["-0.0", "0"] {
+        let path = dir.path().join("zero.yaml");
+        let text = format!(
+            "name: zero\nsizes: {{n: 6}}\ninputs: {{y: [n]}}\noutputs: [z]\ncalls:\n  - z = sscal({zero}, y)\n"
         );
-        let got: Vec<u32> = common::read_f32(&out_dir.join("z.npy"))
-            .iter()
-            .map(|v| v.to_bits())
-            .collect();
-        assert_eq!(got, want, "{backend}: sign bits");
+        std::fs::write(&path, text).unwrap();
+        for backend in ["reference", "cpu", "emulate"] {
+            let out_dir = dir.path().join(format!("{backend}{zero}"));
+            let out = fuse(&[
+                "run",
+                path.to_str().unwrap(),
+                "--backend",
+                backend,
+                "--inputs",
+                inputs.to_str().unwrap(),
+                "--outputs",
+                out_dir.to_str().unwrap(),
+            ]);
+            assert!(
+                out.status.success(),
+                "{backend}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let got: Vec<u32> = (common::read_f32(&out_dir.join("z.npy")).iter())
+                .map(|v| v.to_bits())
+                .collect();
+            assert_eq!(got, [0; 6], "{backend}, sscal({zero}, y): bits");
+        }
     }
 }
 

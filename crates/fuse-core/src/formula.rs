@@ -11,9 +11,9 @@
 //! `norm2(i, e)` is the Euclidean norm `sqrt(sum(i, e * e))` as BLAS `nrm2` computes it: scaled
 //! so that it neither overflows nor underflows where the result is representable.
 //!
-//! A product with a scalar parameter that is zero is dropped, whatever its other factors hold
-//! ([`Expr::without_zero_products`]): BLAS does not read `y` where β = 0 or `A` where α = 0, so
-//! a NaN or an uninitialised buffer there does not reach the result. Every backend follows this
+//! A product with a scalar parameter that is zero is zero (+0), whatever its other factors hold
+//! ([`Expr::with_zero_products`]): BLAS does not read `y` where β = 0 or `A` where α = 0, so a
+//! NaN or an uninitialised buffer there does not reach the result. Every backend follows this
 //! rule, for a literal 0 at compile time and for a run-time scalar when it runs.
 
 use crate::shape::Shape;
@@ -132,7 +132,7 @@ impl Expr {
     }
 
     /// The scalar parameters this expression multiplies by, where it is a product (a chain of
-    /// `*` and `-`): where one of them is zero, the product is dropped.
+    /// `*` and `-`): where one of them is zero, the product is zero.
     pub fn scalar_factors(&self) -> Vec<usize> {
         match self {
             Expr::Scalar(p) => vec![*p],
@@ -142,33 +142,25 @@ impl Expr {
         }
     }
 
-    /// The expression with every product by a scalar parameter that `is_zero` dropped (left
-    /// out of the sum it stands in, zero elsewhere); `None` where all of it is dropped. `a·x +
-    /// y` with `a` zero is `y`, and reads no `x`.
-    pub fn without_zero_products(&self, is_zero: &dyn Fn(usize) -> bool) -> Option<Expr> {
-        let keep = |e: &Expr| e.without_zero_products(is_zero);
-        let or_zero = |e: &Expr| Box::new(keep(e).unwrap_or(Expr::Number(0.0)));
+    /// The expression with every product by a scalar parameter that `is_zero` replaced by the
+    /// number 0 (+0, as BLAS's zeroed `y` is): `a·x + y` with `a` zero is `0 + y`, and reads no
+    /// `x`.
+    pub fn with_zero_products(&self, is_zero: &dyn Fn(usize) -> bool) -> Expr {
+        let zeroed = |e: &Expr| Box::new(e.with_zero_products(is_zero));
         if self.scalar_factors().into_iter().any(is_zero) {
-            return None;
+            return Expr::Number(0.0);
         }
-        Some(match self {
+        match self {
             Expr::Number(_) | Expr::Scalar(_) | Expr::Element { .. } => self.clone(),
-            Expr::Neg(a) => Expr::Neg(Box::new(keep(a)?)),
-            Expr::Binary(op @ (BinOp::Add | BinOp::Sub), a, b) => match (keep(a), keep(b)) {
-                (Some(a), Some(b)) => Expr::Binary(*op, Box::new(a), Box::new(b)),
-                (Some(a), None) => a,
-                (None, Some(b)) if *op == BinOp::Add => b,
-                (None, Some(b)) => Expr::Neg(Box::new(b)),
-                (None, None) => return None,
-            },
-            Expr::Binary(op, a, b) => Expr::Binary(*op, or_zero(a), or_zero(b)),
+            Expr::Neg(a) => Expr::Neg(zeroed(a)),
+            Expr::Binary(op, a, b) => Expr::Binary(*op, zeroed(a), zeroed(b)),
             Expr::Reduce { op, index, body } => Expr::Reduce {
                 op: *op,
                 index: *index,
-                body: or_zero(body),
+                body: zeroed(body),
             },
-            Expr::Call(f, a) => Expr::Call(*f, or_zero(a)),
-        })
+            Expr::Call(f, a) => Expr::Call(*f, zeroed(a)),
+        }
     }
 
     /// Whether the expression contains a reduction (`sum` or `norm2`).

@@ -34,9 +34,9 @@ pub fn scalar_register(v: ValueId) -> String {
 }
 
 /// Emits `expr` of `call`; `sum` names the value that replaces its `sum(...)` or `norm2(...)`,
-/// if any. A product by a scalar that is zero is dropped (`fuse_core::formula`): by a literal 0
-/// here, by a run-time scalar where the kernel runs, a test of the scalar the compiler hoists
-/// out of the loops.
+/// if any. A product by a scalar that is zero is 0 (`fuse_core::formula`): by a literal 0 here
+/// (what it multiplies is then never loaded), by a run-time scalar where the kernel runs, a
+/// test of the scalar the compiler hoists out of the loops.
 pub fn emit(
     expr: &Expr,
     call: &Call,
@@ -45,16 +45,13 @@ pub fn emit(
     sum: Option<&str>,
 ) -> Result<String, GenerateError> {
     let literal_zero = |p: usize| matches!(call.args.get(p), Some(Arg::Literal(v)) if *v == 0.0);
-    match expr.without_zero_products(&literal_zero) {
-        Some(expr) => Emitter {
-            call,
-            precision,
-            regs,
-            sum,
-        }
-        .emit(&expr),
-        None => Ok(literal(0.0, precision)),
-    }
+    let emitter = Emitter {
+        call,
+        precision,
+        regs,
+        sum,
+    };
+    emitter.emit(&expr.with_zero_products(&literal_zero))
 }
 
 /// What [`emit`] emits with.

@@ -1,5 +1,5 @@
 //! The f64 reference interpreter: evaluates a program call by call, each call straight from
-//! its library formula (products by a zero scalar dropped, as BLAS drops them), in f64 whatever
+//! its library formula (a product by a zero scalar zero, as in BLAS), in f64 whatever
 //! the script's precision, and each call's result then rounded to the script's precision: a
 //! call's result is a number of that precision, as if each call ran alone (`t = sscal(a, x);
 //! z = sscal(b, t)` overflows at `t` in f32 on every backend). It is the ground truth every
@@ -78,10 +78,7 @@ fn evaluate_call(call: &Call, values: &HashMap<usize, Array>) -> Array {
         .collect();
     let formula = &call.form.formula;
     let is_zero = |p: usize| matches!(operands[p], Operand::Scalar(v) if v == 0.0);
-    let body = formula
-        .body
-        .without_zero_products(&is_zero)
-        .unwrap_or(Expr::Number(0.0));
+    let body = formula.body.with_zero_products(&is_zero);
     let mut extent_of_dim: HashMap<&str, usize> = HashMap::new();
     for (param, operand) in call.form.signature.params.iter().zip(&operands) {
         if let Operand::Array(a) = operand {

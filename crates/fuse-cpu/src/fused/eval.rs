@@ -141,7 +141,7 @@ impl<'s, T: Real> Scope<'s, '_, T> {
         }
     }
 
-    /// Whether `term` is a product by a scalar that is zero now: dropped, as BLAS drops it
+    /// Whether `term` is a product by a scalar that is zero now: +0, as in BLAS
     /// (`fuse_core::formula`), its other factors not read.
     fn drops(&self, term: &Term) -> bool {
         term.factors
@@ -210,6 +210,9 @@ impl<'s, T: Real> Resolved<'s, T> {
     fn add(&mut self, terms: &[Term], scope: &Scope<'s, '_, T>, seg: Seg) {
         for term in terms {
             if scope.drops(term) {
+                // The term is +0: only the sign of a zero result can tell, and adding +0
+                // anywhere in the sum tells it alike.
+                self.konst += T::ZERO;
                 continue;
             }
             let mut coef = T::from_f64(term.coef);
@@ -473,7 +476,7 @@ pub(crate) fn shared_rows<T: Real>(
     let row_sum = RowProduct::new(only_term(row_body), matrix, scope, span);
     // The column sums' product, its run being the matrix row itself.
     let column = RowProduct::new(only_term(column_body), matrix, scope, span);
-    // A product by a scalar that is zero now is dropped: the other sum alone.
+    // A product by a scalar that is zero now is 0: the other sum alone.
     let (rows_drop, columns_drop) = (scope.drops(only_term(row_body)), scope.drops(only_term(column_body)));
     let (mut dots, mut coefs) = ([T::ZERO; CHUNK], [T::ZERO; CHUNK]);
     for (first, chunk) in (rows.start..)

@@ -112,9 +112,9 @@ impl Stage {
         sum: bool,
         sum_is_run: bool,
     ) -> Result<Stage, String> {
-        // A product by a literal 0 is dropped here, once; by a run-time 0, as each segment runs.
+        // A product by a literal 0 is 0 from here on; by a run-time 0, as each segment runs.
         let literal_zero = |p: usize| matches!(args.get(p), Some(Arg::Literal(v)) if *v == 0.0);
-        let expr = expr.without_zero_products(&literal_zero).unwrap_or(Expr::Number(0.0));
+        let expr = expr.with_zero_products(&literal_zero);
         let node = lower(&expr, args, roles, sum)?;
         let terms = expand(&node).filter(|t| fits_loops(t, sum_is_run));
         Ok(Stage {
