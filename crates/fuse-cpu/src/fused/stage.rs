@@ -164,22 +164,29 @@ impl Stage {
         let Some(terms) = &self.terms else {
             return !self.reads(v);
         };
-        let reads_v = |t: &Term| {
+        let runs_of_v = |t: &Term| {
             t.factors
                 .iter()
                 .any(|f| matches!(f, Factor::Array(x, a) if *x == v && a.is_run()))
         };
-        if !terms.iter().any(reads_v) {
-            return true;
+        if !terms.iter().any(runs_of_v) {
+            return !terms_read(terms, v);
         }
         match exact_substitution(terms, v, producer) {
             Some(out) if out.len() <= MAX_TERMS && fits_loops(&out, false) => {
+                let gone = !terms_read(&out, v);
                 self.terms = Some(out);
-                true
+                gone
             }
             _ => false,
         }
     }
+}
+
+/// Whether any of `terms` reads value `v` (a single element of it included).
+fn terms_read(terms: &[Term], v: ValueId) -> bool {
+    let reads = |f: &Factor| matches!(*f, Factor::Array(x, _) | Factor::Scalar(x) if x == v);
+    terms.iter().any(|t| t.factors.iter().any(reads))
 }
 
 /// The order in which a map runs its terms ([`super::eval::map`]), as indices into them: the
