@@ -148,6 +148,7 @@ impl EmulatedModule {
             dynamic_shared_bytes,
             args: &pointers,
         };
+        threads_fit(workers - 1)?;
         let next_block = AtomicU64::new(0);
         let underway = crate::stop::Underway::enter(&next_block, blocks);
         let ran = launch.run(&launchers, &next_block);
@@ -205,6 +206,37 @@ impl Drop for Copies {
         // Unloading a copy unmaps its stacks.
         STACKS_KEPT.fetch_sub(self.stacks.iter().sum(), Ordering::Relaxed);
     }
+}
+
+/// Room in the address space for the stacks of `threads` more threads, tried by mapping as
+/// much and giving it back: a thread whose stack maps but whose signal stack does not is an
+/// abort of the process, not an error (Rust's runtime maps one for each new thread).
+fn threads_fit(threads: usize) -> Result<(), EmulateError> {
+    const PER_THREAD: usize = 4 << 20;
+    let bytes = threads * PER_THREAD;
+    if bytes == 0 {
+        return Ok(());
+    }
+    // SAFETY: a fresh private mapping of no access, unmapped at once; it touches no memory.
+    unsafe {
+        let at = libc::mmap(
+            std::ptr::null_mut(),
+            bytes,
+            libc::PROT_NONE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        );
+        if at == libc::MAP_FAILED {
+            return Err(EmulateError::HostMemory(fuse_core::data::HostMemoryError {
+                what: format!("the stacks of {threads} threads running emulated blocks"),
+                needed: bytes as u64,
+                available: None,
+            }));
+        }
+        libc::munmap(at, bytes);
+    }
+    Ok(())
 }
 
 /// Loads `count` copies of the library `image`, each from a file of its own in `folder` (the
