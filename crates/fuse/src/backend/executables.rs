@@ -13,7 +13,6 @@ use fuse_cuda::{CudaPlan, Device, PlanGraph, Replays};
 use fuse_emulate::EmulatedPlan;
 
 use super::options::CompileOptions;
-use super::Backend;
 use crate::device::{self, Buffer, CudaMemory, DevicePlan, EmulatedMemory, Pool, Raw, RunTimes};
 use crate::error::Result;
 use crate::select;
@@ -73,11 +72,11 @@ pub(super) fn reference(program: &Arc<Program>, sizes: &Sizes) -> Chosen {
 /// A program with an empty dimension (`symbol` = 0) on a fused backend: every array of that
 /// dimension is empty and every sum over it 0, so there is nothing to fuse, and plans are laid
 /// out for at least one element (tiles, blocks): the reference interpreter runs it, as BLAS
-/// returns at once. The GPU asked for must still be there.
-pub(super) fn empty(backend: &Backend, program: &Arc<Program>, sizes: &Sizes, symbol: &str) -> Result<Chosen> {
+/// returns at once. The GPU asked for (`gpu`) must still be there.
+pub(super) fn empty(gpu: Option<usize>, program: &Arc<Program>, sizes: &Sizes, symbol: &str) -> Result<Chosen> {
     // Opened and let go: the run itself needs no device.
-    if let Backend::Cuda { device } = backend {
-        Device::open(*device)?;
+    if let Some(device) = gpu {
+        Device::open(device)?;
     }
     let note = format!("note: {symbol} = 0 (an empty dimension) leaves nothing to fuse: the calls run one by one on the reference interpreter");
     Ok(Chosen {

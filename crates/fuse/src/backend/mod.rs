@@ -154,7 +154,13 @@ impl Backend {
         };
         let chosen = match (self, sizes.empty_dimension()) {
             (Backend::Reference, _) => executables::reference(&program, &sizes),
-            (_, Some(symbol)) => executables::empty(self, &program, &sizes, symbol)?,
+            (_, Some(symbol)) => {
+                let gpu = match self {
+                    Backend::Cuda { device } => Some(*device),
+                    _ => None,
+                };
+                executables::empty(gpu, &program, &sizes, symbol)?
+            }
             (Backend::Cpu, _) => executables::cpu(&program, &sizes, &library, options)?,
             (Backend::Emulate, _) => executables::emulate(&program, &sizes, &library, options)?,
             (Backend::Cuda { device }, _) => executables::cuda(*device, &program, &sizes, &library, options)?,
