@@ -379,9 +379,14 @@ mod tests {
 
     /// Lowers `formula`; argument `k` is value `10 + k`.
     fn stage(signature: &str, formula: &str, roles: &[Role]) -> Result<Stage, String> {
+        stage_from(10, signature, formula, roles)
+    }
+
+    /// Lowers `formula`; argument `k` is value `first + k`.
+    fn stage_from(first: usize, signature: &str, formula: &str, roles: &[Role]) -> Result<Stage, String> {
         let s = parse_signature(signature).unwrap();
         let f = parse_formula(formula, &s).unwrap();
-        let args: Vec<Arg> = (0..s.params.len()).map(|k| Arg::Value(10 + k)).collect();
+        let args: Vec<Arg> = (0..s.params.len()).map(|k| Arg::Value(first + k)).collect();
         Stage::lower(&f.body, &args, roles, false, false)
     }
 
@@ -409,9 +414,9 @@ mod tests {
     #[test]
     fn a_map_is_substituted_into_its_consumer() {
         let roles = [Role::Varying];
-        // x = t + z with t = w + y (values 10 + k are the arguments of each).
+        // x = t + z with t = 2w - y (values 10 + k the consumer's arguments, 20 + k the producer's).
         let mut consumer = stage("(x[n], y[n]) -> [n]", "out[i] = x[i] + y[i]", &roles).unwrap();
-        let producer = stage("(x[n], y[n]) -> [n]", "out[i] = 2.0 * x[i] - y[i]", &roles).unwrap();
+        let producer = stage_from(20, "(x[n], y[n]) -> [n]", "out[i] = 2.0 * x[i] - y[i]", &roles).unwrap();
         assert!(consumer.substitute(10, producer.terms.as_ref().unwrap()));
         let terms = consumer.terms.unwrap();
         let coefs: Vec<f64> = terms.iter().map(|t| t.coef).collect();
@@ -426,7 +431,7 @@ mod tests {
         let roles = [Role::Varying];
         let sum = stage("(x[n], y[n]) -> [n]", "out[i] = x[i] + y[i]", &roles).unwrap();
         let scaled = stage("(a, x[n]) -> [n]", "out[i] = a * x[i]", &roles).unwrap();
-        let producer = stage("(a, x[n], y[n]) -> [n]", "out[i] = a * x[i] + y[i]", &roles).unwrap();
+        let producer = stage_from(20, "(a, x[n], y[n]) -> [n]", "out[i] = a * x[i] + y[i]", &roles).unwrap();
         let producer = producer.terms.as_ref().unwrap();
         // (a·x + y) + z: the same operations in the same order.
         assert!(sum.clone().substitute(10, producer));
@@ -441,7 +446,7 @@ mod tests {
             &roles,
         )
         .unwrap();
-        let two = stage("(x[n], y[n]) -> [n]", "out[i] = 2.0 * x[i] - y[i]", &roles).unwrap();
+        let two = stage_from(20, "(x[n], y[n]) -> [n]", "out[i] = 2.0 * x[i] - y[i]", &roles).unwrap();
         assert!(!three.clone().substitute(10, two.terms.as_ref().unwrap()));
         let unit = stage("(x[n], y[n], w[n]) -> [n]", "out[i] = x[i] + y[i] + w[i]", &roles).unwrap();
         assert!(unit.clone().substitute(10, two.terms.as_ref().unwrap()));
