@@ -351,6 +351,8 @@ fn fused_chains_of_maps_round_as_the_calls_alone() {
         "t = saxpby(a, x, b, y); u = sadd(t, w); z = saxpy(b, v, u)",
         "t = sadd(x, y); u = saxpby(1.0, t, a, w); s = saxpy(b, v, u); z = saxpy(a, y, s)",
         "t = sscal(-1.0, x); z = saxpy(a, t, y)",
+        "t = sscal(a, x); z = saxpy(-1.0, t, w)",
+        "t = saxpby(a, x, b, y); u = saxpy(-1.0, t, w); z = saxpy(-1.0, u, v)",
     ];
     for chain in chains {
         let calls: String = chain.split("; ").map(|c| format!("  - {c}\n")).collect();

@@ -218,7 +218,7 @@ fn plain_adds(terms: &[Term]) -> Vec<Option<bool>> {
 const LIN_PLAIN: usize = 3;
 
 /// `terms` with `producer` in place of `v`, where that rounds exactly as `v` computed alone and
-/// then `terms`: `v` is the first operation of `terms` (`1·v`: `-0 + v` is `v`), the operations
+/// then `terms`: `v` is the first operation of `terms` (`±1·v`: `-0 ± v` is `±v`), the operations
 /// of `producer` then those of the rest follow in the same order, and each one-run term of the
 /// rest is still a plain product and sum, or still a fused multiply-add, unless its product is
 /// exact. (The producer's terms come first, where they were.)
@@ -226,7 +226,9 @@ fn exact_substitution(terms: &[Term], v: ValueId, producer: &[Term]) -> Option<V
     let order = evaluation_order(terms);
     let at = *order.first()?;
     let alone = matches!(terms[at].factors[..], [Factor::Array(x, a)] if x == v && a.is_run());
-    if terms[at].coef != 1.0 || !alone {
+    // `±v`: a negation is exact and rounding symmetric, so `-v`'s operations are `v`'s negated.
+    let sign = terms[at].coef;
+    if sign.abs() != 1.0 || !alone {
         return None;
     }
     // The terms of the result, each with where it comes from.
@@ -235,7 +237,10 @@ fn exact_substitution(terms: &[Term], v: ValueId, producer: &[Term]) -> Option<V
         .chain((at + 1..terms.len()).map(Origin::Consumer))
         .collect();
     let term = |o: Origin| match o {
-        Origin::Producer(k) => producer[k].clone(),
+        Origin::Producer(k) => Term {
+            coef: sign * producer[k].coef,
+            factors: producer[k].factors.clone(),
+        },
         Origin::Consumer(k) => terms[k].clone(),
     };
     let out: Vec<Term> = origins.iter().map(|&o| term(o)).collect();
@@ -438,6 +443,9 @@ mod tests {
         // z + (a·x + y) would add z first; b·(a·x + y) would distribute b.
         assert!(!sum.clone().substitute(11, producer));
         assert!(!scaled.clone().substitute(11, producer));
+        // −(a·x + y) + z (AXPYDOT's `w − α·v`): a negation rounds alike.
+        let minus = stage("(x[n], y[n]) -> [n]", "out[i] = -x[i] + y[i]", &roles).unwrap();
+        assert!(minus.clone().substitute(10, producer));
         // A fourth one-run term is a fused multiply-add: a term with a coefficient moved past
         // the third changes how it rounds.
         let three = stage(
