@@ -34,7 +34,7 @@ use std::time::Instant;
 
 use include_dir::{include_dir, Dir};
 
-use fuse_core::cache::CacheFile;
+use fuse_core::cache::{CacheError, CacheFile};
 use fuse_core::explore::timing::Peaks;
 use fuse_core::explore::{library_checksum, CpuKey, TimingTable, Vocabulary};
 use fuse_core::Library;
@@ -92,9 +92,12 @@ pub fn select(library: &Library, explicit: Option<&Path>) -> Result<Selected, Cp
 /// for it (`None` when calibration is off).
 fn select_for(key: &CpuKey, installed: Option<&CacheFile>, library: &Library) -> Result<Selected, CpuError> {
     let checksum = library_checksum(library);
-    if let Some(table) = installed.and_then(|file| installed_table(file, key, &checksum)) {
-        return Ok(Selected { table, note: None });
-    }
+    // A cache folder that breaks its rules is neither read nor written: this CPU is not measured.
+    let (installed, refused) = match installed.map(|file| installed_table(file, key, &checksum)) {
+        Some(Ok(Some(table))) => return Ok(Selected { table, note: None }),
+        Some(Err(e)) => (None, Some(format!("{e}; this CPU is not measured"))),
+        _ => (installed, None),
+    };
     let mut passed_over = None;
     let ours = |t: &TimingTable| t.device.cpu.as_ref().is_some_and(|k| matches(k, key));
     for table in shipped_naming(&format!("isa: {}\n", key.isa))?.into_iter().filter(ours) {
@@ -111,7 +114,7 @@ fn select_for(key: &CpuKey, installed: Option<&CacheFile>, library: &Library) ->
     if let Some(file) = installed {
         return self_calibrate(file, key, library);
     }
-    let why = passed_over.unwrap_or_else(|| {
+    let why = refused.or(passed_over).unwrap_or_else(|| {
         format!(
             "no CPU timing table ships with fuse for this CPU ({}) and {CALIBRATE_ENV}=0 keeps fuse from measuring it; \
              name one with {ENV}=FILE (`fuse calibrate --backend cpu -o FILE`)",
@@ -149,19 +152,24 @@ fn installed(key: &CpuKey) -> CacheFile {
 /// Installs `yaml`, a table measured on this CPU, where [`select`] finds it; its path.
 pub fn install(yaml: &str) -> Result<PathBuf, CpuError> {
     let file = installed(&this_cpu()?);
-    let cache = |e: fuse_core::cache::CacheError| CpuError::Setting(e.to_string());
+    let cache = |e: CacheError| CpuError::Setting(e.to_string());
     file.write(yaml.as_bytes()).map_err(cache)?;
     file.path().map_err(cache)
 }
 
-/// The table installed in `file` if it is a fresh table of `key`: one that cannot be read, of
-/// another key or library, is measured again.
-fn installed_table(file: &CacheFile, key: &CpuKey, checksum: &str) -> Option<TimingTable> {
-    let text = String::from_utf8(file.read().ok()??).ok()?;
-    let table = TimingTable::parse(&file.path().ok()?.display().to_string(), &text).ok()?;
-    let table = table.of_kind(Vocabulary::Cpu).ok()?;
-    let ours = table.device.cpu.as_ref() == Some(key) && check_fresh(&table, checksum).is_ok();
-    ours.then_some(table)
+/// The table installed in `file` if it is a fresh table of `key` (one that does not parse, of
+/// another key or library, is measured again); an error where the cache folder is refused.
+fn installed_table(file: &CacheFile, key: &CpuKey, checksum: &str) -> Result<Option<TimingTable>, CacheError> {
+    let Some(bytes) = file.read()? else {
+        return Ok(None);
+    };
+    let path = file.path()?.display().to_string();
+    let parsed = String::from_utf8(bytes)
+        .ok()
+        .and_then(|text| TimingTable::parse(&path, &text).ok());
+    let ours =
+        |t: &TimingTable| t.device.is_cpu() && t.device.cpu.as_ref() == Some(key) && check_fresh(t, checksum).is_ok();
+    Ok(parsed.filter(ours))
 }
 
 /// Measures this CPU within [`Budget::QUICK`] and installs the table in `file`; where it cannot
@@ -170,7 +178,7 @@ fn self_calibrate(file: &CacheFile, key: &CpuKey, library: &Library) -> Result<S
     static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     // Another thread may have measured while this one waited.
-    if let Some(table) = installed_table(file, key, &library_checksum(library)) {
+    if let Ok(Some(table)) = installed_table(file, key, &library_checksum(library)) {
         return Ok(Selected { table, note: None });
     }
     let start = Instant::now();
@@ -580,6 +588,29 @@ mod tests {
         };
         let third = select_for(&other, Some(&file), &library).unwrap();
         assert!(third.note.unwrap().contains("measured this CPU"));
+    }
+
+    #[test]
+    fn a_cache_folder_others_may_write_is_neither_read_nor_measured_into() {
+        use std::os::unix::fs::PermissionsExt;
+        let library = fuse_core::Library::builtin().unwrap();
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("timings");
+        fuse_core::cache::CacheDir::open_in(&dir, "").unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let key = CpuKey {
+            isa: "test-isa".into(),
+            ..epyc()
+        };
+        let file = CacheFile::at(&dir.join("t.yaml"));
+        let picked = select_for(&key, Some(&file), &library).unwrap();
+        assert!(picked.table.origin.ends_with(ESTIMATE), "{}", picked.table.origin);
+        let note = picked.note.unwrap();
+        assert!(
+            note.contains("writable by others") && note.contains("not measured"),
+            "{note}"
+        );
+        assert!(!dir.join("t.yaml").exists());
     }
 
     #[test]
