@@ -265,13 +265,13 @@ pub fn this_cpu() -> Result<CpuKey, CpuError> {
     })
 }
 
-/// The instruction set of vectors of `bits`, as pulp picks them for the kernels.
+/// The instruction set of vectors of `bits`, as pulp picks them for the kernels (on x86-64
+/// AVX-512, AVX2 with FMA, else scalar; NEON on aarch64).
 fn isa(bits: usize) -> &'static str {
     match bits {
         512 => "avx512",
         256 => "avx2+fma",
-        128 if cfg!(target_arch = "aarch64") => "neon",
-        128 => "sse",
+        128 => "neon",
         _ => "scalar",
     }
 }
@@ -281,7 +281,7 @@ fn f32_lanes(isa: &str) -> u32 {
     match isa {
         "avx512" => 16,
         "avx2+fma" => 8,
-        "neon" | "sse" => 4,
+        "neon" => 4,
         _ => 1,
     }
 }
@@ -515,7 +515,7 @@ mod tests {
         let here = this_cpu().unwrap();
         assert_eq!(estimate().unwrap().device.cpu, Some(here.clone()));
         assert!(
-            ["avx512", "avx2+fma", "neon", "sse", "scalar"].contains(&here.isa.as_str()),
+            ["avx512", "avx2+fma", "neon", "scalar"].contains(&here.isa.as_str()),
             "{here:?}"
         );
         assert!(
