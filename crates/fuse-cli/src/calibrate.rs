@@ -7,7 +7,7 @@ use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use fuse::stages::fuse_core::{file, Library};
-use fuse::stages::fuse_cpu::fused::calibrate::{calibrate, to_yaml};
+use fuse::stages::fuse_cpu::fused::calibrate::{calibrate, to_yaml, Budget};
 use fuse::stages::fuse_cpu::fused::timings;
 use fuse::stages::fuse_cuda::calibrate::{self as gpu_calibrate, CalibrateOptions};
 
@@ -22,8 +22,9 @@ pub struct CalibrateArgs {
     /// without it, the GPU when one is there, else the CPU.
     #[arg(long, value_enum)]
     backend: Option<Target>,
-    /// Where to write the table (YAML). Without it: standard output for the CPU; for a GPU, only
-    /// the per-GPU location that `fuse run`, `explore` and `bench` look in (always written).
+    /// Where to write a copy of the table (YAML). The table is always installed where `fuse run`,
+    /// `explore` and `bench` look for it: by GPU, or for the CPU by its key (instruction set,
+    /// caches, threads).
     #[arg(short = 'o', long = "out", value_name = "FILE")]
     out: Option<PathBuf>,
     /// GPU to calibrate (cuda).
@@ -206,10 +207,11 @@ fn run_links(_: &CalibrateArgs) -> Result<(), Failure> {
     ))
 }
 
-/// `fuse calibrate --backend cpu`: measures, then writes the table.
+/// `fuse calibrate --backend cpu`: measures, installs the table for this CPU's key and writes
+/// it to `-o FILE` too.
 fn run_cpu(args: &CalibrateArgs, library: &Library) -> Result<(), Failure> {
     let bar = progress_bar(0);
-    let calibration = calibrate(library, &mut |step| {
+    let calibration = calibrate(library, Budget::FULL, &mut |step| {
         bar.set_length(step.total as u64);
         bar.set_position(step.done as u64);
         bar.set_message(step.what.to_string());
@@ -219,7 +221,7 @@ fn run_cpu(args: &CalibrateArgs, library: &Library) -> Result<(), Failure> {
     for note in &calibration.notes {
         eprintln!("note: {note}");
     }
-    let yaml = to_yaml(&calibration.table);
+    let yaml = to_yaml(&calibration.table, Budget::FULL);
     let model = &calibration.table.model;
     eprintln!(
         "{}: copy {:.1} GB/s, peak {:.0}/{:.0} GFLOP/s (f32/f64), parallel section {:.1} µs, {} functions",
@@ -230,16 +232,20 @@ fn run_cpu(args: &CalibrateArgs, library: &Library) -> Result<(), Failure> {
         model.launch_us,
         calibration.table.routines.len()
     );
-    match &args.out {
-        None => print!("{yaml}"),
-        Some(path) => {
-            std::fs::write(path, yaml).map_err(|e| bad_input(format!("-o {}: {e}", path.display())))?;
-            eprintln!(
-                "wrote {0}; the CPU backend uses it with {1}={0}",
-                path.display(),
-                timings::ENV
-            );
-        }
+    let installed = timings::install(&yaml).map_err(failure)?;
+    eprintln!("wrote {}", installed.display());
+    if let Some(path) = &args.out {
+        std::fs::write(path, yaml).map_err(|e| bad_input(format!("-o {}: {e}", path.display())))?;
+        eprintln!(
+            "wrote {0}; another machine's CPU backend uses it with {1}={0}",
+            path.display(),
+            timings::ENV
+        );
     }
+    eprintln!(
+        "`fuse run`, `explore`, `bench` and `tune` use it on this CPU ({}) from now on, unless {}=0",
+        timings::describe(&timings::this_cpu().map_err(failure)?),
+        timings::CALIBRATE_ENV
+    );
     Ok(())
 }

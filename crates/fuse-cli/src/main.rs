@@ -232,10 +232,13 @@ shared memory), each with CUDA events, warm-up and the median of repeats; the ta
 GPU's name and compute capability and installed where `fuse run`, `explore`, `bench` and `tune` \
 find it for that GPU. `--backend cpu` measures the CPU: the copy bandwidth of memory, the \
 arithmetic peaks, the cost of a parallel section, and the compute time of every library function \
-on data in cache; it works on any machine. The table records the library's checksum: after the \
-library changes, calibrate again (a stale table is refused with that advice).",
+on data in cache, in about a second on any machine; the table is keyed by the CPU's instruction \
+set, cache sizes and the threads fuse runs, and installed where `fuse run`, `explore`, `bench` and \
+`tune` find it for that key (unless FUSE_CPU_CALIBRATE=0). The table records the library's \
+checksum: after the library changes, calibrate again (a stale table is refused with that advice).",
         after_help = "Examples:\n  fuse calibrate              # this GPU, installed for it (a minute or two)\n  \
 fuse calibrate --device 1 -o gpu1.yaml\n  \
+fuse calibrate --backend cpu  # this CPU, installed for its key\n  \
 fuse calibrate --backend cpu -o my-cpu.yaml\n  \
 FUSE_CPU_TIMINGS=my-cpu.yaml fuse run scripts/bicgk.yaml"
     )]

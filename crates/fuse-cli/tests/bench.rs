@@ -155,3 +155,155 @@ fn calibrate_refuses_a_fifo_or_folder_as_its_output_before_measuring() {
         assert!(stderr.contains(message), "{stderr}");
     }
 }
+
+/// `fuse` with calibration on, its cache in `cache`, on `threads` threads.
+fn fuse_calibrating(args: &[&str], cache: &Path, threads: &str) -> Output {
+    let cache = cache.to_str().unwrap();
+    let env = [
+        ("FUSE_CPU_CALIBRATE", "1"),
+        ("FUSE_CACHE_DIR", cache),
+        ("FUSE_NUM_THREADS", threads),
+    ];
+    fuse(args, &env)
+}
+
+/// The CPU tables installed in `cache`.
+fn installed(cache: &Path) -> Vec<PathBuf> {
+    let dir = cache.join("timings");
+    let entries = std::fs::read_dir(dir).map(|d| d.filter_map(|e| Some(e.ok()?.path())).collect());
+    entries.unwrap_or_default()
+}
+
+#[test]
+fn calibrate_installs_the_cpu_table_that_later_runs_use_without_flags() {
+    let cache = tempfile::tempdir().unwrap();
+    let out = fuse_calibrating(&["calibrate", "--backend", "cpu"], cache.path(), "2");
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let tables = installed(cache.path());
+    assert_eq!(tables.len(), 1, "{tables:?}");
+    let table = tables[0].display().to_string();
+    assert!(table.contains("-2t.yaml"), "{table}");
+    assert!(
+        common::stderr(&out).contains(&format!("wrote {table}")),
+        "{}",
+        common::stderr(&out)
+    );
+    let explore = fuse_calibrating(
+        &["explore", &script("bicgk.yaml"), "--backend", "cpu", "--top", "1"],
+        cache.path(),
+        "2",
+    );
+    assert!(explore.status.success(), "{}", common::stderr(&explore));
+    let timings = common::stdout(&explore);
+    assert!(
+        timings.contains(&format!("timings: {table}")) && timings.contains("measured routines"),
+        "{timings}"
+    );
+    assert!(
+        !common::stderr(&explore).contains("note:"),
+        "{}",
+        common::stderr(&explore)
+    );
+    // With calibration off, a table measured here is not used unless named.
+    let off = fuse(
+        &["explore", &script("bicgk.yaml"), "--backend", "cpu", "--top", "1"],
+        &[
+            ("FUSE_CPU_CALIBRATE", "0"),
+            ("FUSE_CACHE_DIR", cache.path().to_str().unwrap()),
+            ("FUSE_NUM_THREADS", "2"),
+        ],
+    );
+    assert!(!common::stdout(&off).contains(&table), "{}", common::stdout(&off));
+}
+
+#[test]
+fn a_new_cpu_measures_itself_once_within_the_budget_and_later_runs_use_the_table() {
+    let cache = tempfile::tempdir().unwrap();
+    // Three threads: no shipped table is for this CPU, whatever it is.
+    let run = [
+        "run",
+        &script("bicgk.yaml"),
+        "--backend",
+        "cpu",
+        "--size",
+        "m=64",
+        "--size",
+        "n=64",
+    ];
+    let first = fuse_calibrating(&run, cache.path(), "3");
+    let stderr = common::stderr(&first);
+    assert!(first.status.success(), "{stderr}");
+    let tables = installed(cache.path());
+    assert_eq!(tables.len(), 1, "{tables:?}");
+    // One line, not a terminal's progress line.
+    let notes: Vec<&str> = stderr.lines().filter(|l| l.contains("measured this CPU")).collect();
+    assert_eq!(notes.len(), 1, "{stderr}");
+    assert!(!stderr.contains('\r'), "{stderr}");
+    let seconds: f64 = notes[0]
+        .split(" in ")
+        .nth(1)
+        .and_then(|s| s.split(" s,").next())
+        .unwrap()
+        .parse()
+        .unwrap();
+    // The budget bounds the measuring (3 s); setting up the last function's plan may overrun it.
+    assert!(seconds <= 5.0, "{stderr}");
+    assert!(
+        notes[0].contains(&tables[0].display().to_string()) && notes[0].contains("3 threads"),
+        "{stderr}"
+    );
+    let second = fuse_calibrating(&run, cache.path(), "3");
+    assert!(
+        second.status.success() && !common::stderr(&second).contains("note:"),
+        "{}",
+        common::stderr(&second)
+    );
+    let explore = fuse_calibrating(
+        &["explore", &script("bicgk.yaml"), "--backend", "cpu", "--top", "1"],
+        cache.path(),
+        "3",
+    );
+    assert!(
+        common::stdout(&explore).contains(&tables[0].display().to_string()),
+        "{}",
+        common::stdout(&explore)
+    );
+}
+
+#[test]
+fn no_calibration_measures_nothing_and_says_how_to_name_a_table() {
+    let cache = tempfile::tempdir().unwrap();
+    let run = [
+        "run",
+        &script("bicgk.yaml"),
+        "--backend",
+        "cpu",
+        "--size",
+        "m=8",
+        "--size",
+        "n=8",
+    ];
+    let dir = cache.path().to_str().unwrap();
+    let off = fuse(
+        &run,
+        &[
+            ("FUSE_CPU_CALIBRATE", "0"),
+            ("FUSE_CACHE_DIR", dir),
+            ("FUSE_NUM_THREADS", "3"),
+        ],
+    );
+    assert!(off.status.success(), "{}", common::stderr(&off));
+    assert!(installed(cache.path()).is_empty());
+    let stderr = common::stderr(&off);
+    assert!(
+        stderr.contains("FUSE_CPU_CALIBRATE=0") && stderr.contains("analytic estimate"),
+        "{stderr}"
+    );
+    let bad = fuse(&run, &[("FUSE_CPU_CALIBRATE", "sometimes"), ("FUSE_CACHE_DIR", dir)]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(
+        common::stderr(&bad).contains("FUSE_CPU_CALIBRATE=\"sometimes\": expected 0"),
+        "{}",
+        common::stderr(&bad)
+    );
+}

@@ -99,6 +99,7 @@ fn the_readme_documents_what_a_new_user_looks_for() {
     let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
     for needed in [
         "FUSE_CPU_TIMINGS",
+        "FUSE_CPU_CALIBRATE=0",
         "`fuse explore SCRIPT [--backend cpu\\|emulate\\|cuda]",
         "`fuse explain SCRIPT [--backend cpu\\|emulate\\|cuda]",
         "`fuse compile SCRIPT -o DIR [--backend cuda\\|emulate]",

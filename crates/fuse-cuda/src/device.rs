@@ -139,6 +139,7 @@ impl DeviceInfo {
             shared_per_sm: self.shared_per_sm,
             registers_per_sm: self.registers_per_sm,
             row_barrier: false,
+            cpu: None,
         }
     }
 }

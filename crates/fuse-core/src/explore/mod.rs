@@ -68,7 +68,7 @@ pub use mapping::{Axis, CallMapping, Role, Space};
 pub use plan::{GpuLayout, Kernel, Layout, Plan, PlanCount, Plans};
 pub use predict::{KernelTime, Predictor, Work};
 pub use rules::{Rule, Violation};
-pub use timing::{library_checksum, TimingError, TimingTable, CPU_COMPUTE_CAPABILITY};
+pub use timing::{library_checksum, CpuKey, TimingError, TimingTable, CPU_COMPUTE_CAPABILITY};
 pub use vocabulary::Vocabulary;
 
 use crate::library::Library;

@@ -113,6 +113,27 @@ pub struct Hardware {
     /// backend (its blocks are threads walking row bands in cache), false for GPUs.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub row_barrier: bool,
+    /// For a CPU table, what decides the CPU's speed ([`CpuKey`]): a table is used only on a
+    /// CPU of a matching key. GPU tables leave it out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<CpuKey>,
+}
+
+/// What decides a CPU's speed, the key of a CPU timing table — not its model name, which a
+/// hypervisor shows the same for different cores.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CpuKey {
+    /// The instruction set the kernels run on: `avx512`, `avx2+fma`, `neon` or `scalar`.
+    pub isa: String,
+    /// First-level data cache of a core, bytes.
+    pub l1d_bytes: u64,
+    /// Second-level cache of a core, bytes.
+    pub l2_bytes: u64,
+    /// Last-level cache, bytes.
+    pub llc_bytes: u64,
+    /// Threads fuse runs plans on.
+    pub threads: u32,
 }
 
 /// Registers per SM of every NVIDIA GPU since sm_50, for tables written before they were recorded.

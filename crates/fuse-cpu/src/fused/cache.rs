@@ -1,6 +1,7 @@
 //! The sizes of the CPU's caches, from sysfs: whether a matrix can still be in the last-level
 //! cache when a kernel walks it again decides whether the walks pull in the next row block
-//! ahead of them; the second level sizes the calibration's environments.
+//! ahead of them; the second level sizes the calibration's environments; all three are part of
+//! a CPU timing table's key.
 
 use std::path::Path;
 use std::sync::OnceLock;
@@ -11,6 +12,8 @@ const CACHES: &str = "/sys/devices/system/cpu/cpu0/cache";
 const UNKNOWN_LAST_LEVEL: usize = 32 << 20;
 /// Assumed where the system does not say: a common second-level cache.
 const UNKNOWN_SECOND_LEVEL: usize = 1 << 20;
+/// Assumed where the system does not say: a common first-level data cache.
+const UNKNOWN_FIRST_LEVEL: usize = 32 << 10;
 
 /// Bytes of the largest data cache of the CPU, read once.
 pub(crate) fn last_level_bytes() -> usize {
@@ -21,6 +24,11 @@ pub(crate) fn last_level_bytes() -> usize {
 /// Bytes of the CPU's second-level cache.
 pub(crate) fn second_level_bytes() -> usize {
     level_bytes(&data_caches(Path::new(CACHES)), 2).unwrap_or(UNKNOWN_SECOND_LEVEL)
+}
+
+/// Bytes of the CPU's first-level data cache.
+pub(crate) fn first_level_bytes() -> usize {
+    level_bytes(&data_caches(Path::new(CACHES)), 1).unwrap_or(UNKNOWN_FIRST_LEVEL)
 }
 
 /// The data and unified caches listed in `dir`: (level, bytes) each.
@@ -94,6 +102,11 @@ mod tests {
         std::fs::create_dir_all(dir.join("uevent-like")).unwrap();
         let caches = data_caches(&dir);
         assert_eq!(largest_cache(&caches), Some(32 << 20));
+        assert_eq!(
+            level_bytes(&caches, 1),
+            Some(32 << 10),
+            "the data cache, not the instruction one"
+        );
         assert_eq!(level_bytes(&caches, 2), Some(1 << 20));
         assert_eq!(level_bytes(&caches, 4), None);
         std::fs::remove_dir_all(&dir).unwrap();

@@ -15,15 +15,50 @@ use fuse_core::explore::timing::{Hardware, Measurement, Model, Peaks, Source, Ti
 use fuse_core::library::{ElementaryFunction, Form};
 use fuse_core::{script, Bindings, HigherOrderKind, Library, Precision, Shape};
 
-use super::timings::{cpu_model, CPU_COMPUTE_CAPABILITY};
+use super::timings::{cpu_model, this_cpu, CPU_COMPUTE_CAPABILITY};
 use super::{cache, unfused_plan, CpuError, FusedPlan, Real, Threads};
 
 /// Bytes of each array of the copy measurement: far beyond any cache.
 pub const COPY_BYTES: usize = 256 << 20;
 /// Timed copies.
 pub const COPY_REPS: usize = 10;
-/// Timed runs of each function.
-const ROUTINE_REPS: usize = 30;
+
+/// How long a calibration measures.
+#[derive(Debug, Clone, Copy)]
+pub struct Budget {
+    /// What measures, for the table's header.
+    pub by: &'static str,
+    /// Bytes of each array of the copy measurement.
+    pub copy_bytes: usize,
+    /// Timed copies.
+    pub copy_reps: usize,
+    /// Timed runs of each function.
+    pub routine_reps: usize,
+    /// Functions not begun by then are left out (the model times them).
+    pub seconds: Option<f64>,
+}
+
+impl Budget {
+    /// `fuse calibrate --backend cpu`: about a second on a small machine, no limit.
+    pub const FULL: Budget = Budget {
+        by: "`fuse calibrate --backend cpu`",
+        copy_bytes: COPY_BYTES,
+        copy_reps: COPY_REPS,
+        routine_reps: 30,
+        seconds: None,
+    };
+    /// A CPU's first compile: half the copy, fewer runs, and at most [`QUICK_SECONDS`].
+    pub const QUICK: Budget = Budget {
+        by: "fuse on its first compile on this CPU (a short calibration)",
+        copy_bytes: COPY_BYTES / 2,
+        copy_reps: 4,
+        routine_reps: 9,
+        seconds: Some(QUICK_SECONDS),
+    };
+}
+
+/// The most seconds a CPU's self-calibration measures ([`Budget::QUICK`]).
+pub const QUICK_SECONDS: f64 = 3.0;
 /// Elements per thread of a function's operands: 1 MiB of f32 per array, in the last-level
 /// cache, and enough work that the parallel section's cost is a small part of the time.
 const ROUTINE_ELEMENTS_PER_THREAD: usize = 256 << 10;
@@ -39,8 +74,9 @@ pub struct Calibration {
     pub notes: Vec<String>,
 }
 
-/// Measures this machine; `progress` hears of every step before it runs.
-pub fn calibrate(library: &Library, progress: &mut dyn FnMut(Step)) -> Result<Calibration, CpuError> {
+/// Measures this machine within `budget`; `progress` hears of every step before it runs.
+pub fn calibrate(library: &Library, budget: Budget, progress: &mut dyn FnMut(Step)) -> Result<Calibration, CpuError> {
+    let start = Instant::now();
     let functions: Vec<(&ElementaryFunction, Precision)> = library
         .functions()
         .flat_map(|f| f.precisions.iter().map(move |&p| (f, p)))
@@ -50,7 +86,7 @@ pub fn calibrate(library: &Library, progress: &mut dyn FnMut(Step)) -> Result<Ca
     // On the threads plans run on (`FUSE_NUM_THREADS`).
     let threads = Threads::shared()?;
     step(0, "copy bandwidth");
-    let bandwidth = copy_bandwidth(COPY_BYTES, COPY_REPS)?;
+    let bandwidth = copy_bandwidth(budget.copy_bytes, budget.copy_reps)?;
     step(1, "arithmetic peak");
     let peak = Peaks {
         f32: peak_gflops::<f32>(&threads),
@@ -61,8 +97,16 @@ pub fn calibrate(library: &Library, progress: &mut dyn FnMut(Step)) -> Result<Ca
     let mut routines = Vec::new();
     let mut notes = Vec::new();
     for (k, (f, precision)) in functions.iter().enumerate() {
-        step(3 + k, &format!("{}{}", precision.prefix(), f.name));
-        match compute_ns(library, f, *precision, launch_us, threads.count()) {
+        let name = format!("{}{}", precision.prefix(), f.name);
+        if budget.seconds.is_some_and(|s| start.elapsed().as_secs_f64() > s) {
+            notes.push(format!(
+                "{name} not measured: the {}-second budget was spent",
+                budget.seconds.unwrap_or(0.0)
+            ));
+            continue;
+        }
+        step(3 + k, &name);
+        match compute_ns(library, f, *precision, launch_us, threads.count(), budget.routine_reps) {
             Ok(ns) => routines.push(measurement(f, *precision, ns)),
             Err(e) => notes.push(format!("{}{} not measured: {e}", precision.prefix(), f.name)),
         }
@@ -70,7 +114,7 @@ pub fn calibrate(library: &Library, progress: &mut dyn FnMut(Step)) -> Result<Ca
     let table = TimingTable {
         format: FORMAT,
         source: Source::Measured,
-        device: hardware(threads.count()),
+        device: hardware(threads.count())?,
         library_checksum: Some(library_checksum(library)),
         model: Model {
             bandwidth_gb_s: bandwidth,
@@ -87,18 +131,19 @@ pub fn calibrate(library: &Library, progress: &mut dyn FnMut(Step)) -> Result<Ca
     Ok(Calibration { table, notes })
 }
 
-/// The table as YAML, with a header saying where it comes from.
-pub fn to_yaml(table: &TimingTable) -> String {
+/// The table measured within `budget` as YAML, with a header saying where it comes from.
+pub fn to_yaml(table: &TimingTable, budget: Budget) -> String {
     let body = serde_yaml::to_string(table).unwrap_or_default();
     format!(
-        "# fuse timing table — CPU, MEASURED by `fuse calibrate --backend cpu`.\n\
+        "# fuse timing table — CPU, MEASURED by {}.\n\
          # {}: copy bandwidth {:.1} GB/s (bytes read + written by a parallel streaming copy of {} MiB arrays),\n\
          # arithmetic peak {:.0} / {:.0} GFLOP/s (f32 / f64), a parallel section {:.1} µs, and the compute\n\
          # time of each library function on data in cache (ns per 32-element or 32×32 instance).\n\
-         # `sms` is the number of threads the backend runs on.\n{body}",
+         # `sms` is the number of threads the backend runs on; `cpu` the key of the CPUs it is used on.\n{body}",
+        budget.by,
         table.device.name,
         table.model.bandwidth_gb_s,
-        COPY_BYTES >> 20,
+        budget.copy_bytes >> 20,
         table.model.peak_gflop_s.f32,
         table.model.peak_gflop_s.f64,
         table.model.launch_us,
@@ -107,10 +152,10 @@ pub fn to_yaml(table: &TimingTable) -> String {
 
 /// This CPU as timing-table hardware: one "SM" per thread; no block limit that matters; a
 /// tile may use the second-level cache of a core, and a thread walks whole rows (a row
-/// barrier: row sums finish before later calls of the kernel read them).
-fn hardware(threads: usize) -> Hardware {
+/// barrier: row sums finish before later calls of the kernel read them). Keyed by this CPU.
+fn hardware(threads: usize) -> Result<Hardware, CpuError> {
     let l2 = cache::second_level_bytes() as u64;
-    Hardware {
+    Ok(Hardware {
         name: cpu_model(),
         compute_capability: CPU_COMPUTE_CAPABILITY.to_string(),
         sms: threads as u32,
@@ -121,7 +166,8 @@ fn hardware(threads: usize) -> Hardware {
         shared_per_sm: l2,
         registers_per_sm: 65536,
         row_barrier: true,
-    }
+        cpu: Some(this_cpu()?),
+    })
 }
 
 /// The median of `reps` timings of `f`, in seconds, after one untimed run.
@@ -247,6 +293,7 @@ fn compute_ns(
     precision: Precision,
     launch_us: f64,
     threads: usize,
+    reps: usize,
 ) -> Result<f64, CpuError> {
     let form = f
         .forms
@@ -262,7 +309,7 @@ fn compute_ns(
     fill_random_inputs(&program, &sizes, 1, &mut inputs);
     let mut workspace = fused.workspace()?;
     let mut failed = None;
-    let seconds = median_seconds(ROUTINE_REPS, || {
+    let seconds = median_seconds(reps, || {
         if let Err(e) = fused.run_in(&inputs, &mut workspace) {
             failed = Some(e);
         }

@@ -29,6 +29,9 @@ pub enum CpuError {
     /// threads the system refuses).
     #[error("{0}")]
     Threads(String),
+    /// An environment variable set to a value it does not take.
+    #[error("{0}")]
+    Setting(String),
     /// A workspace used with a plan other than the one that made it.
     #[error("this workspace was made for another plan (make one with FusedPlan::workspace)")]
     Workspace,
