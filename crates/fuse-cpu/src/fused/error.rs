@@ -29,6 +29,9 @@ pub enum CpuError {
     /// threads the system refuses).
     #[error("{0}")]
     Threads(String),
+    /// An instruction set that `FUSE_SIMD` names but this CPU lacks, or none at all.
+    #[error("{0}")]
+    Simd(String),
     /// A workspace used with a plan other than the one that made it.
     #[error("this workspace was made for another plan (make one with FusedPlan::workspace)")]
     Workspace,
