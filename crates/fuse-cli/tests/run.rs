@@ -599,7 +599,9 @@ fn every_instruction_set_of_this_cpu_runs_every_sequence_within_tolerance_of_the
         let reference = run("reference", "");
         for level in &levels {
             let got = run("cpu", level.name());
-            for entry in std::fs::read_dir(&reference).unwrap() {
+            let outputs = std::fs::read_dir(&reference).unwrap().collect::<Vec<_>>();
+            assert!(!outputs.is_empty(), "{name}: no outputs written");
+            for entry in outputs {
                 let file = entry.unwrap().file_name();
                 let want: Vec<f64> = read_f32(&reference.join(&file)).iter().map(|&w| w as f64).collect();
                 let error = relative_error(&read_f32(&got.join(&file)), &want);
