@@ -10,6 +10,12 @@ line per point and round, then a Markdown table: the medians of the times over t
 of each round's own ratio numpy / fuse (> 1: fuse faster) with the rounds' range.
 `--table RAW...` tabulates earlier runs' output, pooled, without timing anything.
 
+The first line says which machine ran it (`{"machine": ...}`): the CPU's model name, its
+instruction set as fuse's kernels use it (and `FUSE_SIMD` where set), its caches, the threads
+fuse and numpy run, and numpy's BLAS with the kernels it chose (threadpoolctl's `architecture`,
+where threadpoolctl is installed: `pip install threadpoolctl`). Each point's line repeats the
+instruction set `fuse bench` reported running in.
+
 Where PyTorch is installed, its CPU build is timed the same way on the same arrays (shared with
 numpy through `torch.from_numpy`, no copy), at its default thread count.
 
@@ -171,17 +177,87 @@ def time_fuse(fuse, name, path, size, runs):
     out = subprocess.run(
         [fuse, "bench", path, "--backend", "cpu", *sizes, "--runs", str(runs), "--json"],
         capture_output=True, text=True, check=True)
-    result = json.loads(out.stdout)["results"][0]
-    return result["fused_us"], result["baseline_us"]
+    report = json.loads(out.stdout)
+    result = report["results"][0]
+    return result["fused_us"], result["baseline_us"], report.get("simd")
+
+
+def blas_pools():
+    """numpy's BLAS libraries as threadpoolctl sees them (after a call, so that they are loaded);
+    without threadpoolctl, what numpy's build configuration names."""
+    np.ones((2, 2)) @ np.ones(2)
+    if threadpool_info is None:
+        config = getattr(np, "show_config", None)
+        info = config(mode="dicts") if config else {}
+        blas = info.get("Build Dependencies", {}).get("blas", {})
+        return [{"internal_api": blas.get("name", "unknown"), "version": blas.get("version", "?"),
+                 "architecture": "unknown (pip install threadpoolctl)", "num_threads": None}]
+    return [{k: p.get(k) for k in ("internal_api", "version", "architecture", "num_threads", "filepath")}
+            for p in threadpool_info() if p.get("user_api") == "blas"]
 
 
 def blas():
-    if threadpool_info is None:
-        return "numpy " + np.__version__
-    pools = [p for p in threadpool_info() if p.get("user_api") == "blas"]
     return "; ".join(
-        f"numpy {np.__version__}, {p['internal_api']} {p['version']} ({p.get('architecture')} kernels, "
-        f"{p['num_threads']} threads)" for p in pools)
+        f"numpy {np.__version__}, {p['internal_api']} {p['version']} ({p['architecture']} kernels, "
+        f"{p['num_threads']} threads)" for p in blas_pools())
+
+
+def cpu_caches():
+    """cpu0's caches from sysfs: level, type, size and the CPUs sharing each."""
+    caches = []
+    root = "/sys/devices/system/cpu/cpu0/cache"
+    for index in sorted(os.listdir(root)) if os.path.isdir(root) else []:
+        if not index.startswith("index"):
+            continue
+        read = lambda f: open(os.path.join(root, index, f)).read().strip()
+        try:
+            caches.append({"level": int(read("level")), "type": read("type"), "size": read("size"),
+                           "shared_cpu_list": read("shared_cpu_list")})
+        except OSError:
+            continue
+    return caches
+
+
+def cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+    return platform.processor() or platform.machine()
+
+
+def fuse_simd(fuse):
+    """The instruction set fuse's kernels run in, as `fuse explain` names it ("avx512 (the
+    widest this CPU has)"), or why it could not say."""
+    out = subprocess.run([fuse, "explain", "scripts/sscal.yaml", "--backend", "cpu", "--size", "n=64"],
+                         capture_output=True, text=True)
+    for line in out.stdout.splitlines():
+        if line.startswith("backend: cpu, "):
+            return line.removeprefix("backend: cpu, ")
+    return f"unknown ({out.stderr.strip() or 'no backend line'})"
+
+
+def machine(fuse):
+    """Which CPU this run is on, and how fuse and numpy use it."""
+    affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return {
+        "cpu": cpu_model(),
+        "fuse_simd": fuse_simd(fuse),
+        "FUSE_SIMD": os.environ.get("FUSE_SIMD"),
+        "caches": cpu_caches(),
+        "cpus": os.cpu_count(),
+        "cpus_available": affinity,
+        "fuse_threads": int(os.environ.get("FUSE_NUM_THREADS") or affinity),
+        "numpy": np.__version__,
+        "blas": blas_pools(),
+        "OPENBLAS_CORETYPE": os.environ.get("OPENBLAS_CORETYPE"),
+        "OPENBLAS_L2_SIZE": os.environ.get("OPENBLAS_L2_SIZE"),
+        "torch": torch and f"{torch.__version__} ({torch.get_num_threads()} threads)",
+    }
 
 
 def main():
@@ -203,6 +279,8 @@ def main():
     names = args.sequences.split(",")
     precisions = args.precisions.split(",")
     points = {}
+    where = machine(args.fuse)
+    print(json.dumps({"machine": where}), flush=True)
     with tempfile.TemporaryDirectory() as folder:
         for round_ in range(1, args.rounds + 1):
             for precision in precisions:
@@ -214,14 +292,15 @@ def main():
                         # OpenBLAS's threads spin on both cores for up to ~0.1 s after numpy's
                         # last call: timed inside that, fuse's runs at 1024² took twice as long.
                         time.sleep(QUIET_S)
-                        fused_us, unfused_us = time_fuse(args.fuse, name, path, size, args.runs)
+                        fused_us, unfused_us, simd = time_fuse(args.fuse, name, path, size, args.runs)
                         line = {"round": round_, "sequence": name, "precision": precision, "size": size,
                                 "numpy_us": numpy_us, "numpy_loop_us": numpy_loop_us, "fuse_us": fused_us,
-                                "fuse_unfused_us": unfused_us, "torch_us": torch_us}
+                                "fuse_unfused_us": unfused_us, "torch_us": torch_us, "fuse_simd": simd}
                         print(json.dumps(line), flush=True)
                         points.setdefault((name, precision, size), []).append(line)
     torch_note = f"; torch {torch.__version__} CPU ({torch.get_num_threads()} threads)" if torch else ""
-    print(f"\n{blas()}{torch_note}; OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', 'unset')}; "
+    print(f"\n{where['cpu']}, fuse in {where['fuse_simd']} on {where['fuse_threads']} threads; "
+          f"{blas()}{torch_note}; OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', 'unset')}; "
           f"{args.rounds} rounds of {args.runs} runs, medians\n")
     table(points)
 
@@ -232,8 +311,8 @@ def pooled(paths):
     for path in paths:
         with open(path) as f:
             for line in f:
-                if line.startswith("{"):
-                    point = json.loads(line)
+                point = json.loads(line) if line.startswith("{") else {}
+                if "sequence" in point:
                     key = (point["sequence"], point["precision"], point["size"])
                     points.setdefault(key, []).append(point)
     return points

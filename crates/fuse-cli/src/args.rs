@@ -77,7 +77,8 @@ pub fn plannable(sizes: &Sizes) -> Result<(), Failure> {
 #[derive(Clone, Copy, ValueEnum)]
 pub enum Backend {
     /// The fused CPU backend: the best plan, run tile by tile on every core this process may
-    /// use (FUSE_NUM_THREADS=N for N threads).
+    /// use (FUSE_NUM_THREADS=N for N threads), in the widest vectors it has (FUSE_SIMD=avx512,
+    /// avx2 or scalar for another, at most what the CPU has).
     Cpu,
     /// The f64 reference interpreter: call by call, no fusion, the ground truth.
     Reference,

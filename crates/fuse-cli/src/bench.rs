@@ -12,7 +12,7 @@ use serde_json::json;
 use fuse::stages::fuse_core::data::{fill_random_inputs, relative_error, try_fill_random_inputs};
 use fuse::stages::fuse_core::{Bindings, Library, Precision, Program, Sizes, TimingTable};
 use fuse::stages::fuse_cpu::fused::calibrate::{CopyProbe, COPY_BYTES};
-use fuse::stages::fuse_cpu::fused::{unfused_plan, FusedPlan, Workspace};
+use fuse::stages::fuse_cpu::fused::{unfused_plan, FusedPlan, SimdLevel, Workspace};
 use fuse::stages::fuse_cuda::bench::{BenchOptions, Replayed};
 use fuse::stages::fuse_cuda::timer::TimingOptions;
 use fuse::stages::fuse_cuda::Device;
@@ -75,7 +75,7 @@ enum BenchBackend {
 
 /// Where a benchmark runs, with the table its plans are ranked by.
 enum Target {
-    Cpu { table: TimingTable },
+    Cpu { table: TimingTable, simd: SimdLevel },
     Cuda { device: Device, table: TimingTable },
 }
 
@@ -97,7 +97,10 @@ impl Target {
                 if let Some(note) = selected.note {
                     eprintln!("{note}");
                 }
-                Target::Cpu { table: selected.table }
+                Target::Cpu {
+                    table: selected.table,
+                    simd: SimdLevel::shared().map_err(bad_input)?,
+                }
             }
             BenchBackend::Cuda => {
                 let device = gpu::open(args.device)?;
@@ -109,7 +112,7 @@ impl Target {
 
     fn table(&self) -> &TimingTable {
         match self {
-            Target::Cpu { table } | Target::Cuda { table, .. } => table,
+            Target::Cpu { table, .. } | Target::Cuda { table, .. } => table,
         }
     }
 
@@ -154,6 +157,14 @@ impl Target {
         match self {
             Target::Cpu { .. } => "cpu",
             Target::Cuda { .. } => "cuda",
+        }
+    }
+
+    /// The instruction set the CPU's kernels run in.
+    fn simd(&self) -> Option<SimdLevel> {
+        match self {
+            Target::Cpu { simd, .. } => Some(*simd),
+            Target::Cuda { .. } => None,
         }
     }
 }
@@ -208,6 +219,7 @@ pub fn run(args: &BenchArgs, library: &Library) -> Result<(), Failure> {
         table: target.table().describe(),
         baseline: target.baseline_name(),
         backend: target.name(),
+        simd: target.simd(),
         runs: target.runs(args),
         json: args.json,
         results: Vec::new(),
@@ -281,7 +293,7 @@ impl Bench<'_> {
         let sizes = program.bind_sizes(&overrides).map_err(bad_input)?;
         crate::args::plannable(&sizes)?;
         match self.target {
-            Target::Cpu { table } => self.cpu(sizes, table),
+            Target::Cpu { table, .. } => self.cpu(sizes, table),
             Target::Cuda { device, .. } => self.cuda(sizes, device),
         }
     }
@@ -537,6 +549,8 @@ struct Report {
     table: String,
     baseline: &'static str,
     backend: &'static str,
+    /// On the CPU, the instruction set its kernels run in.
+    simd: Option<SimdLevel>,
     runs: u32,
     json: bool,
     results: Vec<Measured>,
@@ -563,6 +577,9 @@ impl Report {
             println!("% copy: of the copy of the problem's bytes timed in each run (`copy_gbps` in --json); speedup and % copy: medians of the runs' own ratios");
         }
         println!("plans ranked by: {}", self.table);
+        if let Some(simd) = self.simd {
+            println!("CPU instruction set: {}", simd.describe());
+        }
         println!(
             "times: median of {} runs after warm-up; GB/s: compulsory bytes (inputs read once, outputs written once) over the fused time",
             self.runs
@@ -653,6 +670,8 @@ impl Report {
             .collect();
         let object = json!({
             "backend": self.backend,
+            "simd": self.simd.map(SimdLevel::name),
+            "simd_widest": self.simd.map(|_| SimdLevel::widest().name()),
             "baseline": self.baseline,
             "timings": self.table,
             "copy_gbps": copy,

@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use fuse::stages::fuse_core::distribute::{distribute, Links, Step};
 use fuse::stages::fuse_core::explore::{explore, Exploration, GpuLayout, Kernel, Limits, Plan, TimingTable, Verdict};
 use fuse::stages::fuse_core::{Library, Program};
-use fuse::stages::fuse_cpu::fused::FusedPlan;
+use fuse::stages::fuse_cpu::fused::{FusedPlan, SimdLevel};
 
 use crate::args::{load, parse_size, Backend};
 use crate::failure::{bad_input, failure, internal, stdout, Failure};
@@ -105,9 +105,17 @@ impl Prepared {
         .map_err(bad_input)
     }
 
-    /// The header: the program, the backend and the table.
-    fn header(&self, ex: &Exploration) -> String {
-        format!("{}\nbackend: {}\ntimings: {}\n", self.program, self.backend, ex.timings)
+    /// The header: the program, the backend (on the CPU, with the instruction set its kernels
+    /// run in) and the table.
+    fn header(&self, ex: &Exploration) -> Result<String, Failure> {
+        let backend = match self.backend {
+            fuse::Backend::Cpu => format!("cpu, {}", SimdLevel::shared().map_err(bad_input)?.describe()),
+            ref b => b.to_string(),
+        };
+        Ok(format!(
+            "{}\nbackend: {backend}\ntimings: {}\n",
+            self.program, ex.timings
+        ))
     }
 
     /// Which plans these are, and where else their ranks mean the same.
@@ -143,7 +151,7 @@ pub fn run_explore(args: &ExploreArgs, library: &Library) -> Result<(), Failure>
     let count = ex.count();
     let wanted = if args.all { ex.limits.max_plans } else { args.top };
     if !args.json {
-        print!("{}", prepared.header(&ex));
+        print!("{}", prepared.header(&ex)?);
         println!("plans: {count} in total, {}", prepared.ranks());
         ex.notes.iter().for_each(|n| println!("note: {n}"));
     }
@@ -239,7 +247,7 @@ pub fn run_explain(args: &ExplainArgs, library: &Library) -> Result<(), Failure>
     let words = ex.words();
     let best = ex.best();
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-    write!(out, "{}", prepared.header(&ex)).map_err(stdout)?;
+    write!(out, "{}", prepared.header(&ex)?).map_err(stdout)?;
     writeln!(
         out,
         "best plan: {}, {:.2} µs",

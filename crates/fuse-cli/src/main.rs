@@ -37,7 +37,8 @@ use failure::{bad_input, Failure};
 a short YAML script of calls (sgemv, sdot, saxpy, …), builds the data-dependency graph between \
 them, finds which calls can share one kernel so that each matrix and vector is read from memory \
 as few times as possible, and runs the fused plan: on an NVIDIA GPU, or on every core of the \
-CPU this process may use (its affinity and CPU quota; FUSE_NUM_THREADS=N sets the thread count).\n\nA script looks like this (scripts/bicgk.yaml):\n\n  \
+CPU this process may use (its affinity and CPU quota; FUSE_NUM_THREADS=N sets the thread count, \
+FUSE_SIMD=avx2 or scalar a narrower instruction set than the CPU's widest).\n\nA script looks like this (scripts/bicgk.yaml):\n\n  \
 name: bicgk\n  precision: f32\n  sizes: {m: 4096, n: 4096}\n  inputs: {A: [m, n], p: [n], r: [m]}\n  \
 outputs: [q, s]\n  calls:\n    - q = sgemv(A, p)\n    - s = sgemtv(A, r)\n\nStart with \
 `fuse check scripts/*.yaml`, then `fuse run scripts/bicgk.yaml`.",
@@ -84,6 +85,9 @@ error. Outputs go to DIR/<name>.npy with --outputs, or are summarised on the ter
 and says which on standard error. On the GPU the plan is the one `fuse tune` remembered for this script, \
 sizes and GPU, else the best predicted by this GPU's timing table (see `fuse calibrate`); compiled \
 modules are cached on disk ($FUSE_CACHE_DIR, else ~/.cache/fuse), so a second run compiles nothing.\n\n\
+Environment (CPU): FUSE_NUM_THREADS=N runs on N threads; FUSE_SIMD=avx512|avx2|scalar (neon on aarch64) \
+runs the kernels in that instruction set instead of the widest the CPU has (one the CPU lacks, or an unknown \
+name, is refused; `fuse explain` and `fuse bench` say which runs); FUSE_CPU_TIMINGS=FILE ranks plans by that table.\n\n\
 Examples:\n  fuse run scripts/bicgk.yaml\n  fuse run scripts/gemver.yaml --size m=1000 --size n=300 --seed 7\n  \
 fuse run scripts/atax.yaml --inputs in/ --outputs out/\n  \
 fuse run scripts/bicgk.yaml --inputs in/ --random r\n  fuse run scripts/bicgk.yaml --backend cuda --size m=8192 --size n=8192\n  \
@@ -306,6 +310,8 @@ fn run(cli: Cli) -> Result<(), Failure> {
     if std::env::var_os(fuse::THREADS_VAR).is_some() {
         fuse::Threads::shared().map_err(bad_input)?;
     }
+    // So is the instruction set asked for.
+    fuse::SimdLevel::shared().map_err(bad_input)?;
     let library = Arc::new(
         match &cli.library {
             Some(dir) => Library::load(dir),

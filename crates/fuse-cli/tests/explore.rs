@@ -229,7 +229,7 @@ fn on_the_cpu_plans_are_passes_of_threads_over_tiles() {
         ))
     };
     let cpu = explain("cpu");
-    assert!(cpu.contains("backend: cpu\n") && cpu.contains("CPU, "), "{cpu}");
+    assert!(cpu.contains("backend: cpu, ") && cpu.contains("CPU, "), "{cpu}");
     assert!(cpu.contains("best plan: 1 pass,"), "{cpu}");
     assert!(cpu.contains("share A, t: fused in pass 1"), "{cpu}");
     assert!(cpu.contains(" thread"), "{cpu}");

@@ -6,7 +6,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use common::write_npy;
+use common::{read_f32, relative_error, write_npy};
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -553,5 +553,106 @@ fn the_thread_count_comes_from_fuse_num_threads_and_a_bad_one_is_refused() {
             "{bad}: {stderr}"
         );
         assert!(!stderr.contains("panicked"), "{stderr}");
+    }
+}
+
+/// `fuse` with `FUSE_SIMD=level`.
+fn fuse_in(level: &str, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_fuse"))
+        .args(args)
+        .env("FUSE_SIMD", level)
+        .output()
+        .expect("the fuse binary runs")
+}
+
+#[test]
+fn every_instruction_set_of_this_cpu_runs_every_sequence_within_tolerance_of_the_reference() {
+    let dir = tempfile::tempdir().unwrap();
+    let levels = fuse::SimdLevel::available();
+    let widest = fuse::SimdLevel::widest();
+    for name in [
+        "atax", "axpydot", "bicgk", "gemver", "gesummv", "madd", "sgemv", "sgemvt", "sscal", "vadd", "waxpby",
+    ] {
+        let path = script(&format!("{name}.yaml"));
+        // Odd sizes: every loop's masked head and tail steps.
+        let text = std::fs::read_to_string(&path).unwrap();
+        let sizes: &[&str] = match text.contains("m: ") {
+            true => &["--size", "m=203", "--size", "n=1037"],
+            false => &["--size", "n=100003"],
+        };
+        let run = |backend: &str, level: &str| {
+            let out_dir = dir.path().join(format!("{name}-{backend}-{level}"));
+            let out_arg = out_dir.display().to_string();
+            let args = [
+                &["run", &path, "--backend", backend, "--seed", "5", "--outputs", &out_arg][..],
+                sizes,
+            ]
+            .concat();
+            let out = fuse_in(level, &args);
+            assert!(
+                out.status.success(),
+                "{name} {level}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            out_dir
+        };
+        let reference = run("reference", "");
+        for level in &levels {
+            let got = run("cpu", level.name());
+            let outputs = std::fs::read_dir(&reference).unwrap().collect::<Vec<_>>();
+            assert!(!outputs.is_empty(), "{name}: no outputs written");
+            for entry in outputs {
+                let file = entry.unwrap().file_name();
+                let want: Vec<f64> = read_f32(&reference.join(&file)).iter().map(|&w| w as f64).collect();
+                let error = relative_error(&read_f32(&got.join(&file)), &want);
+                // f32 sums of up to a thousand products, in any order, with or without FMA.
+                assert!(error < 1e-5, "{name} {file:?} in {level}: relative error {error:e}");
+            }
+        }
+        // The header of `fuse explain` names the level that runs.
+        let explain = fuse_in(
+            levels[0].name(),
+            &[&["explain", &path, "--backend", "cpu"][..], sizes].concat(),
+        );
+        let header = String::from_utf8_lossy(&explain.stdout);
+        let want = match levels[0] == widest {
+            true => "backend: cpu, scalar (the widest this CPU has)".to_string(),
+            false => format!("backend: cpu, scalar (FUSE_SIMD; this CPU has {widest})"),
+        };
+        assert!(header.contains(&want), "{header}");
+    }
+}
+
+#[test]
+fn an_instruction_set_the_cpu_lacks_or_an_unknown_one_is_refused() {
+    let has: Vec<&str> = fuse::SimdLevel::available().iter().map(|l| l.name()).collect();
+    let lacking = ["avx512", "avx2", "neon"].into_iter().filter(|l| !has.contains(l));
+    for level in lacking.chain(["sse9", "avx-1024"]) {
+        for args in [
+            &[
+                "run",
+                &script("bicgk.yaml"),
+                "--backend",
+                "cpu",
+                "--size",
+                "m=8",
+                "--size",
+                "n=8",
+            ][..],
+            &["explain", &script("bicgk.yaml"), "--backend", "cpu"],
+        ] {
+            let out = fuse_in(level, args);
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{level}: {stderr}");
+            assert!(
+                stderr.contains("FUSE_SIMD") && stderr.contains(level),
+                "{level}: {stderr}"
+            );
+            assert!(
+                stderr.contains(&has.iter().rev().copied().collect::<Vec<_>>().join(", ")),
+                "{level}: names what the CPU has: {stderr}"
+            );
+            assert!(!stderr.contains("panicked"), "{stderr}");
+        }
     }
 }

@@ -15,8 +15,9 @@ use fuse_core::explore::timing::{Hardware, Measurement, Model, Peaks, Source, Ti
 use fuse_core::library::{ElementaryFunction, Form};
 use fuse_core::{script, Bindings, HigherOrderKind, Library, Precision, Shape};
 
-use super::timings::{cpu_model, this_cpu, CPU_COMPUTE_CAPABILITY};
+use super::cpu::{cpu_model, this_cpu};
 use super::{cache, unfused_plan, CpuError, FusedPlan, Real, Threads};
+use fuse_core::explore::CPU_COMPUTE_CAPABILITY;
 
 /// Bytes of each array of the copy measurement: far beyond any cache.
 pub const COPY_BYTES: usize = 256 << 20;
@@ -255,7 +256,7 @@ fn peak_gflops<T: Real>(threads: &Threads) -> f64 {
 }
 
 /// `CHAINS` vector chains of `x = x·a + b`: their sum, and the lanes of a vector.
-#[pulp::with_simd(chains = pulp::Arch::new())]
+#[pulp::with_simd(chains = super::simd::arch())]
 #[inline(always)]
 fn chains_simd<S: pulp::Simd, T: Real>(simd: S, a: T, start: T) -> (T, usize) {
     let (a, b) = (T::splat(simd, a), T::splat(simd, T::from_f64(1e-7)));

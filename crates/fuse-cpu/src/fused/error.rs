@@ -29,7 +29,8 @@ pub enum CpuError {
     /// threads the system refuses).
     #[error("{0}")]
     Threads(String),
-    /// An environment variable set to a value it does not take.
+    /// An environment variable set to a value it does not take (`FUSE_CPU_CALIBRATE`, or a
+    /// `FUSE_SIMD` this CPU lacks).
     #[error("{0}")]
     Setting(String),
     /// A workspace used with a plan other than the one that made it.

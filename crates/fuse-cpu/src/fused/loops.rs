@@ -1,9 +1,9 @@
 //! The hand-written inner loops: every BLAS-1/2 formula of the library comes down to these on
 //! runs of contiguous elements.
 //!
-//! Each loop is one generic body over pulp's [`Simd`] instruction sets, and [`pulp::Arch`]
-//! picks the widest the CPU has when it is called (AVX-512, AVX2 with FMA, NEON; scalar code
-//! elsewhere). The loops that decide a BLAS-2 kernel's speed — dot products, several rows
+//! Each loop is one generic body over pulp's [`Simd`] instruction sets, dispatched to the
+//! widest the CPU has (AVX-512, AVX2 with FMA, NEON; scalar code elsewhere) or the narrower one
+//! `FUSE_SIMD` asks for ([`simd::arch`]). The loops that decide a BLAS-2 kernel's speed — dot products, several rows
 //! against one vector, scaled rows added into a partial vector — are written in vectors with
 //! fused multiply-adds, several rows per step, so that each load of the vector serves every
 //! row and enough independent sums are in flight to hide the additions' latency. The rest are
@@ -19,9 +19,10 @@
 //! short [`dot_rows`] call (43 ns on 16 elements, 30 with plain loops; SGEMV at 1024² f32 on
 //! one thread 71–74 µs a run, 59–60 without them).
 
-use pulp::{Arch, Simd};
+use pulp::Simd;
 
 use super::norm::Norm;
+use super::simd;
 use super::Real;
 
 /// Independent vector sums of one dot product: two fused multiply-adds a cycle, each taking
@@ -36,7 +37,7 @@ pub(crate) const ROWS: usize = 8;
 pub(crate) const ROWS_PER_PASS: usize = 8;
 
 /// `Σ x[k]·y[k]`.
-#[pulp::with_simd(dot = Arch::new())]
+#[pulp::with_simd(dot = simd::arch())]
 #[inline(always)]
 pub(crate) fn dot_simd<S: Simd, T: Real>(simd: S, x: &[T], y: &[T]) -> T {
     let n = x.len().min(y.len());
@@ -57,7 +58,7 @@ pub(crate) fn dot_simd<S: Simd, T: Real>(simd: S, x: &[T], y: &[T]) -> T {
 }
 
 /// `Σ x[k]`.
-#[pulp::with_simd(sum = Arch::new())]
+#[pulp::with_simd(sum = simd::arch())]
 #[inline(always)]
 pub(crate) fn sum_simd<S: Simd, T: Real>(simd: S, x: &[T]) -> T {
     let (xv, xt) = T::as_lanes::<S>(x);
@@ -220,7 +221,7 @@ impl Peel {
 /// rest one at a time; `ahead` pulled in as the steps go. One dispatch for them all: a call
 /// through the dispatch costs as much as a short row (SGEMV at 1024² f32 on one thread: 59–60
 /// µs a run with a dispatch per eight rows, 55 with one per tile).
-#[pulp::with_simd(dot_lines = Arch::new())]
+#[pulp::with_simd(dot_lines = simd::arch())]
 #[inline(always)]
 pub(crate) fn dot_lines_simd<S: Simd, T: Real>(simd: S, lines: Lines<'_, T>, x: &[T], dots: &mut [T], ahead: Ahead) {
     let x = &x[..lines.len];
@@ -376,7 +377,7 @@ pub(crate) enum Store {
 /// there are at most three terms, else the first three (in cache) and the rest added in
 /// [`lin_add`]'s passes. Each element adds its terms in their order, the first three each
 /// multiplied and added (two roundings), the rest in fused multiply-adds, however stored.
-#[pulp::with_simd(lin_write = Arch::new())]
+#[pulp::with_simd(lin_write = simd::arch())]
 #[inline(always)]
 pub(crate) fn lin_write_simd<S: Simd, T: Real>(simd: S, dest: &mut [T], konst: T, terms: &[(T, &[T])], store: Store) {
     match (terms.len(), store) {
@@ -527,7 +528,7 @@ fn vector_head<'a, S: Simd, T: Real + 'a>(mut rows: impl Iterator<Item = &'a [T]
 /// `dest += Σ a·x` over the terms `(a, x)`, [`ROWS_PER_PASS`] at a time (one pass over `dest`
 /// for as many rows of `Aᵀ·x`); where the terms are rows of a matrix, `ahead` pulled in as
 /// each pass goes.
-#[pulp::with_simd(lin_add = Arch::new())]
+#[pulp::with_simd(lin_add = simd::arch())]
 #[inline(always)]
 pub(crate) fn lin_add_simd<S: Simd, T: Real>(simd: S, dest: &mut [T], terms: &[(T, &[T])], ahead: Ahead) {
     match ahead.pulls() {
@@ -600,7 +601,7 @@ fn lin_add_group<S: Simd, T: Real, const N: usize, P: Pull>(
 /// a pass over `dest` through pointers ([`add_rows`]), the rest in one pass of [`lin_add`]'s;
 /// `ahead` pulled in as the passes go. One dispatch for them all, as [`dot_lines`] (SGEMTV at
 /// 1024² f32 on one thread: 5 % longer with a dispatch per eight rows through slices).
-#[pulp::with_simd(add_lines = Arch::new())]
+#[pulp::with_simd(add_lines = simd::arch())]
 #[inline(always)]
 pub(crate) fn add_lines_simd<S: Simd, T: Real>(
     simd: S,
@@ -699,7 +700,7 @@ unsafe fn add_tail<S: Simd, T: Real>(
 }
 
 /// `dest += c·x·y`.
-#[pulp::with_simd(prod_add = Arch::new())]
+#[pulp::with_simd(prod_add = simd::arch())]
 #[inline(always)]
 pub(crate) fn prod_add_simd<S: Simd, T: Real>(_simd: S, dest: &mut [T], c: T, x: &[T], y: &[T]) {
     let n = dest.len();
@@ -710,7 +711,7 @@ pub(crate) fn prod_add_simd<S: Simd, T: Real>(_simd: S, dest: &mut [T], c: T, x:
 }
 
 /// `dest += x`.
-#[pulp::with_simd(add = Arch::new())]
+#[pulp::with_simd(add = simd::arch())]
 #[inline(always)]
 pub(crate) fn add_simd<S: Simd, T: Real>(_simd: S, dest: &mut [T], x: &[T]) {
     let n = dest.len();
@@ -721,7 +722,7 @@ pub(crate) fn add_simd<S: Simd, T: Real>(_simd: S, dest: &mut [T], x: &[T]) {
 }
 
 /// `dest += c`.
-#[pulp::with_simd(add_const = Arch::new())]
+#[pulp::with_simd(add_const = simd::arch())]
 #[inline(always)]
 pub(crate) fn add_const_simd<S: Simd, T: Real>(_simd: S, dest: &mut [T], c: T) {
     dest.iter_mut().for_each(|d| *d += c);
@@ -729,7 +730,7 @@ pub(crate) fn add_const_simd<S: Simd, T: Real>(_simd: S, dest: &mut [T], c: T) {
 
 /// `dots[k] = Σ_j lines[k][j]·x[j]` for every `k`, and `dest += Σ_k coefs[k]·lines[k]`:
 /// [`ROWS`] rows a step ([`dot_add_rows`]), the rest one at a time, one dispatch for all.
-#[pulp::with_simd(dot_add_lines = Arch::new())]
+#[pulp::with_simd(dot_add_lines = simd::arch())]
 #[inline(always)]
 pub(crate) fn dot_add_lines_simd<S: Simd, T: Real>(
     simd: S,
@@ -843,7 +844,7 @@ fn dot_add_row_simd<S: Simd, T: Real>(simd: S, row: &[T], x: &[T], coef: T, dest
 }
 
 /// The three scaled sums of squares of a norm of `x` (see [`super::norm`]).
-#[pulp::with_simd(norm = Arch::new())]
+#[pulp::with_simd(norm = simd::arch())]
 #[inline(always)]
 pub(crate) fn norm_simd<S: Simd, T: Real>(_simd: S, x: &[T]) -> Norm<T> {
     norm_body(x)
@@ -921,7 +922,7 @@ fn fold<T: Real>(acc: [T; LANES]) -> T {
 /// fastest copy there is (in C on the development machine, 24 MiB on one thread took 1.9–2.1
 /// ms streamed 64 bytes at a time, 2.5 in 16, and `memcpy` reads each line written in first).
 /// Call [`stream_fence`] before other threads read `dest`.
-#[pulp::with_simd(stream = Arch::new())]
+#[pulp::with_simd(stream = simd::arch())]
 #[inline(always)]
 pub(crate) fn stream_simd<S: Simd, T: Real>(_simd: S, dest: &mut [T], src: &[T]) {
     let src = &src[..dest.len()];
@@ -1128,6 +1129,11 @@ mod tests {
                     );
                 }
             }
+            // A copy streamed past the caches in this instruction set's vectors.
+            let mut copied = vec![T::ZERO; offset + n];
+            stream_simd(simd, &mut copied[offset..], &x);
+            stream_fence();
+            assert!(copied[offset..] == x[..], "stream {name} {n} from {offset}");
             let got = [dest, dots, columns, sums];
             let first = first_bits.entry(n).or_insert_with(|| got.clone());
             assert!(*first == got, "{name} {n}: other bits from {offset}, {stride} apart");
@@ -1139,20 +1145,23 @@ mod tests {
         );
     }
 
+    /// [`check`] in both precisions on the instruction set it is dispatched to.
+    struct CheckAll;
+
+    impl pulp::WithSimd for CheckAll {
+        type Output = ();
+        #[inline(always)]
+        fn with_simd<S: Simd>(self, simd: S) {
+            check::<_, f32>(simd);
+            check::<_, f64>(simd);
+        }
+    }
+
     #[test]
     fn every_kernel_on_every_instruction_set_of_this_cpu_matches_f64_sums() {
-        check::<_, f32>(pulp::Scalar::new());
-        check::<_, f64>(pulp::Scalar::new());
-        #[cfg(target_arch = "x86_64")]
-        {
-            if let Some(simd) = pulp::x86::V3::try_new() {
-                check::<_, f32>(simd);
-                check::<_, f64>(simd);
-            }
-            if let Some(simd) = pulp::x86::V4::try_new() {
-                check::<_, f32>(simd);
-                check::<_, f64>(simd);
-            }
+        // The levels `FUSE_SIMD` may pick here, each dispatched as the kernels are.
+        for level in simd::SimdLevel::available() {
+            level.arch().expect("an available level").dispatch(CheckAll);
         }
     }
 

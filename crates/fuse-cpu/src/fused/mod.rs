@@ -47,6 +47,7 @@
 
 mod cache;
 pub mod calibrate;
+mod cpu;
 mod crew;
 mod error;
 mod eval;
@@ -56,6 +57,7 @@ mod memory;
 mod norm;
 mod prepare;
 mod real;
+mod simd;
 mod stage;
 mod threads;
 pub mod timings;
@@ -71,6 +73,7 @@ use fuse_core::{Bindings, Bound, HostArray, HostData, Kernel, Plan, Precision, P
 
 pub use error::CpuError;
 pub use real::Real;
+pub use simd::{SimdLevel, SIMD_VAR};
 pub use threads::{Threads, THREADS_VAR};
 
 /// A plan prepared for the CPU at fixed sizes; run it any number of times.
@@ -109,10 +112,11 @@ enum Buffers {
 
 impl FusedPlan {
     /// Checks `plan` against `program` and prepares it for `sizes` (bound by
-    /// [`Program::bind_sizes`]) to run on the shared threads ([`Threads::shared`]). The plan
-    /// is lowered, not kept.
+    /// [`Program::bind_sizes`]) to run on the shared threads ([`Threads::shared`]) in the
+    /// shared instruction set ([`SimdLevel::shared`]). The plan is lowered, not kept.
     pub fn new(program: impl Into<Arc<Program>>, sizes: &Sizes, plan: &Plan) -> Result<Self, CpuError> {
         let program = program.into();
+        SimdLevel::shared()?;
         Ok(FusedPlan {
             prepared: prepare::prepare(&program, sizes, plan)?,
             inline: program.compulsory_bytes(sizes) < INLINE_BYTES,

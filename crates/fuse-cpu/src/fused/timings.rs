@@ -40,8 +40,9 @@ use fuse_core::explore::{library_checksum, CpuKey, TimingTable, Vocabulary};
 use fuse_core::Library;
 
 use super::calibrate::{calibrate, to_yaml, Budget, Step};
+use super::cpu::f32_lanes;
+pub use super::cpu::{cpu_model, describe, this_cpu};
 use super::error::CpuError;
-use super::{cache, Threads};
 
 /// Environment variable naming a CPU timing table to use instead of the shipped ones.
 pub const ENV: &str = "FUSE_CPU_TIMINGS";
@@ -253,66 +254,6 @@ pub fn matches(table: &CpuKey, cpu: &CpuKey) -> bool {
         && near(table.llc_bytes, cpu.llc_bytes)
 }
 
-/// This CPU's key: the instruction set the kernels use, its caches, and the threads fuse runs
-/// (`FUSE_NUM_THREADS`, else one per core this process may use).
-pub fn this_cpu() -> Result<CpuKey, CpuError> {
-    Ok(CpuKey {
-        isa: isa(vector_bits()).to_string(),
-        l1d_bytes: cache::first_level_bytes() as u64,
-        l2_bytes: cache::second_level_bytes() as u64,
-        llc_bytes: cache::last_level_bytes() as u64,
-        threads: Threads::shared()?.count() as u32,
-    })
-}
-
-/// The instruction set of vectors of `bits`, as pulp picks them for the kernels (on x86-64
-/// AVX-512, AVX2 with FMA, else scalar; NEON on aarch64).
-fn isa(bits: usize) -> &'static str {
-    match bits {
-        512 => "avx512",
-        256 => "avx2+fma",
-        128 => "neon",
-        _ => "scalar",
-    }
-}
-
-/// f32 numbers in a vector of `isa`.
-fn f32_lanes(isa: &str) -> u32 {
-    match isa {
-        "avx512" => 16,
-        "avx2+fma" => 8,
-        "neon" => 4,
-        _ => 1,
-    }
-}
-
-/// Bits of the vectors the kernels run on here.
-#[pulp::with_simd(vector_bits = pulp::Arch::new())]
-#[inline(always)]
-fn vector_bits_simd<S: pulp::Simd>(_simd: S) -> usize {
-    8 * std::mem::size_of::<S::f32s>()
-}
-
-/// `key` in words.
-pub fn describe(key: &CpuKey) -> String {
-    format!(
-        "{}, L1d {}, L2 {}, LLC {}, {} threads",
-        key.isa,
-        size(key.l1d_bytes),
-        size(key.l2_bytes),
-        size(key.llc_bytes),
-        key.threads
-    )
-}
-
-/// `bytes` in KiB or MiB, as caches are named.
-fn size(bytes: u64) -> String {
-    match bytes % (1 << 20) {
-        0 => format!("{} MiB", bytes >> 20),
-        _ => format!("{} KiB", bytes >> 10),
-    }
-}
-
 /// The file name (without `.yaml`) of the table installed for `key`.
 fn file_stem(key: &CpuKey) -> String {
     format!(
@@ -382,18 +323,6 @@ fn cpu_files() -> impl Iterator<Item = (&'static str, &'static str)> {
         let cpu = name.starts_with("cpu-") && name.ends_with(".yaml");
         cpu.then_some((name, f.contents_utf8()?))
     })
-}
-
-/// This machine's CPU model, as `/proc/cpuinfo` names it (`unknown CPU` where it cannot be
-/// read): a table's label, not its key.
-pub fn cpu_model() -> String {
-    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    info.lines()
-        .find_map(|l| {
-            let (key, value) = l.split_once(':')?;
-            (key.trim() == "model name").then(|| value.trim().to_string())
-        })
-        .unwrap_or_else(|| "unknown CPU".to_string())
 }
 
 #[cfg(test)]
