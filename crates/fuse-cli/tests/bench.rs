@@ -246,8 +246,9 @@ fn a_new_cpu_measures_itself_once_within_the_budget_and_later_runs_use_the_table
         .unwrap()
         .parse()
         .unwrap();
-    // The budget bounds the measuring (3 s); setting up the last function's plan may overrun it.
-    assert!(seconds <= 5.0, "{stderr}");
+    // The budget bounds the measuring (3 s); setting up the last function's plan may overrun
+    // it, and a loaded machine stretches both (a whole calibration takes far longer).
+    assert!(seconds <= 10.0, "{stderr}");
     assert!(
         notes[0].contains(&tables[0].display().to_string()) && notes[0].contains("3 threads"),
         "{stderr}"

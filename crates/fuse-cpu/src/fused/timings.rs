@@ -14,7 +14,7 @@
 //! 2. the table installed for this CPU's key in the user's cache (`<cache>/timings/cpu-….yaml`),
 //!    written by `fuse calibrate --backend cpu` or by step 4;
 //! 3. a table shipped in `library/timings/cpu-*.yaml` whose key matches this CPU's
-//!    ([`matches`]: the same instruction set and threads, every cache within 25 %);
+//!    ([`matches()`]: the same instruction set and threads, every cache within 25 %);
 //! 4. a short calibration of this CPU (at most
 //!    [`QUICK_SECONDS`](super::calibrate::QUICK_SECONDS) seconds), installed as in step 2, with
 //!    a progress line on a terminal and a one-line note;
@@ -499,8 +499,9 @@ mod tests {
         let start = Instant::now();
         let first = select_for(&key, Some(&file), &library).unwrap();
         let seconds = start.elapsed().as_secs_f64();
-        // The budget bounds the measuring; setting up the last function's plan may run past it.
-        assert!(seconds < super::super::calibrate::QUICK_SECONDS + 2.0, "{seconds} s");
+        // The budget bounds the measuring; setting up the last function's plan may run past it,
+        // and tests running beside this one stretch both (a whole calibration takes far longer).
+        assert!(seconds < super::super::calibrate::QUICK_SECONDS + 7.0, "{seconds} s");
         let note = first.note.unwrap();
         assert!(note.contains("measured this CPU") && note.contains("kept in"), "{note}");
         assert_eq!(first.table.source, fuse_core::explore::timing::Source::Measured);
