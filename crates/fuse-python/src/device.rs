@@ -155,7 +155,8 @@ unsafe impl DlpackStream for LegacyDefaultStream {
 
 /// Whether `object` is an array in CUDA memory that speaks DLPack, and on which GPU.
 pub(crate) fn cuda_device(object: &Bound<'_, PyAny>) -> PyResult<Option<usize>> {
-    if !object.hasattr("__dlpack_device__")? {
+    // A numpy array is in host memory: asking it through DLPack cost a method call per input.
+    if object.is_instance_of::<numpy::PyUntypedArray>() || !object.hasattr("__dlpack_device__")? {
         return Ok(None);
     }
     let (kind, ordinal): (u32, i32) = object.call_method0("__dlpack_device__")?.extract()?;
