@@ -25,7 +25,13 @@ pub struct Program {
     options: CompileOptions,
     given: Vec<(String, usize)>,
     compiled: Mutex<HashMap<String, Arc<Compiled>>>,
+    /// The input shapes of the last call and the program they bound: a loop's calls meet the
+    /// same shapes, and skip binding sizes and the cache's key (a fifth of a small call).
+    last: Mutex<Option<(Shapes, Arc<Compiled>)>>,
 }
+
+/// Each input's name and dims, in the script's order.
+type Shapes = Vec<(String, Vec<usize>)>;
 
 /// `auto` (the GPU where one is usable, else the CPU) or a backend name of `fuse run`; a GPU
 /// asked for is looked up now, so that its absence is reported where it was asked for.
@@ -75,6 +81,7 @@ impl Program {
             options: options(threads)?,
             given: sizes.unwrap_or_default(),
             compiled: Mutex::new(HashMap::new()),
+            last: Mutex::new(None),
         };
         program.check_symbols(&program.given, "sizes")?;
         let fixed = program
@@ -204,18 +211,26 @@ impl Program {
             return self.run_on_gpu(py, &borrowed, &on_gpu);
         }
         let p = self.script.program();
-        let shapes: Vec<SizeSource> = p
-            .inputs
-            .iter()
+        let given: Vec<(&str, &[usize])> = (p.inputs.iter())
             .filter_map(|&v| borrowed.iter().find(|(name, _)| *name == p.values[v].variable))
-            .map(|(name, array)| SizeSource::Shape {
-                input: name,
-                dims: array.shape(),
-                what: format!("argument `{name}`"),
-            })
+            .map(|(name, array)| (name.as_str(), array.shape()))
             .collect();
-        let sizes = self.bind(&shapes)?;
-        let compiled = self.compiled(py, &sizes)?;
+        let compiled = match self.recall(&given) {
+            Some(compiled) => compiled,
+            None => {
+                let shapes: Vec<SizeSource> = (given.iter())
+                    .map(|&(name, dims)| SizeSource::Shape {
+                        input: name,
+                        dims,
+                        what: format!("argument `{name}`"),
+                    })
+                    .collect();
+                let compiled = self.compiled(py, &self.bind(&shapes)?)?;
+                let shapes = given.iter().map(|&(n, d)| (n.to_owned(), d.to_vec())).collect();
+                *self.last.lock().unwrap_or_else(|e| e.into_inner()) = Some((shapes, Arc::clone(&compiled)));
+                compiled
+            }
+        };
         let mut views = Views::new();
         for (name, array) in &borrowed {
             views.insert(name.clone(), view(array)?);
@@ -392,6 +407,14 @@ impl Program {
         let compiled = Arc::new(compiled);
         self.lock().insert(key, Arc::clone(&compiled));
         Ok(compiled)
+    }
+
+    /// The program the last call's shapes bound, where `given` are the same.
+    fn recall(&self, given: &[(&str, &[usize])]) -> Option<Arc<Compiled>> {
+        let last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        let (shapes, compiled) = last.as_ref()?;
+        let same = shapes.len() == given.len() && shapes.iter().zip(given).all(|((n, d), (m, e))| n == m && d == e);
+        same.then(|| Arc::clone(compiled))
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Compiled>>> {
