@@ -34,6 +34,7 @@ pub mod graph;
 pub mod library;
 pub mod program;
 pub mod reference;
+pub mod rewrite;
 pub mod script;
 pub mod shape;
 #[cfg(any(test, feature = "testing"))]
