@@ -21,13 +21,13 @@ pub(super) enum Part {
     Vector(ValueId),
 }
 
-/// A number times scalar values.
+/// A number times run-time scalars.
 #[derive(Debug, Clone, PartialEq)]
 pub(super) struct Coefficient {
     /// The literal factor.
     pub number: f64,
-    /// The run-time scalar factors.
-    pub scalars: Vec<ValueId>,
+    /// The run-time scalar factors, as arguments.
+    pub scalars: Vec<Arg>,
 }
 
 impl Coefficient {
@@ -76,7 +76,7 @@ pub(super) fn terms(call: &Call) -> Option<Vec<Term>> {
         for p in t.scalars {
             match call.args[p] {
                 Arg::Literal(x) => coefficient.number *= x,
-                Arg::Value(v) => coefficient.scalars.push(v),
+                scalar => coefficient.scalars.push(scalar),
             }
         }
         let part = match t.part {
@@ -260,7 +260,7 @@ impl Binding {
         match (&have.scalars[..], &want.scalars[..]) {
             ([], []) if have.number == want.number => Some(()),
             ([p], []) if have.number == 1.0 => self.set(*p, Arg::Literal(want.number)),
-            ([p], [v]) if have.number == want.number => self.set(*p, Arg::Value(*v)),
+            ([p], [v]) if have.number == want.number => self.set(*p, *v),
             _ => None,
         }
     }
