@@ -50,7 +50,7 @@ pub fn parse(file: &str, text: &str, library: &Library) -> Result<Program> {
         versions: HashMap::new(),
     };
     checker.check(&root)?;
-    Ok(checker.program)
+    Ok(crate::inline_scalars::inline_scalars(checker.program))
 }
 
 fn default_name(file: &str) -> String {
