@@ -576,10 +576,5 @@ fn uniform<T: Real>(node: &Node, scope: &Scope<T>, seg: Seg) -> Option<T> {
 }
 
 fn apply<T: Real>(op: BinOp, a: T, b: T) -> T {
-    match op {
-        BinOp::Add => a + b,
-        BinOp::Sub => a - b,
-        BinOp::Mul => a * b,
-        BinOp::Div => a / b,
-    }
+    op.apply(a, b)
 }
