@@ -190,7 +190,9 @@ impl Expr {
     /// `x`.
     pub fn with_zero_products(&self, is_zero: &dyn Fn(usize) -> bool) -> Expr {
         let zeroed = |e: &Expr| Box::new(e.with_zero_products(is_zero));
-        if self.scalar_factors().into_iter().any(is_zero) {
+        // A bare scalar is no product: `1 / b` with `b = -0` is -inf, as IEEE says.
+        let product = matches!(self, Expr::Neg(_) | Expr::Binary(BinOp::Mul, ..));
+        if product && self.scalar_factors().into_iter().any(is_zero) {
             return Expr::Number(0.0);
         }
         match self {

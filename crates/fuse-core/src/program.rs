@@ -69,7 +69,9 @@ impl Arg {
             Arg::Literal(x) => *x,
             Arg::Scalar(s) => {
                 let args: Vec<f64> = s.args.iter().map(|a| a.scalar_value(value, round)).collect();
-                round(s.form.formula.body.eval_scalar(&args))
+                // A product by a zero argument is +0 here as in every formula.
+                let body = s.form.formula.body.with_zero_products(&|p| args[p] == 0.0);
+                round(body.eval_scalar(&args))
             }
         }
     }

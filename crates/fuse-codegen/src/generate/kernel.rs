@@ -49,7 +49,7 @@ impl<'a> KernelContext<'a> {
             1 => levels.into_iter().next().unwrap_or(1),
             _ => {
                 return Err(GenerateError::InvalidPlan(format!(
-                    "kernel {k} mixes BLAS-1 and BLAS-2 calls"
+                    "kernel {k} mixes calls of different nesting levels (scalar, BLAS-1, BLAS-2)"
                 )))
             }
         };
@@ -205,9 +205,11 @@ impl<'a> KernelContext<'a> {
         s
     }
 
-    /// `const T s3 = *p3_alpha;` for every scalar read here.
-    pub fn scalar_loads(&self, indent: &str) -> String {
-        self.scalars()
+    /// `const T s3 = *p3_alpha;` for every scalar read here, then each scalar call inlined in
+    /// the kernel's calls computed from them (`const T i… = (s3 / s5);`).
+    pub fn scalar_loads(&self, indent: &str) -> Result<String, GenerateError> {
+        let mut s: String = self
+            .scalars()
             .into_iter()
             .map(|v| {
                 format!(
@@ -217,7 +219,17 @@ impl<'a> KernelContext<'a> {
                     pointer(self.program, v)
                 )
             })
-            .collect()
+            .collect();
+        for &c in &self.calls {
+            let call = &self.program.calls[c];
+            s.push_str(&expr::inlined_definitions(
+                call.args.iter(),
+                call,
+                self.precision(),
+                indent,
+            )?);
+        }
+        Ok(s)
     }
 }
 
@@ -257,6 +269,7 @@ fn collect_elements(e: &fuse_core::formula::Expr, call: &fuse_core::Call, out: &
             if let Arg::Value(v) = call.args[*param] {
                 out.push((v, index.clone()));
             }
+            // Literals and inlined scalar calls are no elements.
         }
         Expr::Number(_) | Expr::Scalar(_) => {}
         Expr::Neg(a) | Expr::Call(_, a) => collect_elements(a, call, out),
