@@ -22,7 +22,7 @@ use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
 
-use fuse::stages::fuse_core::{script, DataGraph};
+use fuse::stages::fuse_core::{script, DataGraph, Program};
 use fuse::Library;
 
 use args::{load, parse_size, Backend};
@@ -62,6 +62,19 @@ enum Command {
         /// Script files.
         #[arg(required = true, value_name = "SCRIPT")]
         scripts: Vec<PathBuf>,
+    },
+    /// Print how the rewrite stage rephrased a script before exploring it.
+    #[command(
+        long_about = "Print how the rewrite stage rephrased a script: each step as `rule: calls before → \
+calls after`, then the calls the explorer fuses. The rules rephrase the same math so that its plan does \
+not depend on how it was written: a map of a walk's result joins the walk (`map-joins-walk`: \
+`t = A·x; u = a·t + c` → `u = a·A·x + c`, scaling folded the same way), and a walk accumulating onto \
+another walk's result no longer waits for it (`split-accumulation`). Results are the same up to rounding.",
+        after_help = "Example: fuse rewrite scripts/atax.yaml"
+    )]
+    Rewrite {
+        /// Script file.
+        script: PathBuf,
     },
     /// Print the data-dependency graph of a script as Graphviz DOT.
     #[command(
@@ -321,6 +334,11 @@ fn run(cli: Cli) -> Result<(), Failure> {
     );
     match cli.command {
         Command::Check { scripts } => check(&scripts, &library),
+        Command::Rewrite { script } => {
+            let program = load(&script, &library)?;
+            print!("{}", rewrites(&program));
+            Ok(())
+        }
         Command::Graph { script } => {
             let program = load(&script, &library)?;
             print!("{}", DataGraph::build(&program).to_dot(&program));
@@ -403,7 +421,14 @@ fn check(scripts: &[PathBuf], library: &Library) -> Result<(), Failure> {
     for path in scripts {
         match script::load(path, library) {
             Ok(program) => {
-                println!("ok  {}: {program}", path.display());
+                let rewritten = match program.rewrites.len() {
+                    0 => String::new(),
+                    n => format!(
+                        " (rewritten in {n} step{}: see `fuse rewrite`)",
+                        if n == 1 { "" } else { "s" }
+                    ),
+                };
+                println!("ok  {}: {program}{rewritten}", path.display());
                 args::warn(&program);
             }
             Err(e) => {
@@ -416,6 +441,22 @@ fn check(scripts: &[PathBuf], library: &Library) -> Result<(), Failure> {
         0 => Ok(()),
         n => Err(bad_input(format!("{n} of {} scripts failed the check", scripts.len()))),
     }
+}
+
+/// The rewrite steps of `program`, then its calls as the explorer sees them.
+fn rewrites(program: &Program) -> String {
+    let mut out = match program.rewrites.len() {
+        0 => format!("{}: no rewrite: the calls are fused as written\n", program.file),
+        n => format!("{}: {n} rewrite step{}\n", program.file, if n == 1 { "" } else { "s" }),
+    };
+    for step in &program.rewrites {
+        out.push_str(&format!("  {step}\n"));
+    }
+    out.push_str("calls:\n");
+    for call in &program.calls {
+        out.push_str(&format!("  {}\n", call.text));
+    }
+    out
 }
 
 fn functions(library: &Library) {

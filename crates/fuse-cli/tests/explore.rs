@@ -509,3 +509,26 @@ fn explain_over_ranks_shows_distributions_collectives_and_parts() {
     assert_eq!(too_many.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&too_many.stderr).contains("cannot split 4 rows (`m`) over 5 ranks"));
 }
+
+/// ATAX with a map between its walks, as a user may write it.
+const ATAX_WITH_A_MAP: &str = "precision: f64\nsizes: {m: 4096, n: 4096}\n\
+inputs: {A: [m, n], x: [n], c: [m], a: scalar}\noutputs: [y]\ncalls:\n  \
+- t = dgemv(A, x)\n  - u = daxpy(a, t, c)\n  - y = dgemtv(A, u)\n";
+
+#[test]
+fn rewrite_check_and_explore_show_the_rewritten_calls() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("atax_map.yaml");
+    std::fs::write(&script, ATAX_WITH_A_MAP).unwrap();
+    let script = script.to_str().unwrap();
+    let text = stdout(&fuse(&["rewrite", script]));
+    assert!(
+        text.contains("  map-joins-walk: t = dgemv(A, x); u = daxpy(a, t, c) → u = dgemv(a, A, x, 1, c)\ncalls:\n  u = dgemv(a, A, x, 1, c)\n  y = dgemtv(A, u)\n"),
+        "{text}"
+    );
+    let text = stdout(&fuse(&["check", script]));
+    assert!(text.contains("(rewritten in 1 step: see `fuse rewrite`)"), "{text}");
+    assert_eq!(best_kernels(script), [["u = dgemv(a, A, x, 1, c)", "y = dgemtv(A, u)"]]);
+    let text = stdout(&fuse(&["rewrite", "scripts/bicgk.yaml"]));
+    assert!(text.contains("no rewrite: the calls are fused as written"), "{text}");
+}

@@ -35,6 +35,7 @@ mod inline_scalars;
 pub mod library;
 pub mod program;
 pub mod reference;
+pub mod rewrite;
 pub mod script;
 pub mod shape;
 #[cfg(any(test, feature = "testing"))]

@@ -136,6 +136,16 @@ pub struct Call {
     pub text: String,
 }
 
+impl Arg {
+    /// The argument with each value it names replaced by `f` of it (program editing).
+    pub fn map_values(&self, f: &dyn Fn(ValueId) -> ValueId) -> Arg {
+        match *self {
+            Arg::Value(v) => Arg::Value(f(v)),
+            Arg::Literal(x) => Arg::Literal(x),
+        }
+    }
+}
+
 impl Call {
     /// The values it reads (literals excluded, those read inside inlined scalar calls
     /// included), in argument order, without repeats.
@@ -163,8 +173,11 @@ pub struct Program {
     pub inputs: Vec<ValueId>,
     /// Output values, in the order of `outputs`.
     pub outputs: Vec<ValueId>,
-    /// Calls, in script order.
+    /// Calls, in script order (after the rewrite stage: see `rewrites`).
     pub calls: Vec<Call>,
+    /// What the rewrite stage changed, in the order it did (empty where the script was fused
+    /// as written).
+    pub rewrites: Vec<crate::rewrite::Rewrite>,
 }
 
 impl Program {

@@ -29,8 +29,14 @@ pub fn load(path: &Path, library: &Library) -> Result<Program> {
     parse(&path.display().to_string(), &text, library)
 }
 
-/// Parses and checks script `text`; `file` names it in messages.
+/// Parses and checks script `text`; `file` names it in messages. The program is then
+/// rewritten ([`crate::rewrite`]) so that how the math is phrased does not decide its plan.
 pub fn parse(file: &str, text: &str, library: &Library) -> Result<Program> {
+    Ok(crate::rewrite::rewrite(parse_as_written(file, text, library)?, library))
+}
+
+/// [`parse`] without the rewrite stage: the calls exactly as the script writes them.
+pub fn parse_as_written(file: &str, text: &str, library: &Library) -> Result<Program> {
     let root = parse_yaml(file, text)?;
     let mut checker = Checker {
         file,
@@ -44,6 +50,7 @@ pub fn parse(file: &str, text: &str, library: &Library) -> Result<Program> {
             inputs: Vec::new(),
             outputs: Vec::new(),
             calls: Vec::new(),
+            rewrites: Vec::new(),
         },
         chars: text.chars().collect(),
         current: HashMap::new(),

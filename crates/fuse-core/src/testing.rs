@@ -114,6 +114,59 @@ fn pick(rng: &mut ChaCha8Rng, pool: &[(String, Shape)], read: &mut [bool], shape
     pool[i].0.clone()
 }
 
+/// The YAML text of a random f64 script made to hit the rewrite rules ([`crate::rewrite`]):
+/// walks, maps of their results, accumulations onto them, scalars and literals as
+/// coefficients; m = 37, n = 53.
+pub fn rewritable_script(seed: u64, calls: usize) -> String {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    let mut m_vectors = vec!["c".to_string(), "t".into(), "z".into()];
+    let mut n_vectors = vec!["x".to_string(), "v".into(), "y".into()];
+    let scalars = ["a", "b", "2", "-0.5", "1"];
+    let mut lines = Vec::new();
+    for k in 0..calls {
+        let r = format!("r{k}");
+        let mut s = || scalars[rng.random_range(0..scalars.len())].to_string();
+        let (s1, s2) = (s(), s());
+        let row = rng.random_bool(0.5);
+        let (same, other) = if row {
+            (&mut m_vectors, &n_vectors)
+        } else {
+            (&mut n_vectors, &m_vectors)
+        };
+        let late = |v: &Vec<String>, rng: &mut rand_chacha::ChaCha8Rng| {
+            v[rng.random_range(v.len().saturating_sub(2)..v.len())].clone()
+        };
+        let matrix = ["A", "B", "U"][rng.random_range(0..3)];
+        let walk = if row { "dgemv" } else { "dgemtv" };
+        let (prev, arg) = (late(same, &mut rng), late(other, &mut rng));
+        let line = match rng.random_range(0..5) {
+            0 => format!("{r} = {walk}({matrix}, {arg})"),
+            1 => format!("{r} = {walk}({s1}, {matrix}, {arg}, {s2}, {prev})"),
+            2 => format!("{r} = daxpy({s1}, {prev}, {})", same[rng.random_range(0..same.len())]),
+            3 => format!("{r} = dscal({s1}, {prev})"),
+            _ => format!("{r} = daxpby({s1}, {prev}, {s2}, {})", same[0]),
+        };
+        lines.push(format!("  - {line}\n"));
+        same.push(r);
+    }
+    let outputs: Vec<String> = (0..calls)
+        .filter(|_| rng.random_bool(0.4))
+        .map(|k| format!("r{k}"))
+        .collect();
+    let outputs = if outputs.is_empty() {
+        format!("r{}", calls - 1)
+    } else {
+        outputs.join(", ")
+    };
+    format!(
+        "precision: f64\nsizes: {{m: 37, n: 53}}\n\
+         inputs: {{A: [m, n], B: [m, n], U: [m, n], x: [n], v: [n], y: [n], c: [m], t: [m], z: [m], a: scalar, b: scalar}}\n\
+         outputs: [{outputs}]\ncalls:\n{}",
+        lines.concat()
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
