@@ -31,7 +31,6 @@ pub mod explore;
 pub mod file;
 pub mod formula;
 pub mod graph;
-mod inline_scalars;
 pub mod library;
 pub mod program;
 pub mod reference;

@@ -106,7 +106,7 @@ impl Arg {
     pub fn text(&self, program: &Program) -> String {
         match self {
             Arg::Value(v) => program.values[*v].variable.clone(),
-            Arg::Literal(x) => format!("{x:?}"),
+            Arg::Literal(x) => format!("{x}"),
             Arg::Scalar(s) => {
                 let args: Vec<String> = s.args.iter().map(|a| a.text(program)).collect();
                 format!("{}({})", s.callee, args.join(", "))
@@ -134,16 +134,6 @@ pub struct Call {
     pub location: Location,
     /// The call as written, normalised: `q = sgemv(A, p)`.
     pub text: String,
-}
-
-impl Arg {
-    /// The argument with each value it names replaced by `f` of it (program editing).
-    pub fn map_values(&self, f: &dyn Fn(ValueId) -> ValueId) -> Arg {
-        match *self {
-            Arg::Value(v) => Arg::Value(f(v)),
-            Arg::Literal(x) => Arg::Literal(x),
-        }
-    }
 }
 
 impl Call {

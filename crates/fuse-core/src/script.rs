@@ -57,7 +57,7 @@ pub fn parse_as_written(file: &str, text: &str, library: &Library) -> Result<Pro
         versions: HashMap::new(),
     };
     checker.check(&root)?;
-    Ok(crate::inline_scalars::inline_scalars(checker.program))
+    Ok(checker.program)
 }
 
 fn default_name(file: &str) -> String {

@@ -77,13 +77,15 @@ pub(super) fn terms(call: &Call) -> Option<Vec<Term>> {
             match call.args[p] {
                 Arg::Literal(x) => coefficient.number *= x,
                 Arg::Value(v) => coefficient.scalars.push(v),
+                // Inlined last of all rules: no linear rule sees one.
+                Arg::Scalar(_) => return None,
             }
         }
         let part = match t.part {
             FormPart::Sum(_) => Part::Sum,
             FormPart::Element(p) => match call.args[p] {
                 Arg::Value(v) => Part::Vector(v),
-                Arg::Literal(_) => return None,
+                Arg::Literal(_) | Arg::Scalar(_) => return None,
             },
         };
         if coefficient.number != 0.0 {
@@ -270,9 +272,9 @@ impl Binding {
     fn same_sum(&mut self, have: &Expr, want: &Expr, source: &Call) -> Option<()> {
         match (have, want) {
             (Expr::Number(a), Expr::Number(b)) if a == b => Some(()),
-            (Expr::Scalar(p), Expr::Scalar(q)) => self.set(*p, source.args[*q]),
+            (Expr::Scalar(p), Expr::Scalar(q)) => self.set(*p, source.args[*q].clone()),
             (Expr::Element { param: p, index: i }, Expr::Element { param: q, index: j }) if i == j => {
-                self.set(*p, source.args[*q])
+                self.set(*p, source.args[*q].clone())
             }
             (Expr::Neg(a), Expr::Neg(b)) => self.same_sum(a, b, source),
             (Expr::Call(f, a), Expr::Call(g, b)) if f == g => self.same_sum(a, b, source),
