@@ -60,8 +60,9 @@ pub fn inlined_register(s: &ScalarArg) -> String {
     format!("i{hash:016x}")
 }
 
-/// `const T iK = (…);` for each scalar call inlined in `args` (nested ones first, each once):
-/// computed where the kernel starts, after the scalar loads, in the script's precision.
+/// `const T iK = (…);` for each scalar call inlined in `args` (nested ones first, each once,
+/// `call` naming the kernel in messages): computed where the kernel starts, after the scalar
+/// loads, in the script's precision.
 pub fn inlined_definitions<'a>(
     args: impl Iterator<Item = &'a Arg>,
     call: &Call,

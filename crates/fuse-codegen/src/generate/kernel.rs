@@ -220,15 +220,9 @@ impl<'a> KernelContext<'a> {
                 )
             })
             .collect();
-        for &c in &self.calls {
-            let call = &self.program.calls[c];
-            s.push_str(&expr::inlined_definitions(
-                call.args.iter(),
-                call,
-                self.precision(),
-                indent,
-            )?);
-        }
+        let args = self.calls.iter().flat_map(|&c| &self.program.calls[c].args);
+        let first = &self.program.calls[self.calls[0]];
+        s.push_str(&expr::inlined_definitions(args, first, self.precision(), indent)?);
         Ok(s)
     }
 }
