@@ -163,7 +163,8 @@ impl<'a> KernelContext<'a> {
         let norm = self.program.values[v]
             .producer
             .is_some_and(|c| expr::is_norm(&self.program.calls[c]));
-        norm && self.grid_serial().is_some()
+        // A norm an earlier kernel finished is an ordinary scalar here.
+        norm && self.produced_here(v) && self.grid_serial().is_some()
     }
 
     /// Scalar values read here (loaded once at kernel start).
