@@ -12,7 +12,12 @@
 //   groups g < w/V and e < V: V consecutive elements, one 16-byte load (f32: V = 4, f64: V = 2;
 //   V = 1 for the paper's one-tile strips), and w/V loads in flight per row.
 
-template <typename T> __device__ __forceinline__ T fuse_abs(T x) { return x < T(0) ? -x : x; }
+__device__ __forceinline__ float fuse_abs(float x) { return fabsf(x); }
+__device__ __forceinline__ double fuse_abs(double x) { return fabs(x); }
+// max(a, b) and min(a, b) of the formula language, exactly as every backend computes them: `a`
+// where it wins or `b` is NaN, else `b` (a NaN argument gives the other; of +0 and -0, `b`).
+template <typename T> __device__ __forceinline__ T fuse_max(T a, T b) { return (a > b || b != b) ? a : b; }
+template <typename T> __device__ __forceinline__ T fuse_min(T a, T b) { return (a < b || b != b) ? a : b; }
 __device__ __forceinline__ float fuse_sqrt(float x) { return sqrtf(x); }
 __device__ __forceinline__ double fuse_sqrt(double x) { return sqrt(x); }
 

@@ -496,11 +496,19 @@ pub fn fill_random_inputs(program: &Program, sizes: &Sizes, seed: u64, given: &m
     }
 }
 
-/// Normwise relative error ‖got − want‖₂ / ‖want‖₂ (absolute when `want` is zero).
+/// Normwise relative error ‖got − want‖₂ / ‖want‖₂ (absolute when `want` is zero), over the
+/// finite elements of `want`; where `want` is NaN or infinite, `got` must be the same (NaN
+/// where NaN, the same infinity) or the error is infinite: IEEE arithmetic gives the same
+/// non-finite results on every backend (a division by zero, the root of a negative number).
 pub fn relative_error(got: &[f64], want: &[f64]) -> f64 {
     assert_eq!(got.len(), want.len(), "arrays compared must have equal length");
-    let diff: f64 = got.iter().zip(want).map(|(g, w)| (g - w) * (g - w)).sum::<f64>().sqrt();
-    let norm: f64 = want.iter().map(|w| w * w).sum::<f64>().sqrt();
+    let same = |g: f64, w: f64| (g.is_nan() && w.is_nan()) || g == w;
+    if got.iter().zip(want).any(|(&g, &w)| !w.is_finite() && !same(g, w)) {
+        return f64::INFINITY;
+    }
+    let finite = || got.iter().zip(want).filter(|(_, w)| w.is_finite());
+    let diff: f64 = finite().map(|(g, w)| (g - w) * (g - w)).sum::<f64>().sqrt();
+    let norm: f64 = finite().map(|(_, w)| w * w).sum::<f64>().sqrt();
     if norm == 0.0 {
         diff
     } else {

@@ -15,6 +15,13 @@
 //! ([`Expr::with_zero_products`]): BLAS does not read `y` where β = 0 or `A` where α = 0, so a
 //! NaN or an uninitialised buffer there does not reach the result. Every backend follows this
 //! rule, for a literal 0 at compile time and for a run-time scalar when it runs.
+//!
+//! `max(a, b)` is `a` where `a > b` or `b` is NaN, else `b`; `min(a, b)` is `a` where `a < b`
+//! or `b` is NaN, else `b`. So, as C's `fmax`/`fmin`, a NaN argument gives the other argument
+//! (NaN only where both are), and of two equal arguments (`+0` and `-0`) the second is the
+//! result. Every backend computes exactly this expression, so the sign of a zero agrees too.
+
+use std::ops::{Add, Div, Mul, Sub};
 
 use crate::shape::Shape;
 
@@ -109,6 +116,42 @@ pub enum BinOp {
     Mul,
     /// `/`
     Div,
+    /// `max(a, b)`: see the module documentation for NaN and signed zeros.
+    Max,
+    /// `min(a, b)`: see the module documentation for NaN and signed zeros.
+    Min,
+}
+
+impl BinOp {
+    /// `op` applied to two numbers, as every backend computes it.
+    pub fn apply<T>(self, a: T, b: T) -> T
+    where
+        T: PartialOrd + Copy + Add<Output = T> + Sub<Output = T> + Mul<Output = T> + Div<Output = T>,
+    {
+        // NaN is the one number unequal to itself.
+        #[allow(clippy::eq_op)]
+        let nan = |x: T| x != x;
+        match self {
+            BinOp::Add => a + b,
+            BinOp::Sub => a - b,
+            BinOp::Mul => a * b,
+            BinOp::Div => a / b,
+            BinOp::Max => {
+                if a > b || nan(b) {
+                    a
+                } else {
+                    b
+                }
+            }
+            BinOp::Min => {
+                if a < b || nan(b) {
+                    a
+                } else {
+                    b
+                }
+            }
+        }
+    }
 }
 
 /// Unary functions.
@@ -147,7 +190,9 @@ impl Expr {
     /// `x`.
     pub fn with_zero_products(&self, is_zero: &dyn Fn(usize) -> bool) -> Expr {
         let zeroed = |e: &Expr| Box::new(e.with_zero_products(is_zero));
-        if self.scalar_factors().into_iter().any(is_zero) {
+        // A bare scalar is no product: `1 / b` with `b = -0` is -inf, as IEEE says.
+        let product = matches!(self, Expr::Neg(_) | Expr::Binary(BinOp::Mul, ..));
+        if product && self.scalar_factors().into_iter().any(is_zero) {
             return Expr::Number(0.0);
         }
         match self {
@@ -160,6 +205,22 @@ impl Expr {
                 body: zeroed(body),
             },
             Expr::Call(f, a) => Expr::Call(*f, zeroed(a)),
+        }
+    }
+
+    /// The value of an expression without array elements (a `kind: scalar` formula) where
+    /// scalar parameter `p` is `scalars[p]`, in f64.
+    pub fn eval_scalar(&self, scalars: &[f64]) -> f64 {
+        match self {
+            Expr::Number(v) => *v,
+            Expr::Scalar(p) => scalars[*p],
+            Expr::Neg(a) => -a.eval_scalar(scalars),
+            Expr::Binary(op, a, b) => op.apply(a.eval_scalar(scalars), b.eval_scalar(scalars)),
+            Expr::Call(Func::Abs, a) => a.eval_scalar(scalars).abs(),
+            Expr::Call(Func::Sqrt, a) => a.eval_scalar(scalars).sqrt(),
+            Expr::Element { .. } | Expr::Reduce { .. } => {
+                unreachable!("the library checks that scalar formulas index no array")
+            }
         }
     }
 
@@ -585,10 +646,24 @@ impl<'s> Parser<'s> {
             "norm2" => self.reduction(ReduceOp::Norm2)?,
             "abs" => Expr::Call(Func::Abs, Box::new(self.expr()?)),
             "sqrt" => Expr::Call(Func::Sqrt, Box::new(self.expr()?)),
-            other => return Err(format!("unknown function `{other}`; expected sum, norm2, abs or sqrt")),
+            "max" => self.pair(BinOp::Max)?,
+            "min" => self.pair(BinOp::Min)?,
+            other => {
+                return Err(format!(
+                    "unknown function `{other}`; expected sum, norm2, abs, sqrt, max or min"
+                ))
+            }
         };
         self.expect(&Token::RParen)?;
         Ok(expr)
+    }
+
+    /// The two arguments of `max(a, b)` or `min(a, b)`.
+    fn pair(&mut self, op: BinOp) -> Result<Expr, String> {
+        let a = self.expr()?;
+        self.expect(&Token::Comma)?;
+        let b = self.expr()?;
+        self.binary(op, a, b)
     }
 
     /// `sum(j, body)` or `norm2(j, body)`: the range of `j` is the dimension it first indexes
@@ -665,12 +740,14 @@ fn describe(t: Option<&Token>) -> String {
     }
 }
 
-fn op_symbol(op: BinOp) -> char {
+fn op_symbol(op: BinOp) -> &'static str {
     match op {
-        BinOp::Add => '+',
-        BinOp::Sub => '-',
-        BinOp::Mul => '*',
-        BinOp::Div => '/',
+        BinOp::Add => "+",
+        BinOp::Sub => "-",
+        BinOp::Mul => "*",
+        BinOp::Div => "/",
+        BinOp::Max => "max",
+        BinOp::Min => "min",
     }
 }
 

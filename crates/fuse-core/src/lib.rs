@@ -46,5 +46,5 @@ pub use error::{Diagnostic, Error, Location, Result};
 pub use explore::{explore, Exploration, Kernel, Limits, Plan, TimingTable};
 pub use graph::{DataGraph, Edge};
 pub use library::{ElementaryFunction, Form, HigherOrderKind, Library};
-pub use program::{Arg, Call, CallId, Program, Value, ValueId};
+pub use program::{Arg, Call, CallId, Program, ScalarArg, Value, ValueId};
 pub use shape::{Precision, Shape, Sizes};

@@ -3,7 +3,7 @@
 //! ```yaml
 //! name: gemv                      # called as sgemv (f32) and dgemv (f64)
 //! description: matrix-vector product
-//! kind: nested_reduce             # map | reduce | nested_map | nested_reduce
+//! kind: nested_reduce             # map | reduce | nested_map | nested_reduce | scalar
 //! forms:                          # one per arity
 //!   - signature: (A[m,n], x[n]) -> [m]
 //!     formula: out[i] = sum(j, A[i,j] * x[j])
@@ -38,12 +38,17 @@ pub enum HigherOrderKind {
     NestedMap,
     /// A matrix to a vector, reducing along one dimension (BLAS-2).
     NestedReduce,
+    /// Scalars to a scalar (`rho / sigma`): computed where a kernel that reads it starts, or
+    /// alone in one thread where its value is stored.
+    Scalar,
 }
 
 impl HigherOrderKind {
-    /// 1 for BLAS-1 kinds, 2 for nested (BLAS-2) kinds; only equal levels fuse.
+    /// 0 for scalar arithmetic, 1 for BLAS-1 kinds, 2 for nested (BLAS-2) kinds; only equal
+    /// levels fuse.
     pub fn nesting_level(self) -> u8 {
         match self {
+            HigherOrderKind::Scalar => 0,
             HigherOrderKind::Map | HigherOrderKind::Reduce => 1,
             HigherOrderKind::NestedMap | HigherOrderKind::NestedReduce => 2,
         }
@@ -61,6 +66,7 @@ impl HigherOrderKind {
             HigherOrderKind::Reduce => "reduce",
             HigherOrderKind::NestedMap => "nested_map",
             HigherOrderKind::NestedReduce => "nested_reduce",
+            HigherOrderKind::Scalar => "scalar",
         }
     }
 }
@@ -351,6 +357,7 @@ fn check_kind(kind: HigherOrderKind, signature: &Signature, formula: &Formula) -
         HigherOrderKind::Reduce => rank == 0 && sums && !has_matrix,
         HigherOrderKind::NestedMap => rank == 2 && !sums,
         HigherOrderKind::NestedReduce => rank == 1 && sums && has_matrix,
+        HigherOrderKind::Scalar => signature.params.iter().all(|p| p.shape.rank() == 0) && rank == 0 && !sums,
     };
     if ok {
         Ok(())
@@ -360,6 +367,7 @@ fn check_kind(kind: HigherOrderKind, signature: &Signature, formula: &Formula) -
             HigherOrderKind::Reduce => "a scalar result computed by a sum (or norm2) over vectors",
             HigherOrderKind::NestedMap => "a matrix result and no sum",
             HigherOrderKind::NestedReduce => "a vector result computed by a sum over a matrix dimension",
+            HigherOrderKind::Scalar => "scalar parameters, a scalar result and no sum",
         };
         Err(format!("kind `{kind}` expects {expected}"))
     }
@@ -427,6 +435,7 @@ mod tests {
                 "name: x\nkind: nested_reduce\nforms:\n  - signature: (A[m,n]) -> [m]\n    formula: out[i] = norm2(j, A[i,j])\n",
                 "`norm2` is supported in `kind: reduce` formulas only",
             ),
+            ("name: x\nkind: scalar\nforms:\n  - signature: (x[n]) -> scalar\n    formula: out = 1\n", "kind `scalar` expects scalar parameters"),
             ("name: x\nkind: map\nprecisions: [f16]\nforms:\n  - signature: (x[n]) -> [n]\n    formula: out[i] = x[i]\n", "f16"),
         ];
         for (text, want) in cases {
@@ -469,6 +478,16 @@ mod tests {
             ("asum", 1),
             ("nrm2", 1),
             ("madd", 2),
+            ("plus", 2),
+            ("sub", 2),
+            ("mul", 2),
+            ("div", 2),
+            ("max", 2),
+            ("min", 2),
+            ("neg", 1),
+            ("abs", 1),
+            ("sqrt", 1),
+            ("recip", 1),
         ] {
             assert_eq!(arities(name), [arity], "{name}");
         }

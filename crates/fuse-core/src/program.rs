@@ -28,12 +28,91 @@ pub struct Value {
 }
 
 /// An argument of a call.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Arg {
     /// A value of the program.
     Value(ValueId),
     /// A compile-time constant such as `2.0`.
     Literal(f64),
+    /// A scalar call inlined where its result is read (`saxpy(sdiv(rho, sigma), p, x)`): the
+    /// kernel computes it once where it starts, from scalars already finished.
+    Scalar(Arc<ScalarArg>),
+}
+
+/// A scalar call (`kind: scalar`) inlined as an argument.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScalarArg {
+    /// The name as called (`sdiv`).
+    pub callee: String,
+    /// Its library form.
+    pub form: Arc<Form>,
+    /// Its arguments: values, literals or further inlined scalar calls.
+    pub args: Vec<Arg>,
+}
+
+impl Arg {
+    /// The values it reads, inside inlined scalar calls too, appended to `out` without repeats.
+    pub fn collect_reads(&self, out: &mut Vec<ValueId>) {
+        match self {
+            Arg::Value(v) if !out.contains(v) => out.push(*v),
+            Arg::Value(_) | Arg::Literal(_) => {}
+            Arg::Scalar(s) => s.args.iter().for_each(|a| a.collect_reads(out)),
+        }
+    }
+
+    /// The value of a scalar argument given the values of the scalars it reads: a literal, a
+    /// value, or an inlined call evaluated in f64 with each call's result rounded by `round`
+    /// (to f32 in an f32 program, as every call's result is).
+    pub fn scalar_value(&self, value: &dyn Fn(ValueId) -> f64, round: &dyn Fn(f64) -> f64) -> f64 {
+        match self {
+            Arg::Value(v) => value(*v),
+            Arg::Literal(x) => *x,
+            Arg::Scalar(s) => {
+                let args: Vec<f64> = s.args.iter().map(|a| a.scalar_value(value, round)).collect();
+                // A product by a zero argument is +0 here as in every formula.
+                let body = s.form.formula.body.with_zero_products(&|p| args[p] == 0.0);
+                round(body.eval_scalar(&args))
+            }
+        }
+    }
+
+    /// The argument with value `v` replaced by `with`, inside inlined scalar calls too.
+    pub fn substitute(&self, v: ValueId, with: &Arg) -> Arg {
+        match self {
+            Arg::Value(u) if *u == v => with.clone(),
+            Arg::Value(_) | Arg::Literal(_) => self.clone(),
+            Arg::Scalar(s) => Arg::Scalar(Arc::new(ScalarArg {
+                callee: s.callee.clone(),
+                form: Arc::clone(&s.form),
+                args: s.args.iter().map(|a| a.substitute(v, with)).collect(),
+            })),
+        }
+    }
+
+    /// The argument with each value it names replaced by `f` of it (program editing).
+    pub fn map_values(&self, f: &dyn Fn(ValueId) -> ValueId) -> Arg {
+        match self {
+            Arg::Value(v) => Arg::Value(f(*v)),
+            Arg::Literal(x) => Arg::Literal(*x),
+            Arg::Scalar(s) => Arg::Scalar(Arc::new(ScalarArg {
+                callee: s.callee.clone(),
+                form: Arc::clone(&s.form),
+                args: s.args.iter().map(|a| a.map_values(f)).collect(),
+            })),
+        }
+    }
+
+    /// The argument as a script would write it: `sdiv(rho, sigma)`.
+    pub fn text(&self, program: &Program) -> String {
+        match self {
+            Arg::Value(v) => program.values[*v].variable.clone(),
+            Arg::Literal(x) => format!("{x}"),
+            Arg::Scalar(s) => {
+                let args: Vec<String> = s.args.iter().map(|a| a.text(program)).collect();
+                format!("{}({})", s.callee, args.join(", "))
+            }
+        }
+    }
 }
 
 /// One call of an elementary function.
@@ -57,27 +136,12 @@ pub struct Call {
     pub text: String,
 }
 
-impl Arg {
-    /// The argument with each value it names replaced by `f` of it (program editing).
-    pub fn map_values(&self, f: &dyn Fn(ValueId) -> ValueId) -> Arg {
-        match *self {
-            Arg::Value(v) => Arg::Value(f(v)),
-            Arg::Literal(x) => Arg::Literal(x),
-        }
-    }
-}
-
 impl Call {
-    /// The values it reads (literals excluded), in argument order, without repeats.
+    /// The values it reads (literals excluded, those read inside inlined scalar calls
+    /// included), in argument order, without repeats.
     pub fn reads(&self) -> Vec<ValueId> {
         let mut out: Vec<ValueId> = Vec::new();
-        for arg in &self.args {
-            if let Arg::Value(v) = arg {
-                if !out.contains(v) {
-                    out.push(*v);
-                }
-            }
-        }
+        self.args.iter().for_each(|a| a.collect_reads(&mut out));
         out
     }
 }

@@ -175,8 +175,9 @@ mod tests {
     fn random_scripts_parse_and_are_reproducible() {
         let library = Library::builtin().unwrap();
         for seed in 0..50 {
-            let p = random_program(&library, seed, 1 + seed as usize % 9).unwrap();
-            assert_eq!(p.calls.len(), 1 + seed as usize % 9);
+            let calls = 1 + seed as usize % 9;
+            random_program(&library, seed, calls).unwrap();
+            assert_eq!(random_script(&library, seed, calls).matches("\n  - ").count(), calls);
             assert_eq!(random_script(&library, seed, 5), random_script(&library, seed, 5));
         }
     }

@@ -404,3 +404,14 @@ fn same_bits_as_unfused(program: &Program, sizes: &[(usize, usize)]) {
         }
     }
 }
+
+#[test]
+fn scalar_arithmetic_scripts_match_the_reference() {
+    let cpu = cpu_table();
+    for precision in [Precision::F32, Precision::F64] {
+        for name in ["bicgstab", "normalize"] {
+            let program = load(name, precision);
+            check(&program, &plans(&program, &cpu, 3), &[(37, 37), (53, 53), (129, 129)]);
+        }
+    }
+}

@@ -274,3 +274,82 @@ proptest! {
         }
     }
 }
+
+/// Whether `got` is `want` bit for bit but for NaN's payload: IEEE results, not approximations.
+fn same_ieee(got: &[f64], want: &[f64]) -> bool {
+    got.len() == want.len()
+        && got
+            .iter()
+            .zip(want)
+            .all(|(g, w)| (g.is_nan() && w.is_nan()) || g.to_bits() == w.to_bits())
+}
+
+#[test]
+fn scalar_calls_give_the_same_ieee_results_on_every_backend() {
+    // Stored (`out` a scalar call) and inlined (read by `scal`); division by zero, NaN to
+    // `max`/`min`, the root of a negative number, signed zeros.
+    let cases: [(&str, f64, f64, f64); 14] = [
+        ("  - out = Fdiv(a, b)\n", 1.0, 0.0, f64::INFINITY),
+        ("  - out = Fdiv(a, b)\n", -1.0, 0.0, f64::NEG_INFINITY),
+        ("  - out = Fdiv(a, b)\n", 0.0, 0.0, f64::NAN),
+        ("  - out = Frecip(b)\n", 0.0, -0.0, f64::NEG_INFINITY),
+        ("  - out = Fsqrt(a)\n", -1.0, 0.0, f64::NAN),
+        ("  - out = Fmax(a, b)\n", f64::NAN, 1.0, 1.0),
+        ("  - out = Fmax(a, b)\n", 1.0, f64::NAN, 1.0),
+        ("  - out = Fmin(a, b)\n", f64::NAN, -1.0, -1.0),
+        ("  - out = Fmax(a, b)\n", 0.0, -0.0, -0.0),
+        ("  - out = Fabs(a)\n", -0.0, 0.0, 0.0),
+        // −a is a product by a: where a is zero, +0 (the zero rule).
+        ("  - out = Fneg(a)\n", 0.0, 0.0, 0.0),
+        ("  - out = Fsub(a, b)\n", 1.5, 0.25, 1.25),
+        ("  - out = Fplus(a, b)\n", 1.5, 0.25, 1.75),
+        ("  - out = Fmul(a, b)\n", 0.0, f64::NAN, 0.0),
+    ];
+    for precision in ["f64", "f32"] {
+        for backend in backends() {
+            for (calls, a, b, want) in cases {
+                let i = in_precision(inputs(a, b, &[]), precision);
+                let got = run(&backend, precision, calls, &i);
+                assert!(
+                    same_ieee(&got, &[want]),
+                    "{backend} {precision} {calls} a={a} b={b}: {got:?}"
+                );
+                // The same call inlined into a map: x·c, with +0 where c is 0 (the zero rule).
+                let inlined = format!("{}  - out = Fscal(c, x)\n", calls.replace("out =", "c ="));
+                let got = run(&backend, precision, &inlined, &i);
+                let x = column(&i, "x");
+                let round = |v: f64| if precision == "f32" { f64::from(v as f32) } else { v };
+                let want: Vec<f64> = x
+                    .iter()
+                    .map(|e| if want == 0.0 { 0.0 } else { round(want * e) })
+                    .collect();
+                assert!(
+                    same_ieee(&got, &want),
+                    "{backend} {precision} {inlined} a={a} b={b}: {got:?}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn an_inlined_scalar_that_is_zero_drops_its_term() {
+    for backend in backends() {
+        // c = a − b = 0: A and x are NaN and unread; gemv gives y.
+        let i = inputs(2.0, 2.0, &["A", "x"]);
+        let calls = "  - c = Fsub(a, b)\n  - out = Fgemv(c, A, x, 1.0, y)\n";
+        assert_close(
+            &run(&backend, "f64", calls, &i),
+            &column(&i, "y"),
+            &format!("{backend} gemv"),
+        );
+        // c = a·(b/a) with a = 0: the product is +0 though b/a is NaN; axpy gives v.
+        let i = inputs(0.0, 0.0, &["x"]);
+        let calls = "  - q = Fdiv(b, a)\n  - c = Fmul(a, q)\n  - out = Faxpy(c, x, v)\n";
+        assert_close(
+            &run(&backend, "f64", calls, &i),
+            &column(&i, "v"),
+            &format!("{backend} axpy"),
+        );
+    }
+}

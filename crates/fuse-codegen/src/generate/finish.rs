@@ -7,10 +7,10 @@ use std::collections::BTreeSet;
 use std::fmt::Write;
 
 use fuse_core::formula::Expr;
-use fuse_core::{Arg, Call, CallId, Shape, ValueId};
+use fuse_core::{Call, CallId, Shape, ValueId};
 
 use super::error::GenerateError;
-use super::expr::{emit, is_bare_sum, scalar_register, unsupported, Registers};
+use super::expr::{emit, inlined_definitions, is_bare_sum, scalar_register, unsupported, Registers};
 use super::kernel::{pointer, scratch_pointer, size_param, KernelContext};
 use super::launch::{Grid, Launch, LaunchArg};
 
@@ -90,6 +90,7 @@ pub(crate) fn generate(k: &KernelContext, c: CallId) -> Result<Option<(String, L
             }
         }
     }
+    s.push_str(&inlined_definitions(call.args.iter(), call, k.precision(), "    ")?);
     let _ = writeln!(s, "    const {ty} total = {total};");
     let body = emit(
         &call.form.formula.body,
@@ -123,9 +124,9 @@ fn collect(e: &Expr, call: &Call, out: &mut BTreeSet<ValueId>) {
     match e {
         Expr::Reduce { .. } | Expr::Number(_) => {}
         Expr::Scalar(p) | Expr::Element { param: p, .. } => {
-            if let Arg::Value(v) = call.args[*p] {
-                out.insert(v);
-            }
+            let mut reads = Vec::new();
+            call.args[*p].collect_reads(&mut reads);
+            out.extend(reads);
         }
         Expr::Neg(a) | Expr::Call(_, a) => collect(a, call, out),
         Expr::Binary(_, a, b) => {

@@ -49,7 +49,7 @@ impl<'a> KernelContext<'a> {
             1 => levels.into_iter().next().unwrap_or(1),
             _ => {
                 return Err(GenerateError::InvalidPlan(format!(
-                    "kernel {k} mixes BLAS-1 and BLAS-2 calls"
+                    "kernel {k} mixes calls of different nesting levels (scalar, BLAS-1, BLAS-2)"
                 )))
             }
         };
@@ -163,7 +163,8 @@ impl<'a> KernelContext<'a> {
         let norm = self.program.values[v]
             .producer
             .is_some_and(|c| expr::is_norm(&self.program.calls[c]));
-        norm && self.grid_serial().is_some()
+        // A norm an earlier kernel finished is an ordinary scalar here.
+        norm && self.produced_here(v) && self.grid_serial().is_some()
     }
 
     /// Scalar values read here (loaded once at kernel start).
@@ -205,9 +206,11 @@ impl<'a> KernelContext<'a> {
         s
     }
 
-    /// `const T s3 = *p3_alpha;` for every scalar read here.
-    pub fn scalar_loads(&self, indent: &str) -> String {
-        self.scalars()
+    /// `const T s3 = *p3_alpha;` for every scalar read here, then each scalar call inlined in
+    /// the kernel's calls computed from them (`const T i… = (s3 / s5);`).
+    pub fn scalar_loads(&self, indent: &str) -> Result<String, GenerateError> {
+        let mut s: String = self
+            .scalars()
             .into_iter()
             .map(|v| {
                 format!(
@@ -217,7 +220,11 @@ impl<'a> KernelContext<'a> {
                     pointer(self.program, v)
                 )
             })
-            .collect()
+            .collect();
+        let args = self.calls.iter().flat_map(|&c| &self.program.calls[c].args);
+        let first = &self.program.calls[self.calls[0]];
+        s.push_str(&expr::inlined_definitions(args, first, self.precision(), indent)?);
+        Ok(s)
     }
 }
 
@@ -257,6 +264,7 @@ fn collect_elements(e: &fuse_core::formula::Expr, call: &fuse_core::Call, out: &
             if let Arg::Value(v) = call.args[*param] {
                 out.push((v, index.clone()));
             }
+            // Literals and inlined scalar calls are no elements.
         }
         Expr::Number(_) | Expr::Scalar(_) => {}
         Expr::Neg(a) | Expr::Call(_, a) => collect_elements(a, call, out),

@@ -20,6 +20,7 @@ mod finish;
 mod group;
 mod kernel;
 mod launch;
+mod scalar;
 mod tile;
 mod vector;
 
@@ -67,6 +68,7 @@ pub fn generate(program: &Program, kernels: &[KernelGroup]) -> Result<Generated,
     for (k, group) in kernels.iter().enumerate() {
         let kernel = KernelContext::new(program, group, k, &global)?;
         let out = match kernel.level {
+            0 => scalar::generate(&kernel)?,
             1 => vector::generate(&kernel)?,
             _ => tile::generate(&kernel)?,
         };

@@ -872,7 +872,7 @@ pub(crate) fn generate(k: &KernelContext) -> Result<KernelOutput, GenerateError>
         s,
         "    const int rt = threadIdx.x % kRowThreads, row_slot = threadIdx.x / kRowThreads;"
     );
-    s.push_str(&k.scalar_loads("    "));
+    s.push_str(&k.scalar_loads("    ")?);
     s.push_str(&match k.walk {
         Walk::Rows => strips.walk_rows()?,
         Walk::Columns => strips.walk_columns()?,

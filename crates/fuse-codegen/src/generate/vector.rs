@@ -42,7 +42,7 @@ pub(crate) fn generate(k: &KernelContext) -> Result<KernelOutput, GenerateError>
         "extern \"C\" __global__ void __launch_bounds__({}) {}({params}) {{",
         k.block, k.name
     );
-    s.push_str(&k.scalar_loads("    "));
+    s.push_str(&k.scalar_loads("    ")?);
     for &r in &k.reduced() {
         let _ = match k.program.values[r]
             .producer

@@ -18,7 +18,8 @@ use super::{Distribution, Local};
 /// What the first pass decides for one call.
 #[derive(Debug, Clone, PartialEq)]
 pub(super) struct CallSplit {
-    /// The local form of each argument, in signature order (`None` for a literal).
+    /// The local form of each argument, in signature order (`None` for a literal; an inlined
+    /// scalar call needs every value it reads whole).
     pub needs: Vec<Option<Local>>,
     /// The distribution of the call's result.
     pub result: Distribution,
@@ -40,7 +41,7 @@ pub(super) fn split_call(program: &Program, call: &Call, split: &str, dists: &[D
         false => vector_rows(program, call, &elements, split, dists),
     };
     let mut needs: Vec<Option<Local>> = (call.args.iter())
-        .map(|a| matches!(a, Arg::Value(_)).then_some(Local::Whole))
+        .map(|a| (!matches!(a, Arg::Literal(_))).then_some(Local::Whole))
         .collect();
     for (param, index) in &elements {
         let by_rows = split_indices.contains(&index[0]);
@@ -139,7 +140,7 @@ fn index_symbol(program: &Program, call: &Call, index: usize) -> Option<String> 
     let signature = &call.form.signature;
     let params = signature.params.iter().zip(&call.args).filter_map(|(p, a)| match a {
         Arg::Value(v) => Some((&p.shape, &program.values[*v].shape)),
-        Arg::Literal(_) => None,
+        Arg::Literal(_) | Arg::Scalar(_) => None,
     });
     let result = std::iter::once((&signature.result, &program.values[call.result].shape));
     params.chain(result).find_map(|(formal, actual)| {

@@ -29,7 +29,7 @@ use std::fmt;
 use crate::error::Result;
 use crate::formula::ReduceOp;
 use crate::library::Library;
-use crate::program::{Arg, CallId, Program, ValueId};
+use crate::program::{CallId, Program, ValueId};
 use crate::shape::{Shape, Sizes};
 
 pub use blocks::RowBlocks;
@@ -321,8 +321,11 @@ impl Distributed {
         (0..self.program.calls.len())
             .filter(|&c| {
                 let call = &self.program.calls[c];
-                (call.args.iter().zip(&self.needs[c]))
-                    .any(|(a, n)| matches!(a, Arg::Value(v) if *v == form.value) && *n == Some(form.local))
+                (call.args.iter().zip(&self.needs[c])).any(|(a, n)| {
+                    let mut values = Vec::new();
+                    a.collect_reads(&mut values);
+                    values.contains(&form.value) && *n == Some(form.local)
+                })
             })
             .collect()
     }

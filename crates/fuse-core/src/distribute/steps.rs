@@ -163,11 +163,13 @@ fn readers(d: &Distributed, segment_of: &[usize]) -> HashMap<LocalValue, BTreeSe
     readers
 }
 
-/// The values a call reads with the local form of each, literals skipped.
+/// The values a call reads with the local form of each (those inside an inlined scalar call
+/// with its argument's), literals skipped.
 fn reads<'a>(args: &'a [Arg], needs: &'a [Option<Local>]) -> impl Iterator<Item = (ValueId, Local)> + 'a {
-    args.iter().zip(needs).filter_map(|(a, n)| match (a, n) {
-        (Arg::Value(v), Some(l)) => Some((*v, *l)),
-        _ => None,
+    args.iter().zip(needs).flat_map(|(a, n)| {
+        let mut values = Vec::new();
+        a.collect_reads(&mut values);
+        values.into_iter().filter_map(move |v| n.map(|l| (v, l)))
     })
 }
 
@@ -370,19 +372,11 @@ fn local_script(d: &Distributed, k: usize, calls: &[usize], inputs: &[LocalValue
     let names: Vec<&str> = outputs.iter().map(|&f| d.name(f)).collect();
     let _ = writeln!(text, "outputs: [{}]", names.join(", "));
     let _ = writeln!(text, "calls:");
+    let mut inlined = 0;
     for &c in calls {
         let call = &program.calls[c];
-        let args: Vec<String> = call
-            .args
-            .iter()
-            .zip(&d.needs[c])
-            .map(|(arg, need)| match arg {
-                Arg::Value(value) => {
-                    let local = need.unwrap_or(Local::Whole);
-                    d.name(LocalValue { value: *value, local }).to_string()
-                }
-                Arg::Literal(x) => format!("{x:?}"),
-            })
+        let args: Vec<String> = (call.args.iter().zip(&d.needs[c]))
+            .map(|(arg, need)| local_arg(d, arg, need.unwrap_or(Local::Whole), &mut text, &mut inlined))
             .collect();
         let result = LocalValue {
             value: call.result,
@@ -391,6 +385,21 @@ fn local_script(d: &Distributed, k: usize, calls: &[usize], inputs: &[LocalValue
         let _ = writeln!(text, "  - {} = {}({})", d.name(result), call.callee, args.join(", "));
     }
     text
+}
+
+/// How the local script writes `arg`: an inlined scalar call becomes a call of its own on a
+/// line before (`_inlined1 = sdiv(rho, sigma)`), which the script's rewrite inlines again.
+fn local_arg(d: &Distributed, arg: &Arg, local: Local, text: &mut String, inlined: &mut usize) -> String {
+    match arg {
+        Arg::Value(value) => d.name(LocalValue { value: *value, local }).to_string(),
+        Arg::Literal(x) => format!("{x:?}"),
+        Arg::Scalar(s) => {
+            let args: Vec<String> = s.args.iter().map(|a| local_arg(d, a, local, text, inlined)).collect();
+            *inlined += 1;
+            let _ = writeln!(text, "  - _inlined{inlined} = {}({})", s.callee, args.join(", "));
+            format!("_inlined{inlined}")
+        }
+    }
 }
 
 /// A local script's `sizes: {m_local: 250, n: 4096}` line.

@@ -36,6 +36,8 @@ struct Known {
 
 /// Marks a literal argument in a shape (whose number no implementation reads).
 const LITERAL: u32 = u32::MAX;
+/// Marks an inlined scalar call in a shape, before its arity and its arguments.
+const INLINED: u32 = u32::MAX - 1;
 
 impl ImplementationMemo {
     /// An empty memo for the fusions of `ctx`.
@@ -86,10 +88,9 @@ impl ImplementationMemo {
         for &c in calls {
             let call = &program.calls[c];
             shape.extend([self.call_class[c], call.args.len() as u32]);
-            shape.extend(call.args.iter().map(|a| match a {
-                Arg::Value(v) => rank(values, *v) as u32,
-                Arg::Literal(_) => LITERAL,
-            }));
+            for a in &call.args {
+                arg_shape(a, values, &mut shape);
+            }
             shape.push(rank(values, call.result) as u32);
         }
         for &v in values {
@@ -103,6 +104,19 @@ impl ImplementationMemo {
             shape.extend([self.value_class[v], producer, output, read_outside]);
         }
         shape
+    }
+}
+
+/// An argument's part of a fusion's shape: a value's rank, a literal, or an inlined scalar
+/// call's arity and its arguments'.
+fn arg_shape(arg: &Arg, values: &[ValueId], shape: &mut Vec<u32>) {
+    match arg {
+        Arg::Value(v) => shape.push(rank(values, *v) as u32),
+        Arg::Literal(_) => shape.push(LITERAL),
+        Arg::Scalar(s) => {
+            shape.extend([INLINED, s.args.len() as u32]);
+            s.args.iter().for_each(|a| arg_shape(a, values, shape));
+        }
     }
 }
 
@@ -124,11 +138,7 @@ fn touched_values(ctx: &Context, calls: &[CallId]) -> Vec<ValueId> {
         .iter()
         .flat_map(|&c| {
             let call = &program.calls[c];
-            let reads = call.args.iter().filter_map(|a| match a {
-                Arg::Value(v) => Some(*v),
-                Arg::Literal(_) => None,
-            });
-            reads.chain(std::iter::once(call.result))
+            call.reads().into_iter().chain(std::iter::once(call.result))
         })
         .collect();
     values.sort_unstable();

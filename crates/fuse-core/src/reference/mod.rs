@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, HashMap};
 use rayon::prelude::*;
 
 use crate::data::{check_inputs, BindError, Bound};
-use crate::formula::{BinOp, Expr, Func, ReduceOp};
+use crate::formula::{Expr, Func, ReduceOp};
 use crate::{Arg, Bindings, Call, HostArray, Precision, Program, Sizes};
 
 /// An f64 array during evaluation.
@@ -44,11 +44,13 @@ pub fn evaluate<A: Bound>(
             },
         );
     }
+    let round = |x: f64| match program.precision {
+        Precision::F32 => f64::from(x as f32),
+        Precision::F64 => x,
+    };
     for call in &program.calls {
-        let mut result = evaluate_call(call, &values);
-        if program.precision == Precision::F32 {
-            result.data.iter_mut().for_each(|x| *x = f64::from(*x as f32));
-        }
+        let mut result = evaluate_call(call, &values, &round);
+        result.data.iter_mut().for_each(|x| *x = round(*x));
         values.insert(call.result, result);
     }
     Ok(program
@@ -64,16 +66,15 @@ pub fn evaluate<A: Bound>(
         .collect())
 }
 
-fn evaluate_call(call: &Call, values: &HashMap<usize, Array>) -> Array {
+/// `call`'s result; an inlined scalar call's result is rounded by `round` as a call's is.
+fn evaluate_call(call: &Call, values: &HashMap<usize, Array>, round: &dyn Fn(f64) -> f64) -> Array {
+    let scalar = |id: usize| values[&id].data[0];
     let operands: Vec<Operand> = call
         .args
         .iter()
         .map(|a| match a {
-            Arg::Literal(v) => Operand::Scalar(*v),
-            Arg::Value(id) => match values[id].dims.as_slice() {
-                [] => Operand::Scalar(values[id].data[0]),
-                _ => Operand::Array(&values[id]),
-            },
+            Arg::Value(id) if !values[id].dims.is_empty() => Operand::Array(&values[id]),
+            _ => Operand::Scalar(a.scalar_value(&scalar, round)),
         })
         .collect();
     let formula = &call.form.formula;
@@ -150,12 +151,7 @@ impl Evaluator<'_> {
             Expr::Neg(a) => -self.eval(a, idx),
             Expr::Binary(op, a, b) => {
                 let (a, b) = (self.eval(a, idx), self.eval(b, idx));
-                match op {
-                    BinOp::Add => a + b,
-                    BinOp::Sub => a - b,
-                    BinOp::Mul => a * b,
-                    BinOp::Div => a / b,
-                }
+                op.apply(a, b)
             }
             Expr::Reduce {
                 op: ReduceOp::Sum,

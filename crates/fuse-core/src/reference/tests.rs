@@ -8,7 +8,7 @@ use approx::assert_relative_eq;
 use super::evaluate;
 use crate::data::fill_random_inputs;
 use crate::testing::{sequence, sizes_mn, SEQUENCES as ALL};
-use crate::{Bindings, Precision, Program};
+use crate::{Bindings, HostArray, Library, Precision, Program};
 
 fn load(name: &str) -> Program {
     sequence(name, Precision::F32)
@@ -195,4 +195,32 @@ fn nrm2_of_f32_vectors_at_the_edges_of_the_range() {
             case.what
         );
     }
+}
+
+#[test]
+fn inlined_scalar_calls_compute_like_calls() {
+    // alpha = rho / sigma inlined into the axpy, the f32 quotient rounded as a call's result.
+    let text = "precision: f32\nsizes: {n: 3}\ninputs: {rho: scalar, sigma: scalar, x: [n], y: [n]}\noutputs: [z, q]\ncalls:\n  - alpha = sdiv(rho, sigma)\n  - beta = smax(alpha, 0.25)\n  - z = saxpy(beta, x, y)\n  - q = ssqrt(beta)\n";
+    let program = crate::script::parse("t.yaml", text, &Library::builtin().unwrap()).unwrap();
+    let kinds: Vec<&str> = program.calls.iter().map(|c| c.function.as_str()).collect();
+    assert_eq!(kinds, ["axpy", "sqrt"], "{:?}", program.calls);
+    let inputs: BTreeMap<String, HostArray> = [
+        ("rho".to_string(), HostArray::f32(vec![], vec![1.0])),
+        ("sigma".to_string(), HostArray::f32(vec![], vec![3.0])),
+        ("x".to_string(), HostArray::f32(vec![3], vec![1.0, 2.0, 3.0])),
+        ("y".to_string(), HostArray::f32(vec![3], vec![0.0, 0.0, 1.0])),
+    ]
+    .into();
+    let out = evaluate(&program, &program.sizes, &inputs).unwrap();
+    let alpha = f64::from(1.0_f32 / 3.0_f32);
+    let z = out["z"].to_f64();
+    assert_eq!(
+        z,
+        [
+            alpha,
+            f64::from((2.0 * alpha) as f32),
+            f64::from((3.0 * alpha + 1.0) as f32)
+        ]
+    );
+    assert_eq!(out["q"].to_f64(), [f64::from(alpha.sqrt() as f32)]);
 }

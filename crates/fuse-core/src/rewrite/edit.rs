@@ -33,14 +33,8 @@ pub(super) fn call(
 }
 
 /// A call as a script writes it: `u = dgemv(a, A, x, 1, c)`.
-fn text(program: &Program, callee: &str, args: &[Arg], result: ValueId) -> String {
-    let args: Vec<String> = args
-        .iter()
-        .map(|a| match a {
-            Arg::Value(v) => program.values[*v].variable.clone(),
-            Arg::Literal(x) => format!("{x}"),
-        })
-        .collect();
+pub(super) fn text(program: &Program, callee: &str, args: &[Arg], result: ValueId) -> String {
+    let args: Vec<String> = args.iter().map(|a| a.text(program)).collect();
     format!("{} = {callee}({})", program.values[result].variable, args.join(", "))
 }
 

@@ -74,16 +74,16 @@ pub(super) fn terms(call: &Call) -> Option<Vec<Term>> {
             scalars: Vec::new(),
         };
         for p in t.scalars {
-            match call.args[p] {
+            match &call.args[p] {
                 Arg::Literal(x) => coefficient.number *= x,
-                scalar => coefficient.scalars.push(scalar),
+                scalar => coefficient.scalars.push(scalar.clone()),
             }
         }
         let part = match t.part {
             FormPart::Sum(_) => Part::Sum,
             FormPart::Element(p) => match call.args[p] {
                 Arg::Value(v) => Part::Vector(v),
-                Arg::Literal(_) => return None,
+                Arg::Literal(_) | Arg::Scalar(_) => return None,
             },
         };
         if coefficient.number != 0.0 {
@@ -113,6 +113,44 @@ pub(super) fn walks_rows(call: &Call) -> bool {
     let formula = &call.form.formula;
     let row = formula.result_indices.first();
     the_sum(call).is_some_and(|sum| reads_a_row(sum, row))
+}
+
+/// Whether `call` reads vector `v` at the row index of a matrix it reads (`Aᵀ·v` reads `v[i]`
+/// with row `i` of A): each row then needs only its own element of `v`.
+pub(super) fn reads_per_row(call: &Call, v: ValueId) -> bool {
+    let body = &call.form.formula.body;
+    let mut rows = Vec::new();
+    matrix_rows(body, &mut rows);
+    (0..call.args.len())
+        .filter(|&p| call.args[p] == Arg::Value(v))
+        .any(|p| {
+            element_indices(body, p)
+                .iter()
+                .any(|index| index.len() == 1 && rows.contains(&index[0]))
+        })
+}
+
+/// The row index variables of the matrix elements `e` reads.
+fn matrix_rows(e: &Expr, out: &mut Vec<usize>) {
+    match e {
+        Expr::Element { index, .. } if index.len() == 2 => out.push(index[0]),
+        Expr::Element { .. } | Expr::Number(_) | Expr::Scalar(_) => {}
+        Expr::Neg(a) | Expr::Call(_, a) | Expr::Reduce { body: a, .. } => matrix_rows(a, out),
+        Expr::Binary(_, a, b) => {
+            matrix_rows(a, out);
+            matrix_rows(b, out);
+        }
+    }
+}
+
+/// The index lists with which `e` reads parameter `param`.
+fn element_indices(e: &Expr, param: usize) -> Vec<Vec<usize>> {
+    match e {
+        Expr::Element { param: p, index } if *p == param => vec![index.clone()],
+        Expr::Element { .. } | Expr::Number(_) | Expr::Scalar(_) => Vec::new(),
+        Expr::Neg(a) | Expr::Call(_, a) | Expr::Reduce { body: a, .. } => element_indices(a, param),
+        Expr::Binary(_, a, b) => [element_indices(a, param), element_indices(b, param)].concat(),
+    }
 }
 
 /// Whether `e` reads a matrix at row index `row`.
@@ -260,7 +298,7 @@ impl Binding {
         match (&have.scalars[..], &want.scalars[..]) {
             ([], []) if have.number == want.number => Some(()),
             ([p], []) if have.number == 1.0 => self.set(*p, Arg::Literal(want.number)),
-            ([p], [v]) if have.number == want.number => self.set(*p, *v),
+            ([p], [v]) if have.number == want.number => self.set(*p, v.clone()),
             _ => None,
         }
     }
@@ -270,9 +308,9 @@ impl Binding {
     fn same_sum(&mut self, have: &Expr, want: &Expr, source: &Call) -> Option<()> {
         match (have, want) {
             (Expr::Number(a), Expr::Number(b)) if a == b => Some(()),
-            (Expr::Scalar(p), Expr::Scalar(q)) => self.set(*p, source.args[*q]),
+            (Expr::Scalar(p), Expr::Scalar(q)) => self.set(*p, source.args[*q].clone()),
             (Expr::Element { param: p, index: i }, Expr::Element { param: q, index: j }) if i == j => {
-                self.set(*p, source.args[*q])
+                self.set(*p, source.args[*q].clone())
             }
             (Expr::Neg(a), Expr::Neg(b)) => self.same_sum(a, b, source),
             (Expr::Call(f, a), Expr::Call(g, b)) if f == g => self.same_sum(a, b, source),

@@ -9,8 +9,11 @@
 //! vectors are complete before the walk (not themselves results of walks: waiting for them is
 //! what [`super::split_accumulation`] undoes); and where some form of the walk's function
 //! computes the combination. Where `t` is needed elsewhere too, the walk is kept and the map
-//! becomes a second walk over the same matrix — only where a walk of that matrix reads the
-//! map's result, so the two fuse into the pass that was needed anyway.
+//! becomes a second walk over the same matrix — only where `t`'s walk runs along rows and a
+//! walk of that matrix reads the map's result row by row (GEMVER's `w = Aᵀ·(b·A·y + z)`), so
+//! all three share the pass that was needed anyway. A walk that needs the whole map result
+//! before its first row (`A·(r − α·A·p)`, BiCGSTAB's `t = A·s`) would not share it: there the
+//! map stays a map.
 //!
 //! Invariant: the map's result is the same up to rounding (`t` is no longer rounded on its
 //! own); the walk's sum and what a zero scalar drops are unchanged.
@@ -38,7 +41,7 @@ fn join(program: &Program, library: &Library, m: CallId) -> Option<Rewritten> {
     let terms = linear::terms(map)?;
     let (walk, t) = the_walk(program, &terms)?;
     let keep_walk = edit::needed_elsewhere(program, t, m);
-    if keep_walk && !fuses_with_a_walk_reading(program, m, walk) {
+    if keep_walk && !(linear::walks_rows(&program.calls[walk]) && fuses_with_a_walk_reading(program, m, walk)) {
         return None;
     }
     let wanted = combined(&terms, t, &program.calls[walk])?;
@@ -103,7 +106,7 @@ fn combined(terms: &[Term], t: ValueId, walk: &Call) -> Option<Vec<Term>> {
     distinct.then_some(out)
 }
 
-/// Whether a walk over a matrix of `walk` reads the result of map `m`.
+/// Whether a walk over a matrix of `walk` reads the result of map `m` row by row.
 fn fuses_with_a_walk_reading(program: &Program, m: CallId, walk: CallId) -> bool {
     let matrices = |c: CallId| -> Vec<ValueId> {
         (program.calls[c].reads().into_iter())
@@ -111,7 +114,10 @@ fn fuses_with_a_walk_reading(program: &Program, m: CallId, walk: CallId) -> bool
             .collect()
     };
     let ours = matrices(walk);
-    edit::readers(program, program.calls[m].result)
-        .into_iter()
-        .any(|r| program.calls[r].kind.nesting_level() == 2 && matrices(r).iter().any(|v| ours.contains(v)))
+    edit::readers(program, program.calls[m].result).into_iter().any(|r| {
+        let reader = &program.calls[r];
+        reader.kind.nesting_level() == 2
+            && matrices(r).iter().any(|v| ours.contains(v))
+            && linear::reads_per_row(reader, program.calls[m].result)
+    })
 }

@@ -18,6 +18,7 @@
 //! - a rule applies only where it reads less memory or lets the explorer do so.
 
 mod edit;
+mod inline_scalars;
 mod linear;
 mod map_joins_walk;
 mod split_accumulation;
@@ -60,8 +61,9 @@ pub(crate) struct Rewritten {
 /// A rule: the program after its first match, or `None` where nothing matches.
 type Rule = fn(&Program, &Library) -> Option<Rewritten>;
 
-/// The rules, tried in this order after every step.
-const RULES: [Rule; 2] = [map_joins_walk::apply, split_accumulation::apply];
+/// The rules, tried in this order after every step: scalar calls are inlined last, where no
+/// other rule matches (those see a scalar call's result as a value like any other).
+const RULES: [Rule; 3] = [map_joins_walk::apply, split_accumulation::apply, inline_scalars::apply];
 
 /// More steps than any script needs: each step removes a call or a dependency on a walk's
 /// result, so a program of `n` calls takes at most about `2n`.

@@ -105,6 +105,12 @@ fn a_walk_result_needed_elsewhere_is_kept_where_the_map_feeds_a_walk_of_its_matr
     // Where nothing walks A after the map, a second walk would only cost a pass.
     let p = rewritten("x1, z1", &["x1 = dgemv(A, x)", "z1 = daxpy(b, x1, z)"]);
     assert!(p.rewrites.is_empty());
+    // BiCGSTAB's `s = r − α·v; t = A·s`: the walk of A after the map needs all of `s` before
+    // its first row, so a second walk would be a second pass.
+    let text = "precision: f64\nsizes: {n: 4096}\ninputs: {A: [n, n], x: [n], z: [n], b: scalar}\n\
+                outputs: [x1, w]\ncalls:\n  - x1 = dgemv(A, x)\n  - z1 = daxpy(b, x1, z)\n  - w = dgemv(A, z1)\n";
+    let p = parse("t.yaml", text, &library()).unwrap();
+    assert!(p.rewrites.is_empty(), "{:?}", p.rewrites);
 }
 
 #[test]

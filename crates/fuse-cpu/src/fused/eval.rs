@@ -144,17 +144,23 @@ impl<'s, T: Real> Scope<'s, '_, T> {
     /// Whether `term` is a product by a scalar that is zero now: +0, as in BLAS
     /// (`fuse_core::formula`), its other factors not read.
     fn drops(&self, term: &Term) -> bool {
-        term.factors
-            .iter()
-            .any(|f| matches!(f, Factor::Scalar(v) if self.scalar(*v) == T::ZERO))
+        // A bare scalar (`a` in `a + b`) is no product: it keeps its sign.
+        let bare = term.coef == 1.0 && term.factors.len() == 1;
+        !bare && (term.factors.iter()).any(|f| matches!(f, Factor::Scalar(v) if self.scalar(*v) == T::ZERO))
     }
 
-    /// [`Scope::drops`] for a product node of the generic evaluator (a chain of `*` and `-`).
+    /// [`Scope::drops`] for a product node of the generic evaluator (a chain of `*` and `-`; a
+    /// bare scalar is no product).
     fn drops_product(&self, node: &Node) -> bool {
+        matches!(node, Node::Neg(_) | Node::Binary(BinOp::Mul, ..)) && self.zero_factor(node)
+    }
+
+    /// Whether a factor of the chain of `*` and `-` at `node` is a scalar that is zero now.
+    fn zero_factor(&self, node: &Node) -> bool {
         match node {
             Node::Scalar(v) => self.scalar(*v) == T::ZERO,
-            Node::Neg(a) => self.drops_product(a),
-            Node::Binary(BinOp::Mul, a, b) => self.drops_product(a) || self.drops_product(b),
+            Node::Neg(a) => self.zero_factor(a),
+            Node::Binary(BinOp::Mul, a, b) => self.zero_factor(a) || self.zero_factor(b),
             _ => false,
         }
     }
@@ -576,10 +582,5 @@ fn uniform<T: Real>(node: &Node, scope: &Scope<T>, seg: Seg) -> Option<T> {
 }
 
 fn apply<T: Real>(op: BinOp, a: T, b: T) -> T {
-    match op {
-        BinOp::Add => a + b,
-        BinOp::Sub => a - b,
-        BinOp::Mul => a * b,
-        BinOp::Div => a / b,
-    }
+    op.apply(a, b)
 }

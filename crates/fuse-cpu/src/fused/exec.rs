@@ -231,6 +231,15 @@ impl KernelRun<'_> {
             })
             .collect();
         let mut locs = Locs { entries };
+        let scalar = |v: fuse_core::ValueId| match locs.get(v) {
+            Loc::Scalar(s) => s.to_f64(),
+            _ => unreachable!("the plan was checked: scalars read are inputs or computed earlier"),
+        };
+        let round = |x: f64| T::from_f64(x).to_f64();
+        let inlined: Vec<(fuse_core::ValueId, Loc<T>)> = (self.kernel.inlined.iter())
+            .map(|(id, arg)| (*id, Loc::Scalar(T::from_f64(arg.scalar_value(&scalar, &round)))))
+            .collect();
+        locs.entries.extend(inlined);
         for (call, dest) in self.kernel.calls.iter().zip(dests) {
             let loc = match *dest {
                 Dest::Chip(l) | Dest::Parts(l, _) => Loc::Local(l),

@@ -110,6 +110,10 @@ pub(crate) struct KernelPlan {
     pub depth: usize,
     /// The values its calls read or compute, in increasing order.
     pub values: Vec<ValueId>,
+    /// Its inlined scalar calls, each computed once where the kernel starts and then read as a
+    /// scalar value of the id given (past the program's values, increasing), so that the
+    /// hand-written loops and the zero rule see a plain scalar factor.
+    pub inlined: Vec<(ValueId, Arg)>,
     /// Bytes of memory its calls read and write: `values` but those kept on chip or folded.
     pub bytes: u64,
     /// Results it writes to memory that none of its calls reads: where `bytes` are more than a
@@ -232,8 +236,10 @@ fn lower_kernel(ctx: &Context, k: usize, calls: &[CallId]) -> Result<KernelPlan,
     let program = ctx.program;
     let mut lowered: Vec<CallPlan> = Vec::with_capacity(calls.len());
     let mut space = None;
+    let mut inlined: Vec<(ValueId, Arg)> = Vec::new();
     for &c in calls {
-        let (mut call, here) = lower_call(program, &ctx.sizes, c)?;
+        let args = number_inlined(program, &program.calls[c].args, &mut inlined);
+        let (mut call, here) = lower_call(program, &ctx.sizes, c, &args)?;
         call.pass = pass_of(ctx, c, &call.op, &lowered);
         match space {
             Some(s) if s != here => {
@@ -289,9 +295,32 @@ fn lower_kernel(ctx: &Context, k: usize, calls: &[CallId]) -> Result<KernelPlan,
         chip,
         depth,
         values,
+        inlined,
         bytes,
         streamable,
     })
+}
+
+/// `args` with each inlined scalar call replaced by the value id it is computed into where the
+/// kernel starts (one id per distinct call, listed in `inlined`).
+fn number_inlined(program: &Program, args: &[Arg], inlined: &mut Vec<(ValueId, Arg)>) -> Vec<Arg> {
+    let number = |arg: &Arg, inlined: &mut Vec<(ValueId, Arg)>| {
+        let id = match inlined.iter().find(|(_, a)| a == arg) {
+            Some(&(id, _)) => id,
+            None => {
+                let id = program.values.len() + inlined.len();
+                inlined.push((id, arg.clone()));
+                id
+            }
+        };
+        Arg::Value(id)
+    };
+    args.iter()
+        .map(|a| match a {
+            Arg::Scalar(_) => number(a, inlined),
+            _ => a.clone(),
+        })
+        .collect()
 }
 
 /// Bytes of memory a kernel of `calls` (lowered to `lowered`, with `chip` kept on chip) reads
@@ -463,8 +492,8 @@ pub(crate) fn stages(op: &Op) -> Vec<&Stage> {
     }
 }
 
-/// Lowers call `c` and says which space it tiles.
-fn lower_call(program: &Program, sizes: &Sizes, c: CallId) -> Result<(CallPlan, Space), CpuError> {
+/// Lowers call `c` with arguments `args` and says which space it tiles.
+fn lower_call(program: &Program, sizes: &Sizes, c: CallId, args: &[Arg]) -> Result<(CallPlan, Space), CpuError> {
     let call = &program.calls[c];
     let unsupported = |what: String| CpuError::Unsupported {
         call: call.text.clone(),
@@ -472,11 +501,15 @@ fn lower_call(program: &Program, sizes: &Sizes, c: CallId) -> Result<(CallPlan, 
         what,
     };
     let formula = &call.form.formula;
-    let args = &call.args;
     let extents = index_extents(program, sizes, c);
     let vars = formula.indices.len();
     let roles = |pairs: &[(usize, Role)]| roles_of(vars, pairs);
     let (op, space) = match call.kind {
+        // A stored scalar call: one element, in a kernel of its own.
+        HigherOrderKind::Scalar => {
+            let body = Stage::lower(&formula.body, args, &[], false, false);
+            (Op::Map(body.map_err(unsupported)?), Space::Vector(1))
+        }
         HigherOrderKind::Map => {
             let v = formula.result_indices[0];
             let body = Stage::lower(&formula.body, args, &roles(&[(v, Role::Varying)]), false, false);

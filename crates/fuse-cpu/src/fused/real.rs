@@ -45,6 +45,8 @@ pub trait Real:
     const PRECISION: Precision;
     /// The nearest value to `v`.
     fn from_f64(v: f64) -> Self;
+    /// The same number in f64 (exact).
+    fn to_f64(self) -> f64;
     /// Absolute value.
     fn abs(self) -> Self;
     /// Square root.
@@ -99,6 +101,10 @@ macro_rules! real {
 
             fn from_f64(v: f64) -> Self {
                 v as $t
+            }
+
+            fn to_f64(self) -> f64 {
+                self as f64
             }
 
             fn abs(self) -> Self {

@@ -286,6 +286,8 @@ fn lower(e: &Expr, args: &[Arg], roles: &[Role], sum: bool) -> Result<Node, Stri
         Expr::Scalar(p) => match args.get(*p) {
             Some(Arg::Value(v)) => Node::Scalar(*v),
             Some(Arg::Literal(x)) => Node::Number(*x),
+            // The kernel numbers its inlined scalar calls as values before lowering.
+            Some(Arg::Scalar(s)) => return Err(format!("an unnumbered inlined call of `{}`", s.callee)),
             None => return Err(format!("no argument for parameter {}", p + 1)),
         },
         Expr::Element { param, index } => match args.get(*param) {
@@ -352,7 +354,7 @@ fn expand(node: &Node) -> Option<Vec<Term>> {
             });
             Some(product.collect())
         }
-        Node::Binary(BinOp::Div, ..) | Node::Call(..) => None,
+        Node::Binary(BinOp::Div | BinOp::Max | BinOp::Min, ..) | Node::Call(..) => None,
     }?;
     (terms.len() <= MAX_TERMS).then_some(terms)
 }

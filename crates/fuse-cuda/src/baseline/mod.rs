@@ -197,6 +197,15 @@ pub struct Baseline {
 impl Baseline {
     /// Translates `program` at `sizes` (see the module docs).
     pub fn new(program: &Program, sizes: &Sizes) -> Result<Baseline, CudaError> {
+        let scalar_arithmetic = |c: &&fuse_core::Call| {
+            c.kind == fuse_core::HigherOrderKind::Scalar || c.args.iter().any(|a| matches!(a, Arg::Scalar(_)))
+        };
+        if let Some(call) = program.calls.iter().find(scalar_arithmetic) {
+            return Err(CudaError::Unsupported(format!(
+                "{}: `{}`: the cuBLAS baseline does not compute scalar calls (sdiv, smul, …) on the host yet",
+                program.file, call.text
+            )));
+        }
         Translator::new(program, sizes).run()
     }
 
@@ -406,13 +415,14 @@ impl<'p> Translator<'p> {
                 input: Some(v),
             },
             Arg::Value(v) => ScalarArg::Device(self.owner(v)),
+            Arg::Scalar(_) => unreachable!("`Baseline::new` refuses scalar calls"),
         }
     }
 
     fn value(&self, arg: &Arg) -> ValueId {
         match *arg {
             Arg::Value(v) => self.owner(v),
-            Arg::Literal(_) => unreachable!("array arguments are values (the parser checks shapes)"),
+            Arg::Literal(_) | Arg::Scalar(_) => unreachable!("array arguments are values (the parser checks shapes)"),
         }
     }
 
@@ -539,7 +549,7 @@ impl<'p> Translator<'p> {
     fn arg_value(&self, arg: &Arg) -> ValueId {
         match *arg {
             Arg::Value(v) => v,
-            Arg::Literal(_) => unreachable!("array arguments are values (the parser checks shapes)"),
+            Arg::Literal(_) | Arg::Scalar(_) => unreachable!("array arguments are values (the parser checks shapes)"),
         }
     }
 

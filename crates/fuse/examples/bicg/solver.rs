@@ -1,6 +1,8 @@
 //! BiCG (biconjugate gradients) for a nonsymmetric system A·x = b on the lazy API, in either
 //! precision. Each iteration records the BiCGK pair q = A·p, q̃ = Aᵀ·p̃ together with the vector
-//! updates; reading a scalar (p̃ᵀq, ‖r‖) runs what is recorded as one fused program. From the
+//! updates; α = ρ/(p̃ᵀq) and β = ρ'/ρ are session scalar calls, computed on the device by the
+//! kernels that read them, so the one scalar read per iteration is ‖r‖ (for the convergence
+//! test), which runs what is recorded as one fused program. From the
 //! third iteration on, every flush finds its program in the session's plan cache, and on a
 //! device only scalars cross between host and device. The same code runs on a distributed
 //! session, each rank holding its rows of A (`mpirun -n R … bicg --distributed`).
@@ -53,11 +55,13 @@ pub trait Blas<T: Element> {
     fn axpy(&self, a: &Scalar<T>, x: &Vector<T>, y: &Vector<T>) -> Result<Vector<T>>;
     fn dot(&self, x: &Vector<T>, y: &Vector<T>) -> Result<Scalar<T>>;
     fn nrm2(&self, x: &Vector<T>) -> Result<Scalar<T>>;
+    fn div(&self, a: &Scalar<T>, b: &Scalar<T>) -> Result<Scalar<T>>;
+    fn neg(&self, a: &Scalar<T>) -> Result<Scalar<T>>;
 }
 
 /// Implements [`Blas`] for `Session<$t>` with the BLAS names of its precision.
 macro_rules! blas {
-    ($t:ty, $gemv:ident, $gemtv:ident, $axpy:ident, $dot:ident, $nrm2:ident) => {
+    ($t:ty, $gemv:ident, $gemtv:ident, $axpy:ident, $dot:ident, $nrm2:ident, $div:ident, $neg:ident) => {
         impl Blas<$t> for Session<$t> {
             fn gemv(&self, a: &Matrix<$t>, x: &Vector<$t>) -> Result<Vector<$t>> {
                 self.$gemv(a, x)
@@ -74,15 +78,22 @@ macro_rules! blas {
             fn nrm2(&self, x: &Vector<$t>) -> Result<Scalar<$t>> {
                 self.$nrm2(x)
             }
+            fn div(&self, a: &Scalar<$t>, b: &Scalar<$t>) -> Result<Scalar<$t>> {
+                self.$div(a, b)
+            }
+            fn neg(&self, a: &Scalar<$t>) -> Result<Scalar<$t>> {
+                self.$neg(a)
+            }
         }
     };
 }
 
-blas!(f32, sgemv, sgemtv, saxpy, sdot, snrm2);
-blas!(f64, dgemv, dgemtv, daxpy, ddot, dnrm2);
+blas!(f32, sgemv, sgemtv, saxpy, sdot, snrm2, sdiv, sneg);
+blas!(f64, dgemv, dgemtv, daxpy, ddot, dnrm2, ddiv, dneg);
 
 /// Solves `system` by BiCG from x = 0 until ‖r‖/‖b‖ < `tol` or `max_iter` iterations, or a
-/// breakdown (r̃ᵀr or p̃ᵀq zero, or the residual not finite: no further step is defined);
+/// breakdown (r̃ᵀr or p̃ᵀq zero: α or β is then infinite or NaN on the device, and so is the
+/// residual; the last finite x is kept);
 /// `on_iteration(k, relative residual)` is called after each iteration.
 pub fn bicg<T: Element>(
     s: &Session<T>,
@@ -105,30 +116,33 @@ where
     // Handles name immutable values, so r = r̃ = p = p̃ = b share b until first updated.
     let (mut r, mut rt, mut p, mut pt) = (b.clone(), b.clone(), b.clone(), b.clone());
     let b_norm = read(&s.nrm2(&b)?)?;
-    let mut rho = read(&s.dot(&rt, &r)?)?;
+    let mut rho = s.dot(&rt, &r)?;
     let mut residuals = Vec::new();
     for k in 1..=max_iter {
+        let last_x = x.clone();
         let q = s.gemv(&a, &p)?;
         let qt = s.gemtv(&a, &pt)?;
-        let curvature = read(&s.dot(&pt, &q)?)?;
-        if curvature == 0.0 || rho == 0.0 {
-            break;
+        // α = ρ/(p̃ᵀq), computed where the updates run; its handles are gone before the read,
+        // so no kernel stores it.
+        {
+            let alpha = s.div(&rho, &s.dot(&pt, &q)?)?;
+            let minus_alpha = s.neg(&alpha)?;
+            x = s.axpy(&alpha, &p, &x)?;
+            r = s.axpy(&minus_alpha, &q, &r)?;
+            rt = s.axpy(&minus_alpha, &qt, &rt)?;
         }
-        let alpha = rho / curvature;
-        // Run-time scalars, not literals: the recorded program stays the same every iteration.
-        let (alpha, minus_alpha) = (s.scalar(T::from_f64(alpha)), s.scalar(T::from_f64(-alpha)));
-        x = s.axpy(&alpha, &p, &x)?;
-        r = s.axpy(&minus_alpha, &q, &r)?;
-        rt = s.axpy(&minus_alpha, &qt, &rt)?;
         let rho_next = s.dot(&rt, &r)?;
         let residual = read(&s.nrm2(&r)?)? / b_norm;
-        residuals.push(residual);
-        on_iteration(k, residual);
-        if residual < tol || !residual.is_finite() {
+        if !residual.is_finite() {
+            x = last_x;
             break;
         }
-        let rho_next = read(&rho_next)?;
-        let beta = s.scalar(T::from_f64(rho_next / rho));
+        residuals.push(residual);
+        on_iteration(k, residual);
+        if residual < tol {
+            break;
+        }
+        let beta = s.div(&rho_next, &rho)?;
         rho = rho_next;
         p = s.axpy(&beta, &p, &r)?; // p = r + β·p, run with the next iteration's q
         pt = s.axpy(&beta, &pt, &rt)?;

@@ -86,4 +86,15 @@ blas_calls! {
         = ger(x: Vector, y: Vector, a: Matrix) -> Matrix;
     sger_a dger_a (alpha, x, y, A) "A + alpha·x·yᵀ" = ger(alpha: Scalar, x: Vector, y: Vector, a: Matrix) -> Matrix;
     smadd dmadd (A, B) "A + B" = madd(a: Matrix, b: Matrix) -> Matrix;
+    splus dplus (a, b) "a + b, of scalars (computed on the device, where a later call reads it)"
+        = plus(a: Scalar, b: Scalar) -> Scalar;
+    ssub dsub (a, b) "a − b, of scalars" = sub(a: Scalar, b: Scalar) -> Scalar;
+    smul dmul (a, b) "a·b, of scalars" = mul(a: Scalar, b: Scalar) -> Scalar;
+    sdiv ddiv (a, b) "a / b, of scalars (IEEE: ±inf or NaN where b is 0)" = div(a: Scalar, b: Scalar) -> Scalar;
+    sneg dneg (a) "−a, of a scalar" = neg(a: Scalar) -> Scalar;
+    sabs dabs (a) "|a|, of a scalar" = abs(a: Scalar) -> Scalar;
+    ssqrt dsqrt (a) "√a, of a scalar" = sqrt(a: Scalar) -> Scalar;
+    srecip drecip (a) "1 / a, of a scalar" = recip(a: Scalar) -> Scalar;
+    smax dmax (a, b) "max(a, b), of scalars (a NaN argument gives the other)" = max(a: Scalar, b: Scalar) -> Scalar;
+    smin dmin (a, b) "min(a, b), of scalars (a NaN argument gives the other)" = min(a: Scalar, b: Scalar) -> Scalar;
 }
