@@ -7,10 +7,12 @@
 //! combination ([`bind`]), so what they write is a call a script could have written.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use crate::formula::{BinOp, Expr, Formula};
-use crate::library::Form;
-use crate::program::{Arg, Call, ValueId};
+use crate::library::{Form, HigherOrderKind, Library};
+use crate::program::{Arg, Call, ScalarArg, ValueId};
+use crate::shape::Precision;
 
 /// What a term of a call multiplies.
 #[derive(Debug, Clone, PartialEq)]
@@ -228,17 +230,69 @@ fn factor(e: &Expr) -> Option<(f64, Vec<usize>)> {
     }
 }
 
+/// The library's scalar multiplication and negation, for coefficients that are products of
+/// several scalars (`scal(a, gemv(b, A, x))` → `gemv(mul(a, b), A, x)`).
+pub(super) struct Arithmetic {
+    prefix: char,
+    mul: Arc<Form>,
+    neg: Arc<Form>,
+}
+
+impl Arithmetic {
+    /// The library's `mul` and `neg` in `precision`, where it has them.
+    pub fn of(library: &Library, precision: Precision) -> Option<Arithmetic> {
+        let form = |name: &str, arity| {
+            let f = library
+                .get(name)
+                .filter(|f| f.kind == HigherOrderKind::Scalar && f.precisions.contains(&precision))?;
+            f.form(arity).cloned()
+        };
+        Some(Arithmetic {
+            prefix: precision.prefix(),
+            mul: form("mul", 2)?,
+            neg: form("neg", 1)?,
+        })
+    }
+
+    /// `number · Π scalars` as one argument: a literal, a scalar, or inlined `mul`/`neg` calls.
+    fn product(&self, number: f64, scalars: &[Arg]) -> Arg {
+        let call = |name: &str, form: &Arc<Form>, args: Vec<Arg>| {
+            Arg::Scalar(Arc::new(ScalarArg {
+                callee: format!("{}{name}", self.prefix),
+                form: Arc::clone(form),
+                args,
+            }))
+        };
+        let product = (scalars.iter().cloned()).reduce(|a, b| call("mul", &self.mul, vec![a, b]));
+        match product {
+            None => Arg::Literal(number),
+            Some(p) if number == 1.0 => p,
+            Some(p) if number == -1.0 => call("neg", &self.neg, vec![p]),
+            Some(p) => call("mul", &self.mul, vec![Arg::Literal(number), p]),
+        }
+    }
+}
+
 /// Arguments for `form` so that it computes the sum of `wanted`, where a `Part::Sum` term means
-/// `sum`, the sum of the call `source` (the same `sum(...)` over the same arrays). `None` where
-/// the form computes something else or a coefficient would need arithmetic on scalars.
-pub(super) fn bind(form: &Form, wanted: &[Term], source: Option<&Call>) -> Option<Vec<Arg>> {
+/// `sum`, the sum of the call `source` (the same `sum(...)` over the same arrays). A coefficient
+/// that is a product of scalars is computed by `arithmetic`'s inlined scalar calls, where given.
+/// `None` where the form computes something else.
+pub(super) fn bind(
+    form: &Form,
+    wanted: &[Term],
+    source: Option<&Call>,
+    arithmetic: Option<&Arithmetic>,
+) -> Option<Vec<Arg>> {
     let have = form_terms(&form.formula)?;
     if have.len() != wanted.len() {
         return None;
     }
     // Every assignment of the wanted terms to the form's, until one binds.
     permutations(wanted.len()).into_iter().find_map(|order| {
-        let mut binding = Binding::default();
+        let mut binding = Binding {
+            args: HashMap::new(),
+            arithmetic,
+        };
         for (t, &w) in have.iter().zip(&order) {
             binding.term(t, &wanted[w], source)?;
         }
@@ -263,12 +317,12 @@ fn permutations(n: usize) -> Vec<Vec<usize>> {
 }
 
 /// Parameters bound so far.
-#[derive(Default)]
-struct Binding {
+struct Binding<'a> {
     args: HashMap<usize, Arg>,
+    arithmetic: Option<&'a Arithmetic>,
 }
 
-impl Binding {
+impl Binding<'_> {
     /// Binds parameter `p` to `arg`, unless it is bound to something else.
     fn set(&mut self, p: usize, arg: Arg) -> Option<()> {
         match self.args.get(&p) {
@@ -299,6 +353,10 @@ impl Binding {
             ([], []) if have.number == want.number => Some(()),
             ([p], []) if have.number == 1.0 => self.set(*p, Arg::Literal(want.number)),
             ([p], [v]) if have.number == want.number => self.set(*p, v.clone()),
+            ([p], _) if have.number == 1.0 => {
+                let product = self.arithmetic?.product(want.number, &want.scalars);
+                self.set(*p, product)
+            }
             _ => None,
         }
     }

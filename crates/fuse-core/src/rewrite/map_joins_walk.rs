@@ -47,10 +47,11 @@ fn join(program: &Program, library: &Library, m: CallId) -> Option<Rewritten> {
     let wanted = combined(&terms, t, &program.calls[walk])?;
     let source = &program.calls[walk];
     let function = library.get(&source.function)?;
+    let arithmetic = linear::Arithmetic::of(library, program.precision);
     let (form, args) = function
         .forms
         .iter()
-        .find_map(|form| linear::bind(form, &wanted, Some(source)).map(|args| (form, args)))?;
+        .find_map(|form| linear::bind(form, &wanted, Some(source), arithmetic.as_ref()).map(|args| (form, args)))?;
     let mut next = program.clone();
     next.calls[m] = edit::call(program, function, form, args, map.result, map.location.clone());
     let mut after = vec![next.calls[m].text.clone()];

@@ -42,8 +42,9 @@ fn split(program: &Program, library: &Library, c: CallId) -> Option<Rewritten> {
     }
     let (sum, rest): (Vec<Term>, Vec<Term>) = terms.into_iter().partition(|t| t.part == Part::Sum);
     let function = library.get(&call.function)?;
-    let (product_form, product_args) =
-        (function.forms.iter()).find_map(|form| linear::bind(form, &sum, Some(call)).map(|args| (form, args)))?;
+    let arithmetic = linear::Arithmetic::of(library, program.precision);
+    let (product_form, product_args) = (function.forms.iter())
+        .find_map(|form| linear::bind(form, &sum, Some(call), arithmetic.as_ref()).map(|args| (form, args)))?;
     let mut next = program.clone();
     let hint = format!("{}_product", program.values[call.result].variable);
     let shape = program.values[call.result].shape.clone();
@@ -59,7 +60,7 @@ fn split(program: &Program, library: &Library, c: CallId) -> Option<Rewritten> {
         part: Part::Vector(p),
     }];
     added.extend(rest);
-    let (map, form, args) = map_form(library, &added)?;
+    let (map, form, args) = map_form(library, &added, arithmetic.as_ref())?;
     next.calls[c + 1] = edit::call(&next, map, form, args, call.result, call.location.clone());
     let step = Rewrite {
         rule: NAME,
@@ -109,6 +110,7 @@ fn worth_splitting(program: &Program, c: CallId, y1: ValueId) -> bool {
 fn map_form<'l>(
     library: &'l Library,
     terms: &[Term],
+    arithmetic: Option<&linear::Arithmetic>,
 ) -> Option<(
     &'l crate::library::ElementaryFunction,
     &'l std::sync::Arc<crate::library::Form>,
@@ -118,6 +120,6 @@ fn map_form<'l>(
         .functions()
         .filter(|f| f.kind == HigherOrderKind::Map)
         .flat_map(|f| f.forms.iter().map(move |form| (f, form)))
-        .filter_map(|(f, form)| linear::bind(form, terms, None).map(|args| (f, form, args)))
+        .filter_map(|(f, form)| linear::bind(form, terms, None, arithmetic).map(|args| (f, form, args)))
         .min_by_key(|(_, form, _)| form.signature.params.len())
 }

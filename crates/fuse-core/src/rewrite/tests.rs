@@ -82,6 +82,13 @@ fn scaling_folds_into_the_walk_it_scales() {
     assert_eq!(texts(&p), ["u = dgemv(-1, A, x)"]);
     let p = rewritten("u", &["t1 = dgemtv(A, c)", "u = daxpby(a, t1, 3, y)"]);
     assert_eq!(texts(&p), ["u = dgemtv(a, A, c, 3, y)"]);
+    // Products of run-time scalars are computed by inlined scalar calls where the kernel starts.
+    let p = rewritten("u", &["t1 = dgemv(b, A, x)", "u = dscal(a, t1)"]);
+    assert_eq!(texts(&p), ["u = dgemv(dmul(a, b), A, x)"]);
+    let p = rewritten("u", &["t1 = dgemv(a, A, x)", "u = dscal(-2, t1)"]);
+    assert_eq!(texts(&p), ["u = dgemv(dmul(-2, a), A, x)"]);
+    let p = rewritten("u", &["t1 = dgemv(a, A, x)", "u = daxpy(-1, t1, c)"]);
+    assert_eq!(texts(&p), ["u = dgemv(dneg(a), A, x, 1, c)"]);
 }
 
 #[test]
