@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Checks `fuse run --backend reference` against numpy on all 11 shipped sequences.
+"""Checks `fuse run --backend reference` against numpy on every shipped script: the paper's 11
+sequences, one BiCGSTAB iteration and a normalisation.
 
 Each script is turned into its f64 twin (precision f64, d-prefixed calls), inputs are made by
 numpy and passed as .npy files, and every output must match numpy's result to a normwise
@@ -18,6 +19,7 @@ import numpy as np
 TOLERANCE = 1e-10
 MATRIX_SIZES = {"m": 67, "n": 45}  # awkward: not multiples of 32
 VECTOR_SIZES = {"n": 1001}
+SCRIPTS = 13  # the paper's 11 sequences, bicgstab, normalize
 
 
 def expected(name, d):
@@ -49,6 +51,18 @@ def expected(name, d):
         return {"x": d["w"] + d["y"] + d["z"]}
     if name == "waxpby":
         return {"w": d["alpha"] * d["x"] + d["beta"] * d["y"]}
+    if name == "bicgstab":
+        v = A @ d["p"]
+        alpha = d["rho"] / (d["rhat"] @ v)
+        s = d["r"] - alpha * v
+        t = A @ s
+        omega = (t @ s) / (t @ t)
+        r1 = s - omega * t
+        rho1 = d["rhat"] @ r1
+        beta = (rho1 / d["rho"]) * (alpha / omega)
+        return {"x2": d["x"] + alpha * d["p"] + omega * s, "r1": r1, "p1": r1 + beta * (d["p"] - omega * v), "rho1": rho1}
+    if name == "normalize":
+        return {"y": d["x"] / np.linalg.norm(d["x"])}
     raise KeyError(name)
 
 
@@ -109,8 +123,8 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         for script in scripts:
             failures += check(fuse, script, pathlib.Path(tmp), rng)
-    if len(scripts) != 11:
-        failures.append(f"expected the 11 sequences in {scripts_dir}, found {len(scripts)}")
+    if len(scripts) != SCRIPTS:
+        failures.append(f"expected {SCRIPTS} scripts in {scripts_dir}, found {len(scripts)}")
     for f in failures:
         print(f"error: {f}", file=sys.stderr)
     sys.exit(1 if failures else 0)

@@ -131,7 +131,7 @@ mod with_mpi {
                 .map(|&v| program.values[v].variable.as_str())
                 .collect();
             let never = || false;
-            let check = output_options(program, &headers.read, options.force, &never);
+            let check = output_options(program.precision, &headers.read, options.force, &never);
             agree(comm, npy::check_outputs(&names, dir, &check))?;
         } else {
             agree(comm, Ok(()))?;

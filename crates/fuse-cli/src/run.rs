@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use fuse::stages::fuse_core::data::{check_inputs_given, try_fill_random_inputs};
 use fuse::stages::fuse_core::wording::list_or_none;
-use fuse::{Bindings, CompileOptions, Inputs, Library, Program, Sizes};
+use fuse::{Bindings, CompileOptions, Inputs, Library, Precision, Program, Sizes};
 
 use crate::args::Backend;
 use crate::failure::{bad_input, failure, Failure};
@@ -110,7 +110,7 @@ pub fn run_script(program: &Program, options: &RunOptions) -> Result<(), Failure
             .map(|&v| program.values[v].variable.as_str())
             .collect();
         let never = || false;
-        let check = output_options(program, &read, options.force, &never);
+        let check = output_options(program.precision, &read, options.force, &never);
         npy::check_outputs(&names, dir, &check).map_err(bad_input)?;
     }
     let shapes = files.iter().map(|(name, a)| (name.clone(), a.dims.clone())).collect();
@@ -197,7 +197,7 @@ fn said_if_slow<T: Send>(backend: &fuse::Backend, program: &Program, compile: im
 pub fn report(program: &Program, results: &Bindings, options: &RunOptions, read: &[PathBuf]) -> Result<(), Failure> {
     match &options.outputs {
         Some(dir) => {
-            for path in write_outputs(program, results, dir, read, options.force)? {
+            for path in write_outputs(program.precision, results, dir, read, options.force)? {
                 println!("wrote {}", path.display());
             }
         }
@@ -234,15 +234,15 @@ fn timing_line(backend: &fuse::Backend, times: &fuse::RunTimes) -> String {
 
 /// Writes `results` to `dir`, all or nothing; Ctrl-C meanwhile leaves `dir` as it was and
 /// exits with status 130.
-fn write_outputs(
-    program: &Program,
+pub fn write_outputs(
+    precision: Precision,
     results: &Bindings,
     dir: &std::path::Path,
     inputs: &[PathBuf],
     force: bool,
 ) -> Result<Vec<PathBuf>, Failure> {
     let (written, interrupted) =
-        interrupt::deferred(|stop| npy::write_outputs(results, dir, &output_options(program, inputs, force, stop)));
+        interrupt::deferred(|stop| npy::write_outputs(results, dir, &output_options(precision, inputs, force, stop)));
     match (written, interrupted) {
         (Err(_), true) => Err(Failure {
             code: interrupt::EXIT_INTERRUPTED,
@@ -253,13 +253,13 @@ fn write_outputs(
 }
 
 pub fn output_options<'a>(
-    program: &Program,
+    precision: Precision,
     inputs: &'a [PathBuf],
     force: bool,
     stop: &'a dyn Fn() -> bool,
 ) -> npy::WriteOptions<'a> {
     npy::WriteOptions {
-        precision: program.precision,
+        precision,
         protected: inputs,
         force,
         stop,

@@ -161,8 +161,7 @@ pub fn calibrate(
     options: &CalibrateOptions,
     progress: &mut dyn FnMut(Step),
 ) -> Result<Calibration, CudaError> {
-    let subjects: Vec<Subject> = library
-        .functions()
+    let subjects: Vec<Subject> = timed_functions(library)
         .flat_map(|f| {
             let forms = 0..f.forms.len();
             forms.flat_map(move |form| {
@@ -523,10 +522,16 @@ pub fn to_yaml(calibration: &Calibration, options: &CalibrateOptions) -> String 
     )
 }
 
+/// The functions whose routines calibration times: all but scalar functions, which have none
+/// (a kernel computes an inlined scalar call once where it starts, from its scalars).
+fn timed_functions(library: &Library) -> impl Iterator<Item = &fuse_core::ElementaryFunction> {
+    library.functions().filter(|f| f.kind != HigherOrderKind::Scalar)
+}
+
 /// The programs calibration times, one per form and precision (for tests and `--dry-run`).
 pub fn calibration_programs(library: &Library, options: &CalibrateOptions) -> Result<Vec<Program>, CudaError> {
     let mut out = Vec::new();
-    for f in library.functions() {
+    for f in timed_functions(library) {
         let nested = matches!(f.kind, HigherOrderKind::NestedMap | HigherOrderKind::NestedReduce);
         for form in &f.forms {
             for &precision in &f.precisions {
@@ -549,7 +554,9 @@ mod tests {
         let library = Library::builtin().unwrap();
         let options = CalibrateOptions::default();
         let programs = calibration_programs(&library, &options).unwrap();
-        let forms: usize = library.functions().map(|f| f.forms.len() * f.precisions.len()).sum();
+        let forms: usize = timed_functions(&library)
+            .map(|f| f.forms.len() * f.precisions.len())
+            .sum();
         assert_eq!(programs.len(), forms);
         for p in &programs {
             assert_eq!(p.calls.len(), 1);

@@ -22,6 +22,9 @@ use fuse_core::Precision;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
+    /// A solve's system or options do not fit (`fuse::solvers`).
+    #[error("{0}")]
+    Solver(String),
     /// A script, library or size problem found by the front end (with file, line and column).
     #[error(transparent)]
     Script(#[from] fuse_core::Error),

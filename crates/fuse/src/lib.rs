@@ -11,6 +11,7 @@ mod memory;
 mod script;
 pub mod select;
 mod session;
+pub mod solvers;
 
 pub use backend::{Backend, CompileOptions, Compiled};
 pub use device::{DeviceArray, RunTimes};

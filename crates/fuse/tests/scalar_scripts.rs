@@ -48,7 +48,7 @@ fn bind(inputs: &[(&str, Vec<usize>, Vec<f64>)], precision: &str) -> Bindings {
 
 fn run(script: &Script, backend: &Backend, n: usize, inputs: &Bindings) -> BTreeMap<String, Vec<f64>> {
     let compiled = script
-        .compile(backend, &[("n".into(), n)])
+        .compile(backend, &[("n", n)])
         .unwrap_or_else(|e| panic!("{backend}: {e}"));
     let outputs = compiled
         .run(&Inputs::from(inputs.clone()))
