@@ -64,18 +64,20 @@ enum Command {
         #[arg(required = true, value_name = "SCRIPT")]
         scripts: Vec<PathBuf>,
     },
-    /// Solve A·x = b from .npy files by CG, BiCG or BiCGSTAB, each iteration one fused program.
+    /// Solve A·x = b from .npy files by CG, BiCG, BiCGSTAB or GMRES, each iteration fused.
     #[command(
         long_about = "Solve A·x = b read from --inputs DIR (A.npy n×n, b.npy, optionally x0.npy; float32 or \
 float64) by a Krylov method whose every iteration runs as one fused program, its scalars computed on the \
-device: only the residual norm the stopping test reads crosses to the host (BiCGSTAB: and its half step's). \
+device: only the residual norm the stopping test reads crosses to the host (BiCGSTAB: and its half step's; \
+GMRES: its column of the Hessenberg matrix, solved on the host as SciPy does). \
 The stopping test and return codes are SciPy's (scipy.sparse.linalg): converged where \
 ‖b − A·x‖ ≤ max(rtol·‖b‖, atol). A progress line (iteration, ‖r‖) shows on a terminal; the last line says \
 how the solve ended. Exit status 0 when converged, 1 when not (x is still written: the last iterate, never \
 a NaN one after a breakdown), 2 for bad input.",
         after_help = "Examples:\n  fuse solve bicg --inputs sys/ --outputs out/\n  \
 fuse solve cg --inputs sys/ --rtol 1e-8 --jacobi --backend cpu\n  \
-fuse solve bicgstab --inputs sys/ --maxiter 500 --check-every 10"
+fuse solve bicgstab --inputs sys/ --maxiter 500 --check-every 10\n  \
+fuse solve gmres --inputs sys/ --restart 30"
     )]
     Solve(solve::SolveArgs),
     /// Print how the rewrite stage rephrased a script before exploring it.
@@ -349,7 +351,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
     );
     match cli.command {
         Command::Check { scripts } => check(&scripts, &library),
-        Command::Solve(args) => solve::run(&args),
+        Command::Solve(args) => solve::run(&args, &library),
         Command::Rewrite { script } => {
             let program = load(&script, &library)?;
             print!("{}", rewrites(&program));

@@ -9,7 +9,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use fuse::solvers::{self, Options, Outcome, Solution};
 use fuse::stages::fuse_core::{Bindings, HostArray, Precision};
-use fuse::{Element, Session};
+use fuse::{CompileOptions, Element, Library, Session};
 
 use crate::args::Backend;
 use crate::failure::{bad_input, failure, Failure};
@@ -45,6 +45,9 @@ pub struct SolveArgs {
     /// Read the residual every K iterations (nothing else crosses to the host between reads).
     #[arg(long, value_name = "K", default_value_t = 1)]
     check_every: usize,
+    /// GMRES: iterations between restarts [default: 20].
+    #[arg(long, value_name = "M")]
+    restart: Option<usize>,
     /// Precondition with the inverse of A's diagonal (Jacobi), applied on the device.
     #[arg(long)]
     jacobi: bool,
@@ -62,10 +65,12 @@ enum Method {
     Bicg,
     /// BiCGSTAB.
     Bicgstab,
+    /// Restarted GMRES (--restart), its Gram–Schmidt as products with the basis.
+    Gmres,
 }
 
-/// `fuse solve`.
-pub fn run(args: &SolveArgs) -> Result<(), Failure> {
+/// `fuse solve`, with the functions of `library` (`--library`).
+pub fn run(args: &SolveArgs, library: &Arc<Library>) -> Result<(), Failure> {
     let path = |name: &str| args.inputs.join(format!("{name}.npy"));
     let (shape, dtype) = npy::read_header(&path("A")).map_err(bad_input)?;
     let precision = match dtype.as_str() {
@@ -108,8 +113,8 @@ pub fn run(args: &SolveArgs) -> Result<(), Failure> {
         None => fuse::Backend::detect(),
     };
     let (x, summary, converged) = match precision {
-        Precision::F32 => solve::<f32>(args, backend, &system)?,
-        Precision::F64 => solve::<f64>(args, backend, &system)?,
+        Precision::F32 => solve::<f32>(args, backend, library, &system)?,
+        Precision::F64 => solve::<f64>(args, backend, library, &system)?,
     };
     eprintln!("{summary}");
     match &args.outputs {
@@ -147,9 +152,11 @@ fn check_dtype(path: &Path, dtype: &str) -> Result<(), Failure> {
 fn solve<T: Element>(
     args: &SolveArgs,
     backend: fuse::Backend,
+    library: &Arc<Library>,
     system: &Bindings,
 ) -> Result<(HostArray, String, bool), Failure> {
-    let session = Session::<T>::new(backend).map_err(failure)?;
+    let options = CompileOptions::new().library(Arc::clone(library));
+    let session = Session::<T>::with_options(backend, options).map_err(failure)?;
     let values = |name: &str| -> Vec<T> { T::values(&system[name]).map(<[T]>::to_vec).unwrap_or_default() };
     let n = system["b"].dims.first().copied().unwrap_or(0);
     let a_values = values("A");
@@ -177,6 +184,7 @@ fn solve<T: Element>(
         atol: args.atol,
         maxiter: args.maxiter,
         check_every: args.check_every,
+        restart: args.restart,
         jacobi: jacobi.map(|d| session.vector(d)).transpose().map_err(failure)?,
         callback: Some(Arc::new(move |iteration, residual, _: &fuse::Vector<T>| {
             shown.set_message(format!("iteration {iteration}: ‖r‖ = {residual:.3e}"));
@@ -188,6 +196,7 @@ fn solve<T: Element>(
         Method::Cg => solvers::cg,
         Method::Bicg => solvers::bicg,
         Method::Bicgstab => solvers::bicgstab,
+        Method::Gmres => solvers::gmres,
     };
     let solution = method(&session, &a, &b, x0.as_ref(), &options).map_err(failure)?;
     bar.finish_and_clear();
@@ -222,5 +231,6 @@ fn method_name(method: Method) -> &'static str {
         Method::Cg => "cg",
         Method::Bicg => "bicg",
         Method::Bicgstab => "bicgstab",
+        Method::Gmres => "gmres",
     }
 }

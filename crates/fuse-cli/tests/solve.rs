@@ -35,7 +35,7 @@ fn relative_residual(a: &[f32], b: &[f32], x: &[f32]) -> f64 {
 fn each_method_solves_a_system_and_writes_x() {
     let dir = tempfile::tempdir().unwrap();
     let (a, b) = system(dir.path(), 61);
-    for method in ["bicg", "bicgstab", "cg"] {
+    for method in ["bicg", "bicgstab", "gmres", "cg"] {
         let out = dir.path().join(format!("out-{method}"));
         let mut args = vec!["solve", method, "--backend", "cpu", "--rtol", "1e-4"];
         let (inputs, outputs) = (dir.path().to_str().unwrap(), out.to_str().unwrap());

@@ -1,5 +1,5 @@
-//! Krylov solvers on a [`Session`](crate::Session): conjugate gradients ([`cg`]), BiCG ([`bicg`]) and BiCGSTAB
-//! ([`bicgstab`]), with SciPy's stopping test and return codes.
+//! Krylov solvers on a [`Session`](crate::Session): conjugate gradients ([`cg`]), BiCG ([`bicg`]), BiCGSTAB
+//! ([`bicgstab`]) and restarted GMRES ([`gmres`]), with SciPy's stopping test and return codes.
 //!
 //! Each iteration is recorded as the session's BLAS calls, its scalars (α, β, ω) computed on
 //! the device by scalar calls, so a flush runs a whole iteration fused — BiCG's `A·p` and
@@ -30,6 +30,7 @@
 mod bicg;
 mod bicgstab;
 mod cg;
+mod gmres;
 mod monitor;
 mod ops;
 
@@ -46,6 +47,7 @@ use ops::{In, Ops};
 pub use bicg::bicg;
 pub use bicgstab::bicgstab;
 pub use cg::cg;
+pub use gmres::gmres;
 
 /// Called at each residual read with the iterations run, ‖r‖ at the start of the last of them,
 /// and the iterate after it (reading it costs a copy to the host on a device).
@@ -65,6 +67,8 @@ pub struct Options<T: Element> {
     pub check_every: usize,
     /// Jacobi preconditioning: the inverse of A's diagonal, applied element-wise on the device.
     pub jacobi: Option<Vector<T>>,
+    /// GMRES: iterations between restarts (20 where `None`, as SciPy; at most n).
+    pub restart: Option<usize>,
     /// Progress: called at each residual read; an error it returns ends the solve with it.
     pub callback: Option<Callback<T>>,
 }
@@ -77,6 +81,7 @@ impl<T: Element> fmt::Debug for Options<T> {
             .field("maxiter", &self.maxiter)
             .field("check_every", &self.check_every)
             .field("jacobi", &self.jacobi)
+            .field("restart", &self.restart)
             .field("callback", &self.callback.as_ref().map(|_| "…"))
             .finish()
     }
@@ -90,6 +95,7 @@ impl<T: Element> Default for Options<T> {
             maxiter: None,
             check_every: 1,
             jacobi: None,
+            restart: None,
             callback: None,
         }
     }

@@ -45,6 +45,16 @@ impl<T: Element> Ops<'_, T> {
         }
     }
 
+    /// A call whose result is a matrix.
+    pub fn matrix(&self, function: &str, args: &[In<'_, T>]) -> Result<Matrix<T>> {
+        match self.call(function, args)? {
+            AnyHandle::Matrix(m) => Ok(m),
+            _ => Err(Error::Internal(format!(
+                "the library's `{function}` does not return a matrix"
+            ))),
+        }
+    }
+
     /// A call whose result is a scalar.
     pub fn scalar(&self, function: &str, args: &[In<'_, T>]) -> Result<Scalar<T>> {
         match self.call(function, args)? {

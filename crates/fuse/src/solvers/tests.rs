@@ -313,3 +313,48 @@ fn a_system_that_does_not_fit_is_a_clear_error() {
     };
     assert!(message(cg(&s, &square, &b, None, &negative)).starts_with("rtol and atol must be ≥ 0"));
 }
+
+#[test]
+fn gmres_converges_with_restarts_and_counts_cycles_as_scipy() {
+    for backend in ["reference", "cpu"] {
+        for (n, restart) in [(37, None), (53, Some(5)), (1, Some(3))] {
+            let (a, b) = system(n, 5, false);
+            let s = Session::<f64>::new(backend.parse().unwrap()).unwrap();
+            let (am, bv) = (s.matrix(n, n, a.clone()).unwrap(), s.vector(b.clone()).unwrap());
+            let options = Options {
+                rtol: 1e-10,
+                restart,
+                ..Options::default()
+            };
+            let solution = gmres(&s, &am, &bv, None, &options).unwrap();
+            assert_eq!(solution.outcome, Outcome::Converged, "{backend}, n = {n}");
+            let x = s.read(&solution.x).unwrap();
+            let residual = axpy(-1.0, &matvec(&a, &x, false), &b);
+            assert!(
+                dot(&residual, &residual).sqrt() <= 1e-10 * dot(&b, &b).sqrt(),
+                "{backend}, n = {n}"
+            );
+            // The estimates fall: each is the least-squares residual over a larger space.
+            assert!(
+                solution
+                    .residuals
+                    .windows(2)
+                    .filter(|w| w[1] > w[0] * (1.0 + 1e-9))
+                    .count()
+                    <= solution.iterations
+            );
+        }
+    }
+    // One cycle of two iterations cannot solve a system of 40: info is the cycles run.
+    let (a, b) = system(40, 9, false);
+    let s = Session::<f64>::new(Backend::Cpu).unwrap();
+    let (am, bv) = (s.matrix(40, 40, a).unwrap(), s.vector(b).unwrap());
+    let options = Options {
+        rtol: 1e-12,
+        restart: Some(2),
+        maxiter: Some(1),
+        ..Options::default()
+    };
+    let solution = gmres(&s, &am, &bv, None, &options).unwrap();
+    assert_eq!((solution.info(), solution.outcome), (1, Outcome::MaxIterations));
+}
