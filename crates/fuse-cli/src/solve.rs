@@ -209,14 +209,14 @@ fn solve<T: Element>(
     Ok((x, summary, solution.outcome == Outcome::Converged))
 }
 
-/// `bicg: converged in 37 iterations (‖r‖ = 1.2e-6 at the last read)`.
+/// `bicg: converged in 37 iterations; ‖r‖ = 1.217e-7 at the last read`.
 fn describe<T: Element>(method: Method, solution: &Solution<T>) -> String {
     let how = match solution.outcome {
-        Outcome::Converged => format!("converged in {} iterations", solution.iterations),
-        Outcome::MaxIterations => format!("not converged after {} iterations (--maxiter)", solution.iterations),
+        Outcome::Converged => format!("converged in {}", iterations(solution.iterations)),
+        Outcome::MaxIterations => format!("not converged after {} (--maxiter)", iterations(solution.iterations)),
         Outcome::Breakdown(b) => format!(
-            "{b} after {} iterations (SciPy's info {})",
-            solution.iterations,
+            "{b} after {} (SciPy's info {})",
+            iterations(solution.iterations),
             b.info()
         ),
     };
@@ -224,6 +224,11 @@ fn describe<T: Element>(method: Method, solution: &Solution<T>) -> String {
         Some(r) => format!("{}: {how}; ‖r‖ = {r:.3e} at the last read", method_name(method)),
         None => format!("{}: {how}", method_name(method)),
     }
+}
+
+/// `1 iteration`, `37 iterations`.
+fn iterations(count: usize) -> String {
+    format!("{count} iteration{}", if count == 1 { "" } else { "s" })
 }
 
 fn method_name(method: Method) -> &'static str {
