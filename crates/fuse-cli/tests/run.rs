@@ -37,7 +37,7 @@ fn matches_numpy_on_all_sequences() {
         out.status.success(),
         "numpy check failed (is numpy installed? pip install numpy)\n{stdout}\n{stderr}"
     );
-    assert_eq!(stdout.lines().filter(|l| l.starts_with("ok ")).count(), 16, "{stdout}");
+    assert_eq!(stdout.lines().filter(|l| l.starts_with("ok ")).count(), 21, "{stdout}");
 }
 
 #[test]
