@@ -62,6 +62,7 @@ SEQUENCES = {
     "waxpby": (lambda d: d["alpha"] * d["x"] + d["beta"] * d["y"]),
     "axpydot": (lambda d: axpydot(d, lambda z, u: z @ u)),
     "sscal": (lambda d: d["alpha"] * d["x"]),
+    "bicgstab": (lambda d: bicgstab(d)),
 }
 # The BLAS-1 sequences: at "size" N they run on vectors of N² elements, as many as a matrix.
 BLAS1 = ("vadd", "waxpby", "axpydot", "sscal")
@@ -80,7 +81,10 @@ TORCH_SEQUENCES = {
     "waxpby": (lambda d: torch.add(d["alpha"] * d["x"], d["y"], alpha=d["beta"])),
     "axpydot": (lambda d: axpydot(d, torch.dot)),
     "sscal": (lambda d: d["alpha"] * d["x"]),
+    "bicgstab": (lambda d: bicgstab(d)),
 }
+# Sequences of one square matrix, sized by `n` alone.
+SQUARE = ("bicgstab",)
 # Sequences timed here that scripts/ does not ship: a single `Aᵀ·y` (SGEMV's twin).
 EXTRA_SCRIPTS = {
     "sgemtv": """name: sgemtv
@@ -101,6 +105,22 @@ def gemver(d):
     b = d["A"] + np.outer(d["u1"], d["v1"]) + np.outer(d["u2"], d["v2"])
     x = d["beta"] * (b.T @ d["y"]) + d["z"]
     return b, x, d["alpha"] * (b @ x)
+
+
+def bicgstab(d):
+    """One BiCGSTAB iteration as the textbook (and scripts/bicgstab.yaml) writes it; the
+    scalars are the library's 0-d results (numpy scalars, torch tensors), never read to Python."""
+    A, p, r, rhat, rho = d["A"], d["p"], d["r"], d["rhat"], d["rho"]
+    v = A @ p
+    alpha = rho / (rhat @ v)
+    s = r - alpha * v
+    t = A @ s
+    omega = (t @ s) / (t @ t)
+    x = d["x"] + alpha * p + omega * s
+    r1 = s - omega * t
+    rho1 = rhat @ r1
+    beta = (rho1 / rho) * (alpha / omega)
+    return x, r1, r1 + beta * (p - omega * v), rho1
 
 
 def axpydot(d, dot):
@@ -124,6 +144,9 @@ def inputs(name, size, precision, rng):
         data["B"] = rng.uniform(-1, 1, (size, size)).astype(t)
     for v in VECTORS:
         data[v] = rng.uniform(-1, 1, size).astype(t)
+    if name == "bicgstab":
+        data["rhat"] = rng.uniform(-1, 1, size).astype(t)
+        data["rho"] = t(data["rhat"] @ data["r"])
     return data
 
 
@@ -174,6 +197,8 @@ def script(name, precision, folder):
 
 def time_fuse(fuse, name, path, size, runs):
     sizes = ["--size", f"n={size * size}"] if name in BLAS1 else ["--size", f"m={size}", "--size", f"n={size}"]
+    if name in SQUARE:
+        sizes = ["--size", f"n={size}"]
     out = subprocess.run(
         [fuse, "bench", path, "--backend", "cpu", *sizes, "--runs", str(runs), "--json"],
         capture_output=True, text=True, check=True)

@@ -97,8 +97,11 @@ pub fn measure(
     })?;
     drop(cublas_small);
     let baseline = Baseline::new(program, sizes)?;
-    let (baseline_text, baseline_calls, baseline_bytes) =
-        (baseline.describe(program), baseline.ops.len(), baseline.traffic_bytes());
+    let (baseline_text, baseline_calls, baseline_bytes) = (
+        baseline.describe(program),
+        baseline.ops.len(),
+        baseline.traffic_bytes(program),
+    );
     let cublas = CublasPlan::new(device, baseline)?;
     let mut inputs = Bindings::new();
     fill_random_inputs(program, sizes, options.seed, &mut inputs);

@@ -162,6 +162,29 @@ fn the_cublas_version_of_every_sequence_matches_the_reference() {
     }
 }
 
+/// Scalar calls, stored and inlined, computed on the host between the cuBLAS calls (n = 1
+/// is left out: one BiCGSTAB step solves a 1×1 system, and its residual is rounding noise).
+#[test]
+fn the_cublas_version_of_the_scalar_scripts_matches_the_reference() {
+    let Some(device) = gpu("the_cublas_version_of_the_scalar_scripts_matches_the_reference") else {
+        return;
+    };
+    for name in ["bicgstab", "normalize"] {
+        for precision in [Precision::F32, Precision::F64] {
+            let program = sequence(name, precision);
+            for (seed, n) in [45, 300, 513].into_iter().enumerate() {
+                let sizes = sizes_mn(&program, n, n);
+                let cublas = CublasPlan::new(&device, Baseline::new(&program, &sizes).unwrap()).unwrap();
+                let inputs = inputs(&program, &sizes, seed as u64);
+                let want = fuse_core::reference::evaluate(&program, &sizes, &inputs).unwrap();
+                let got = cublas.run(&program, &sizes, &inputs).unwrap();
+                let mismatch = compare(&program, &got, &want);
+                assert!(mismatch.is_none(), "{name} {precision} n = {n}: {mismatch:?}");
+            }
+        }
+    }
+}
+
 #[test]
 fn a_second_load_compiles_nothing() {
     let Some(device) = gpu("a_second_load_compiles_nothing") else {

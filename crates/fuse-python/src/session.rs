@@ -6,9 +6,11 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use fuse::{AnyHandle, Backend, CallArg, CompileOptions, Forecast, Handle, Precision, Stats};
-use numpy::{PyArrayDyn, PyArrayMethods, PyUntypedArrayMethods};
+use numpy::{PyArrayDescrMethods, PyArrayDyn, PyArrayMethods, PyUntypedArray, PyUntypedArrayMethods};
+use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyFloat};
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyBool, PyDict, PyFloat};
 
 use crate::arrays::{fitted, to_python, Real};
 use crate::device::{self, GpuArray};
@@ -218,21 +220,22 @@ impl Session {
     /// Records a call of library function `function` (`"gemv"`, no precision prefix) on `args`,
     /// values of one dtype or floats (compile-time constants).
     fn call(&self, function: &str, args: Vec<Bound<'_, PyAny>>) -> PyResult<Value> {
-        let mut values: Vec<Option<Handles>> = Vec::with_capacity(args.len());
-        for arg in &args {
-            values.push(match arg.cast::<Value>() {
-                Ok(v) => Some(v.get().handle.clone()),
-                Err(_) => None,
-            });
-        }
-        let precision = values.iter().flatten().next().map(|h| matches!(h, Handles::F64(_)));
-        match precision {
-            Some(false) => self.call_as::<f32>(function, &args, &values),
-            Some(true) => self.call_as::<f64>(function, &args, &values),
-            None => Err(input_error(format!(
-                "{function}: at least one argument must be a value of the session (its dtype picks the precision)"
-            ))),
-        }
+        let operands = args
+            .iter()
+            .enumerate()
+            .map(|(i, arg)| match arg.cast::<Value>() {
+                Ok(v) => Ok(Operand::Value(v.get().handle.clone())),
+                Err(_) => literal(arg, function, i).map(Operand::Number),
+            })
+            .collect::<PyResult<Vec<_>>>()?;
+        self.record(function, &operands, &|i| format!("{function}: argument {}", i + 1))
+    }
+
+    /// Records scalar function `function` (`"sqrt"`, `"max"`, …) on `args`: scalar values of
+    /// this session (of one dtype) and real numbers; anything else is a `TypeError`.
+    fn scalar_call(&self, function: &str, args: Vec<Bound<'_, PyAny>>) -> PyResult<Value> {
+        let name = |i: usize| format!("{function}: argument {}", i + 1);
+        self.arithmetic(function, &args, &name)
     }
 
     /// Runs every recorded call that a held value depends on.
@@ -305,28 +308,41 @@ impl Session {
         Ok(self.value(T::wrap(handle)))
     }
 
+    /// Records `function` on `operands` in the precision of the first value among them;
+    /// `name(i)` names operand `i` in messages.
+    fn record(&self, function: &str, operands: &[Operand], name: &dyn Fn(usize) -> String) -> PyResult<Value> {
+        let first = operands.iter().find_map(|o| match o {
+            Operand::Value(h) => Some(h),
+            Operand::Number(_) => None,
+        });
+        match first {
+            Some(Handles::F32(_)) => self.call_as::<f32>(function, operands, name),
+            Some(Handles::F64(_)) => self.call_as::<f64>(function, operands, name),
+            None => Err(input_error(format!(
+                "{function}: at least one argument must be a value of the session (its dtype picks the precision)"
+            ))),
+        }
+    }
+
     fn call_as<T: Precise>(
         &self,
         function: &str,
-        args: &[Bound<'_, PyAny>],
-        values: &[Option<Handles>],
+        operands: &[Operand],
+        name: &dyn Fn(usize) -> String,
     ) -> PyResult<Value> {
         let mut handles: Vec<AnyHandle<T>> = Vec::new();
         let mut literals: Vec<Option<T>> = Vec::new();
-        for (i, (arg, value)) in args.iter().zip(values).enumerate() {
-            match value {
-                Some(h) => {
-                    handles.push(typed::<T>(h).ok_or_else(|| {
-                        input_error(format!(
-                            "{function}: argument {} is {}, the others {}",
-                            i + 1,
-                            dtype(h),
-                            T::DTYPE
-                        ))
-                    })?);
+        for (i, operand) in operands.iter().enumerate() {
+            match operand {
+                Operand::Value(h) => {
+                    handles.push(
+                        typed::<T>(h).ok_or_else(|| {
+                            input_error(format!("{} is {}, the others {}", name(i), dtype(h), T::DTYPE))
+                        })?,
+                    );
                     literals.push(None);
                 }
-                None => literals.push(Some(literal::<T>(arg, function, i)?)),
+                Operand::Number(v) => literals.push(Some(fitted(*v, || name(i))?)),
             }
         }
         let mut next = handles.iter();
@@ -344,11 +360,97 @@ impl Session {
             .py_err()?;
         Ok(self.value(T::wrap(result)))
     }
+
+    /// Records scalar function `function` on `args` (see [`Session::scalar_call`]), each checked
+    /// first: a scalar value of this session, of the others' dtype, or a real number.
+    fn arithmetic(&self, function: &str, args: &[Bound<'_, PyAny>], name: &dyn Fn(usize) -> String) -> PyResult<Value> {
+        let take = "scalar arithmetic takes scalar values of one session and real numbers";
+        let mut operands = Vec::with_capacity(args.len());
+        for (i, arg) in args.iter().enumerate() {
+            let operand = match arg.cast::<Value>() {
+                Ok(v) => {
+                    let v = v.get();
+                    if !Arc::ptr_eq(&v.shared, &self.shared) {
+                        return Err(PyTypeError::new_err(format!(
+                            "{} is a value of another session; {take}",
+                            name(i)
+                        )));
+                    }
+                    if !v.shape().is_empty() {
+                        let kind = if v.shape().len() == 1 { "vector" } else { "matrix" };
+                        return Err(PyTypeError::new_err(format!(
+                            "{} is a {kind} of shape {:?}, not a scalar; {take}",
+                            name(i),
+                            v.shape()
+                        )));
+                    }
+                    Operand::Value(v.handle.clone())
+                }
+                Err(_) => Operand::Number(real_number(arg).map_err(|e| match e {
+                    NotReal::Type => PyTypeError::new_err(format!("{} is a {}; {take}", name(i), arg.get_type())),
+                    NotReal::Range => input_error(format!("{}: {arg} does not fit float64", name(i))),
+                })?),
+            };
+            operands.push(operand);
+        }
+        let dtypes: Vec<(usize, &'static str)> = operands
+            .iter()
+            .enumerate()
+            .filter_map(|(i, o)| match o {
+                Operand::Value(h) => Some((i, dtype(h))),
+                Operand::Number(_) => None,
+            })
+            .collect();
+        if let Some(&(j, other)) = dtypes.iter().find(|(_, d)| *d != dtypes[0].1) {
+            return Err(PyTypeError::new_err(format!(
+                "{} is {other}, the others {}; one scalar call computes in one precision",
+                name(j),
+                dtypes[0].1
+            )));
+        }
+        self.record(function, &operands, name)
+    }
 }
 
-/// A literal scalar argument: a Python float (the package's Python half makes it one), which
-/// must fit `T`.
-fn literal<T: Real>(arg: &Bound<'_, PyAny>, function: &str, index: usize) -> PyResult<T> {
+/// An argument of a recorded call: a value of the session or a number (a literal).
+enum Operand {
+    Value(Handles),
+    Number(f64),
+}
+
+/// Why an object is not a real number for scalar arithmetic.
+enum NotReal {
+    /// Not a number at all (a str, a complex, a bool, an array).
+    Type,
+    /// An int past float64's range.
+    Range,
+}
+
+/// `arg` as a float if it is a real number: an instance of `numbers.Real` (Python and numpy
+/// ints and floats) other than a bool, or a 0-d numpy array of one.
+fn real_number(arg: &Bound<'_, PyAny>) -> Result<f64, NotReal> {
+    static REAL: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    let py = arg.py();
+    if let Ok(array) = arg.cast::<PyUntypedArray>() {
+        if array.ndim() != 0 || !matches!(array.dtype().kind(), b'i' | b'u' | b'f') {
+            return Err(NotReal::Type);
+        }
+        let item = array.call_method0("item").map_err(|_| NotReal::Type)?;
+        return real_number(&item);
+    }
+    let real = REAL
+        .get_or_try_init(py, || {
+            py.import("numbers").and_then(|m| m.getattr("Real")).map(Bound::unbind)
+        })
+        .map_err(|_| NotReal::Type)?;
+    if arg.is_instance_of::<PyBool>() || !arg.is_instance(real.bind(py)).unwrap_or(false) {
+        return Err(NotReal::Type);
+    }
+    arg.extract::<f64>().map_err(|_| NotReal::Range)
+}
+
+/// A literal scalar argument: a Python float (the package's Python half makes it one).
+fn literal(arg: &Bound<'_, PyAny>, function: &str, index: usize) -> PyResult<f64> {
     let value = arg.cast::<PyFloat>().map_err(|_| {
         input_error(format!(
             "{function}: argument {} is a {}, not a value of the session or a float",
@@ -356,7 +458,7 @@ fn literal<T: Real>(arg: &Bound<'_, PyAny>, function: &str, index: usize) -> PyR
             arg.get_type()
         ))
     })?;
-    fitted(value.value(), || format!("{function}: argument {}", index + 1))
+    Ok(value.value())
 }
 
 /// `handle` as a handle of `T`, if it is of that precision.
@@ -434,6 +536,90 @@ impl Value {
     fn __repr__(&self) -> String {
         format!("Value(shape={:?}, dtype={})", self.shape(), self.dtype())
     }
+
+    /// numpy defers to this class's operators (`numpy.float32(2) * v` records a call rather
+    /// than reading `v` through `__array__`).
+    #[classattr]
+    fn __array_ufunc__(py: Python<'_>) -> Py<PyAny> {
+        py.None()
+    }
+
+    /// `a + b` of a scalar value and a scalar value of the same session or a real number:
+    /// recorded as a call of `plus` (computed on the device, nothing read back).
+    fn __add__(slf: &Bound<'_, Self>, other: &Bound<'_, PyAny>) -> PyResult<Value> {
+        binary(slf, "plus", "+", other, false)
+    }
+
+    fn __radd__(slf: &Bound<'_, Self>, other: &Bound<'_, PyAny>) -> PyResult<Value> {
+        binary(slf, "plus", "+", other, true)
+    }
+
+    /// `a - b`, recorded as a call of `sub` (see `__add__`).
+    fn __sub__(slf: &Bound<'_, Self>, other: &Bound<'_, PyAny>) -> PyResult<Value> {
+        binary(slf, "sub", "-", other, false)
+    }
+
+    fn __rsub__(slf: &Bound<'_, Self>, other: &Bound<'_, PyAny>) -> PyResult<Value> {
+        binary(slf, "sub", "-", other, true)
+    }
+
+    /// `a * b`, recorded as a call of `mul` (see `__add__`).
+    fn __mul__(slf: &Bound<'_, Self>, other: &Bound<'_, PyAny>) -> PyResult<Value> {
+        binary(slf, "mul", "*", other, false)
+    }
+
+    fn __rmul__(slf: &Bound<'_, Self>, other: &Bound<'_, PyAny>) -> PyResult<Value> {
+        binary(slf, "mul", "*", other, true)
+    }
+
+    /// `a / b`, recorded as a call of `div` (IEEE: ±inf or NaN where b is 0; see `__add__`).
+    fn __truediv__(slf: &Bound<'_, Self>, other: &Bound<'_, PyAny>) -> PyResult<Value> {
+        binary(slf, "div", "/", other, false)
+    }
+
+    fn __rtruediv__(slf: &Bound<'_, Self>, other: &Bound<'_, PyAny>) -> PyResult<Value> {
+        binary(slf, "div", "/", other, true)
+    }
+
+    /// `-a`, recorded as a call of `neg`.
+    fn __neg__(slf: &Bound<'_, Self>) -> PyResult<Value> {
+        unary(slf, "neg", "-")
+    }
+
+    /// `abs(a)`, recorded as a call of `abs`.
+    fn __abs__(slf: &Bound<'_, Self>) -> PyResult<Value> {
+        unary(slf, "abs", "abs")
+    }
+}
+
+/// `value`'s session, to record calls in.
+fn session_of(value: &Value) -> Session {
+    Session {
+        shared: Arc::clone(&value.shared),
+    }
+}
+
+/// `slf <operator> other` (`other <operator> slf` where `reflected`), recorded as `function`.
+fn binary(
+    slf: &Bound<'_, Value>,
+    function: &str,
+    operator: &str,
+    other: &Bound<'_, PyAny>,
+    reflected: bool,
+) -> PyResult<Value> {
+    let args = if reflected {
+        [other.clone(), slf.clone().into_any()]
+    } else {
+        [slf.clone().into_any(), other.clone()]
+    };
+    let name = |i: usize| format!("`{operator}`: the {} operand", ["left", "right"][i]);
+    session_of(slf.get()).arithmetic(function, &args, &name)
+}
+
+/// `<operator> slf`, recorded as `function`.
+fn unary(slf: &Bound<'_, Value>, function: &str, operator: &str) -> PyResult<Value> {
+    let name = |_| format!("`{operator}`: the operand");
+    session_of(slf.get()).arithmetic(function, &[slf.clone().into_any()], &name)
 }
 
 fn read<T: Precise>(sessions: &mut Sessions, handle: &AnyHandle<T>) -> fuse::Result<fuse::HostArray> {

@@ -2,7 +2,11 @@
 //!
 //! Scalars go by device pointer (`CUBLAS_POINTER_MODE_DEVICE`): the host-known ones are uploaded
 //! once with the inputs, reduction results stay where `dot` wrote them, and no call waits for
-//! the host — which is how a cuBLAS user keeps a sequence asynchronous.
+//! the host — which is how a cuBLAS user keeps a sequence asynchronous. A scalar call is the
+//! exception, as it is for the user: its device operands are copied back (the stream waits),
+//! it is computed on the host, and its result is copied up.
+
+use std::cell::RefCell;
 
 use std::collections::BTreeMap;
 use std::ffi::c_int;
@@ -11,9 +15,9 @@ use cudarc::cublas::sys::{self, cublasHandle_t, cublasOperation_t};
 use cudarc::cublas::CudaBlas;
 use cudarc::driver::{CudaSlice, DevicePtr};
 use fuse_core::data::check_inputs;
-use fuse_core::{Bindings, HostArray, HostData, Precision, Program, Sizes, ValueId};
+use fuse_core::{Bindings, HostArray, HostData, Precision, Program, Shape, Sizes, ValueId};
 
-use super::{host_scalars, Baseline, BlasOp, ScalarArg, Trans};
+use super::{evaluate_host_scalar, host_scalars, Baseline, BlasOp, ScalarArg, Trans};
 use crate::device::host_bytes;
 use crate::device::Device;
 use crate::error::{cublas, driver, CudaError};
@@ -34,6 +38,10 @@ pub struct CublasPlan {
 pub struct BaselineWorkspace {
     buffers: BTreeMap<ValueId, CudaSlice<u8>>,
     constants: CudaSlice<u8>,
+    /// The slots of the scalars computed on the host ([`ScalarArg::Computed`]).
+    computed: CudaSlice<u8>,
+    /// The scalar inputs, which host scalars read on the host.
+    scalar_inputs: BTreeMap<ValueId, f64>,
 }
 
 impl CublasPlan {
@@ -82,14 +90,32 @@ impl CublasPlan {
             buffers.insert(v, slice);
         }
         let values: Vec<f64> = self.constants.iter().map(|s| host_value(s, program, inputs)).collect();
-        let data = match program.precision {
-            Precision::F32 => HostData::F32(values.iter().map(|&v| v as f32).collect()),
-            Precision::F64 => HostData::F64(values),
-        };
-        let mut constants = host_bytes(data.view()).to_vec();
+        let mut constants = element_bytes(&values, program.precision);
         constants.resize(constants.len().max(8), 0);
         let constants = stream.clone_htod(&constants).map_err(driver("cuMemcpyHtoD"))?;
-        Ok(BaselineWorkspace { buffers, constants })
+        let computed = poisoned(&self.device, self.baseline.computed.max(1) * bytes)?;
+        let scalar_inputs = (program.inputs.iter())
+            .filter(|&&v| program.values[v].shape == Shape::Scalar)
+            .map(|&v| {
+                (
+                    v,
+                    host_value(
+                        &ScalarArg::Host {
+                            factor: 1.0,
+                            input: Some(v),
+                        },
+                        program,
+                        inputs,
+                    ),
+                )
+            })
+            .collect();
+        Ok(BaselineWorkspace {
+            buffers,
+            constants,
+            computed,
+            scalar_inputs,
+        })
     }
 
     /// Queues every call on the stream (no wait).
@@ -98,6 +124,7 @@ impl CublasPlan {
             handle: *self.blas.handle(),
             plan: self,
             workspace,
+            on_host: RefCell::new(BTreeMap::new()),
         };
         self.baseline.ops.iter().try_for_each(|op| calls.op(op))
     }
@@ -150,8 +177,17 @@ fn host_value(s: &ScalarArg, program: &Program, inputs: &Bindings) -> f64 {
                     .copied()
                     .unwrap_or(0.0)
         }
-        ScalarArg::Device(_) => f64::NAN,
+        ScalarArg::Device(_) | ScalarArg::Computed(_) => f64::NAN,
     }
+}
+
+/// `values` as the bytes of `precision`'s elements.
+fn element_bytes(values: &[f64], precision: Precision) -> Vec<u8> {
+    let data = match precision {
+        Precision::F32 => HostData::F32(values.iter().map(|&v| v as f32).collect()),
+        Precision::F64 => HostData::F64(values.to_vec()),
+    };
+    host_bytes(data.view()).to_vec()
 }
 
 /// cuBLAS's 32-bit dimension.
@@ -171,6 +207,9 @@ struct Calls<'a> {
     handle: cublasHandle_t,
     plan: &'a CublasPlan,
     workspace: &'a BaselineWorkspace,
+    /// The scalars of calls the host has seen during this enqueue (read back or computed),
+    /// which it does not read again.
+    on_host: RefCell<BTreeMap<ValueId, f64>>,
 }
 
 /// A device address, passed as whichever element pointer the cuBLAS entry point takes.
@@ -230,6 +269,10 @@ impl Calls<'_> {
     fn scalar(&self, s: &ScalarArg) -> Result<Address, CudaError> {
         match s {
             ScalarArg::Device(v) => self.buffer(*v),
+            ScalarArg::Computed(k) => {
+                let base = self.workspace.computed.device_ptr(self.plan.device.stream()).0;
+                Ok(Address(base + (k * self.element_bytes()) as u64))
+            }
             host => {
                 let slot = self.plan.constants.iter().position(|c| c == host).unwrap_or(0);
                 let base = self.workspace.constants.device_ptr(self.plan.device.stream()).0;
@@ -251,6 +294,44 @@ impl Calls<'_> {
             .map_err(driver("cuMemcpyDtoDAsync"))
     }
 
+    /// Scalar `v` on the host: a scalar input, one seen before, or else copied back from its
+    /// buffer (waiting for the work queued before).
+    fn host_read(&self, v: ValueId) -> Result<f64, CudaError> {
+        if let Some(&x) = self.workspace.scalar_inputs.get(&v).or(self.on_host.borrow().get(&v)) {
+            return Ok(x);
+        }
+        let owner = *self.plan.baseline.storage.get(&v).ok_or_else(|| missing(v))?;
+        let mut bytes = [0u8; 8];
+        let len = self.element_bytes();
+        let stream = self.plan.device.stream();
+        // SAFETY: the buffer is a device buffer of this workspace holding at least one element.
+        unsafe {
+            cudarc::driver::result::memcpy_dtoh_async(&mut bytes[..len], self.buffer(owner)?.0, stream.cu_stream())
+        }
+        .map_err(driver("cuMemcpyDtoHAsync"))?;
+        stream.synchronize().map_err(driver("cuStreamSynchronize"))?;
+        let x = match self.plan.baseline.precision {
+            Precision::F32 => f32::from_ne_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]) as f64,
+            Precision::F64 => f64::from_ne_bytes(bytes),
+        };
+        self.on_host.borrow_mut().insert(v, x);
+        Ok(x)
+    }
+
+    /// Computes `value` on the host and queues its copy into `into` (see [`BlasOp::HostScalar`]).
+    fn host_scalar(&self, value: &fuse_core::Arg, into: ScalarArg) -> Result<(), CudaError> {
+        let x = evaluate_host_scalar(value, self.plan.baseline.precision, |v| self.host_read(v))?;
+        if let ScalarArg::Device(v) = into {
+            self.on_host.borrow_mut().insert(v, x);
+        }
+        let bytes = element_bytes(&[x], self.plan.baseline.precision);
+        let stream = self.plan.device.stream().cu_stream();
+        // SAFETY: `into` addresses one element of device memory of this workspace. The source
+        // is pageable host memory, which the driver copies out before the call returns.
+        unsafe { cudarc::driver::result::memcpy_htod_async(self.scalar(&into)?.0, &bytes, stream) }
+            .map_err(driver("cuMemcpyHtoDAsync"))
+    }
+
     /// Queues `op`. The match is the table of call shapes: a cuBLAS routine a row, with its name,
     /// its f32/f64 entry points and its arguments in cuBLAS's order. Laid out by hand, a row per
     /// routine, where rustfmt would spread each over a screen.
@@ -265,6 +346,7 @@ impl Calls<'_> {
         // memory of the element type.
         let (name, status) = unsafe { match *op {
             BlasOp::Copy { len, src, dst } => return self.copy(len, src, dst),
+            BlasOp::HostScalar { ref value, into } => return self.host_scalar(value, into),
             BlasOp::Scal { n, alpha, x } =>
                 routine!(p, "scal", cublasSscal_v2 / cublasDscal_v2(h, dim(n)?, s(&alpha)?, b(x)?, INC)),
             BlasOp::Axpy { n, alpha, x, y } =>

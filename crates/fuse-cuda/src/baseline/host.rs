@@ -9,11 +9,17 @@ use std::collections::BTreeMap;
 
 use fuse_core::{Bindings, HostArray, Program, Sizes, ValueId};
 
-use super::{Baseline, BlasOp, ScalarArg, Trans};
+use super::{evaluate_host_scalar, Baseline, BlasOp, ScalarArg, Trans};
+
+/// The device's memory: each buffer by its owning value, and the computed scalars' slots.
+struct Memory {
+    buffers: BTreeMap<ValueId, Vec<f64>>,
+    computed: Vec<f64>,
+}
 
 /// Runs `baseline` on `inputs`; returns the outputs by name (f64).
 pub fn run(baseline: &Baseline, program: &Program, sizes: &Sizes, inputs: &Bindings) -> Bindings {
-    let mut memory: BTreeMap<ValueId, Vec<f64>> = baseline
+    let buffers: BTreeMap<ValueId, Vec<f64>> = baseline
         .buffers
         .iter()
         .map(|(&v, &len)| {
@@ -25,56 +31,85 @@ pub fn run(baseline: &Baseline, program: &Program, sizes: &Sizes, inputs: &Bindi
             (v, data)
         })
         .collect();
+    let mut memory = Memory {
+        buffers,
+        computed: vec![f64::NAN; baseline.computed],
+    };
     for op in &baseline.ops {
-        apply(op, &mut memory, program, inputs);
+        apply(op, &mut memory, baseline, program, inputs);
     }
     program
         .outputs
         .iter()
         .map(|&v| {
             let dims = program.values[v].shape.extents(sizes).unwrap_or_default();
-            let data = memory[&baseline.storage[&v]].clone();
+            let data = memory.buffers[&baseline.storage[&v]].clone();
             (program.values[v].variable.clone(), HostArray::f64(dims, data))
         })
         .collect()
 }
 
-fn scalar(s: &ScalarArg, memory: &BTreeMap<ValueId, Vec<f64>>, program: &Program, inputs: &Bindings) -> f64 {
+fn scalar(s: &ScalarArg, memory: &Memory, program: &Program, inputs: &Bindings) -> f64 {
     match *s {
         ScalarArg::Host { factor, input: None } => factor,
         ScalarArg::Host { factor, input: Some(v) } => factor * inputs[&program.values[v].variable].to_f64()[0],
-        ScalarArg::Device(v) => memory[&v][0],
+        ScalarArg::Device(v) => memory.buffers[&v][0],
+        ScalarArg::Computed(k) => memory.computed[k],
     }
 }
 
-fn apply(op: &BlasOp, memory: &mut BTreeMap<ValueId, Vec<f64>>, program: &Program, inputs: &Bindings) {
-    let s = |s: &ScalarArg, memory: &BTreeMap<ValueId, Vec<f64>>| scalar(s, memory, program, inputs);
+/// `into ← value`, the scalars it reads taken from the inputs and the device's memory.
+fn host_scalar(
+    value: &fuse_core::Arg,
+    into: ScalarArg,
+    memory: &mut Memory,
+    baseline: &Baseline,
+    program: &Program,
+    inputs: &Bindings,
+) {
+    let read = |v: ValueId| match program.values[v].producer {
+        None => Ok::<f64, ()>(inputs[&program.values[v].variable].to_f64()[0]),
+        Some(_) => Ok(memory.buffers[&baseline.storage[&v]][0]),
+    };
+    let x = evaluate_host_scalar(value, program.precision, read).expect("host reads do not fail");
+    match into {
+        ScalarArg::Device(v) => memory.buffers.get_mut(&v).unwrap()[0] = x,
+        ScalarArg::Computed(k) => memory.computed[k] = x,
+        ScalarArg::Host { .. } => unreachable!("the translation puts host scalars into device memory"),
+    }
+}
+
+fn apply(op: &BlasOp, memory: &mut Memory, baseline: &Baseline, program: &Program, inputs: &Bindings) {
+    let s = |s: &ScalarArg, memory: &Memory| scalar(s, memory, program, inputs);
     match *op {
         BlasOp::Copy { len, src, dst } => {
-            let data = memory[&src][..len].to_vec();
-            memory.get_mut(&dst).unwrap()[..len].copy_from_slice(&data);
+            let data = memory.buffers[&src][..len].to_vec();
+            memory.buffers.get_mut(&dst).unwrap()[..len].copy_from_slice(&data);
         }
+        BlasOp::HostScalar { ref value, into } => host_scalar(value, into, memory, baseline, program, inputs),
         BlasOp::Scal { n, alpha, x } => {
             let a = s(&alpha, memory);
-            memory.get_mut(&x).unwrap()[..n].iter_mut().for_each(|e| *e *= a);
+            memory.buffers.get_mut(&x).unwrap()[..n]
+                .iter_mut()
+                .for_each(|e| *e *= a);
         }
         BlasOp::Axpy { n, alpha, x, y } => {
             let a = s(&alpha, memory);
-            let xs = memory[&x][..n].to_vec();
-            let ys = memory.get_mut(&y).unwrap();
+            let xs = memory.buffers[&x][..n].to_vec();
+            let ys = memory.buffers.get_mut(&y).unwrap();
             (0..n).for_each(|i| ys[i] += a * xs[i]);
         }
         BlasOp::Dot { n, x, y, result } => {
-            let d = (0..n).map(|i| memory[&x][i] * memory[&y][i]).sum();
-            memory.get_mut(&result).unwrap()[0] = d;
+            let d = (0..n).map(|i| memory.buffers[&x][i] * memory.buffers[&y][i]).sum();
+            memory.buffers.get_mut(&result).unwrap()[0] = d;
         }
         BlasOp::Asum { n, x, result } => {
-            let d = memory[&x][..n].iter().map(|e| e.abs()).sum();
-            memory.get_mut(&result).unwrap()[0] = d;
+            let d = memory.buffers[&x][..n].iter().map(|e| e.abs()).sum();
+            memory.buffers.get_mut(&result).unwrap()[0] = d;
         }
         BlasOp::Nrm2 { n, x, result } => {
-            let d = memory[&x][..n].iter().map(|e| e * e).sum::<f64>().sqrt();
-            memory.get_mut(&result).unwrap()[0] = d;
+            let d = memory.buffers[&x][..n].iter().map(|e| e * e).sum::<f64>().sqrt();
+            memory.buffers.get_mut(&result).unwrap()[0] = d;
         }
         BlasOp::Gemv {
             trans,
@@ -88,8 +123,8 @@ fn apply(op: &BlasOp, memory: &mut BTreeMap<ValueId, Vec<f64>>, program: &Progra
             y,
         } => {
             let (al, be) = (s(&alpha, memory), s(&beta, memory));
-            let (mat, xs) = (memory[&a].clone(), memory[&x].clone());
-            let ys = memory.get_mut(&y).unwrap();
+            let (mat, xs) = (memory.buffers[&a].clone(), memory.buffers[&x].clone());
+            let ys = memory.buffers.get_mut(&y).unwrap();
             let (outer, inner) = if trans == Trans::N { (m, n) } else { (n, m) };
             for o in 0..outer {
                 let dot: f64 = (0..inner)
@@ -112,8 +147,8 @@ fn apply(op: &BlasOp, memory: &mut BTreeMap<ValueId, Vec<f64>>, program: &Progra
             a,
         } => {
             let al = s(&alpha, memory);
-            let (xs, ys) = (memory[&x].clone(), memory[&y].clone());
-            let mat = memory.get_mut(&a).unwrap();
+            let (xs, ys) = (memory.buffers[&x].clone(), memory.buffers[&y].clone());
+            let mat = memory.buffers.get_mut(&a).unwrap();
             for j in 0..n {
                 for i in 0..m {
                     mat[i + j * lda] += al * xs[i] * ys[j];
@@ -131,8 +166,8 @@ fn apply(op: &BlasOp, memory: &mut BTreeMap<ValueId, Vec<f64>>, program: &Progra
             c,
         } => {
             let (al, be) = (s(&alpha, memory), s(&beta, memory));
-            let (ma, mb) = (memory[&a].clone(), memory[&b].clone());
-            let mc = memory.get_mut(&c).unwrap();
+            let (ma, mb) = (memory.buffers[&a].clone(), memory.buffers[&b].clone());
+            let mc = memory.buffers.get_mut(&c).unwrap();
             for j in 0..n {
                 for i in 0..m {
                     mc[i + j * ld] = al * ma[i + j * ld] + be * mb[i + j * ld];

@@ -9,6 +9,10 @@
 //! in which case the call runs in place as a user would. A scaling read by one `axpy` only is
 //! folded into that `axpy`'s coefficient (`z = w − α·v` is `copy w→z; axpy(−α, v, z)`), as a
 //! user writes it. The 11 sequences of the paper come out as the paper's cuBLAS versions.
+//! Scalar calls (`alpha = sdiv(rho, sigma)`, stored or inlined as an argument) run on the host
+//! as a cuBLAS user runs them: the device scalars they read are copied back (the stream waits),
+//! the formula is evaluated in the script's precision, and the result is copied up for the
+//! calls that read it ([`BlasOp::HostScalar`]).
 //!
 //! The translation is pure data ([`BlasOp`] at concrete sizes), tested on the CPU against the
 //! reference interpreter with the exact cuBLAS argument conventions; [`cublas`] runs it on a GPU.
@@ -20,7 +24,9 @@ mod host;
 use std::collections::BTreeMap;
 use std::fmt;
 
-use fuse_core::{Arg, CallId, Precision, Program, Shape, Sizes, ValueId};
+use std::sync::Arc;
+
+use fuse_core::{Arg, CallId, HigherOrderKind, Precision, Program, Shape, Sizes, ValueId};
 
 use crate::error::CudaError;
 
@@ -35,8 +41,12 @@ pub enum ScalarArg {
         /// A run-time scalar input it multiplies, if any.
         input: Option<ValueId>,
     },
-    /// A scalar computed on the device (a reduction's result), by the buffer holding it.
+    /// A scalar in a value's buffer: a reduction's result, or a stored scalar call's result
+    /// copied up from the host.
     Device(ValueId),
+    /// An inlined scalar call's result, computed on the host during the run and copied up, by
+    /// its slot among the baseline's computed scalars.
+    Computed(usize),
 }
 
 impl ScalarArg {
@@ -177,6 +187,15 @@ pub enum BlasOp {
         /// The result.
         c: ValueId,
     },
+    /// `into ← value` on the host: the scalars `value` reads that only the device has are
+    /// copied back (the stream waits), `value` is evaluated in the precision, and the result
+    /// is copied into `into` (a [`ScalarArg::Device`] or [`ScalarArg::Computed`]).
+    HostScalar {
+        /// A scalar call (`Arg::Scalar`) over literals and scalar values.
+        value: Arg,
+        /// Where the result goes.
+        into: ScalarArg,
+    },
 }
 
 /// A program as cuBLAS calls at concrete sizes.
@@ -192,27 +211,21 @@ pub struct Baseline {
     pub precision: Precision,
     /// The sizes it was translated at.
     pub sizes: Sizes,
+    /// How many [`ScalarArg::Computed`] slots the calls use.
+    pub computed: usize,
 }
 
 impl Baseline {
     /// Translates `program` at `sizes` (see the module docs).
     pub fn new(program: &Program, sizes: &Sizes) -> Result<Baseline, CudaError> {
-        let scalar_arithmetic = |c: &&fuse_core::Call| {
-            c.kind == fuse_core::HigherOrderKind::Scalar || c.args.iter().any(|a| matches!(a, Arg::Scalar(_)))
-        };
-        if let Some(call) = program.calls.iter().find(scalar_arithmetic) {
-            return Err(CudaError::Unsupported(format!(
-                "{}: `{}`: the cuBLAS baseline does not compute scalar calls (sdiv, smul, …) on the host yet",
-                program.file, call.text
-            )));
-        }
         Translator::new(program, sizes).run()
     }
 
     /// Bytes the calls move through device memory (each call reads its operands and writes its
-    /// results once; `gemv` reads `y` only when `beta` is not the constant 0).
-    pub fn traffic_bytes(&self) -> u64 {
-        let elements: usize = self.ops.iter().map(op_traffic).sum();
+    /// results once; `gemv` reads `y` only when `beta` is not the constant 0; a host scalar
+    /// reads the device scalars it needs and writes its result).
+    pub fn traffic_bytes(&self, program: &Program) -> u64 {
+        let elements: usize = self.ops.iter().map(|op| op_traffic(op, program)).sum();
         elements as u64 * self.precision.bytes()
     }
 
@@ -223,8 +236,9 @@ impl Baseline {
     }
 }
 
-fn op_traffic(op: &BlasOp) -> usize {
+fn op_traffic(op: &BlasOp, program: &Program) -> usize {
     match *op {
+        BlasOp::HostScalar { ref value, .. } => device_reads(value, program).len() + 1,
         BlasOp::Copy { len, .. } => 2 * len,
         BlasOp::Scal { n, .. } => 2 * n,
         BlasOp::Axpy { n, .. } => 3 * n,
@@ -249,10 +263,12 @@ fn describe_op(op: &BlasOp, program: &Program) -> String {
             _ => format!("{factor}·{}", name(v)),
         },
         ScalarArg::Device(v) => format!("*{}", name(v)),
+        ScalarArg::Computed(k) => format!("${k}"),
     };
     let t = |t: Trans| if t == Trans::N { "N" } else { "T" };
     match op {
         BlasOp::Copy { src, dst, .. } => format!("copy {}→{}", name(*src), name(*dst)),
+        BlasOp::HostScalar { value, into } => format!("host {} = {}", scalar(into), value.text(program)),
         BlasOp::Scal { alpha, x, .. } => format!("scal({}, {})", scalar(alpha), name(*x)),
         BlasOp::Axpy { alpha, x, y, .. } => format!("axpy({}, {}, {})", scalar(alpha), name(*x), name(*y)),
         BlasOp::Dot { x, y, result, .. } => format!("dot({}, {})→{}", name(*x), name(*y), name(*result)),
@@ -311,6 +327,9 @@ struct Translator<'p> {
     folds: BTreeMap<ValueId, Fold>,
     /// The last call reading each value (after folding).
     last_reader: BTreeMap<ValueId, CallId>,
+    /// The slot of each inlined scalar call computed so far: the rewrite stage inlines
+    /// `alpha = sdiv(rho, sigma)` into every reader, and a user computes it once.
+    computed: Vec<(Arg, ScalarArg)>,
     out: Baseline,
 }
 
@@ -322,12 +341,14 @@ impl<'p> Translator<'p> {
             storage: BTreeMap::new(),
             precision: program.precision,
             sizes: sizes.clone(),
+            computed: 0,
         };
         let mut t = Translator {
             program,
             sizes,
             folds: BTreeMap::new(),
             last_reader: BTreeMap::new(),
+            computed: Vec::new(),
             out,
         };
         // Array inputs have buffers; scalar inputs travel with the host scalars.
@@ -399,24 +420,39 @@ impl<'p> Translator<'p> {
         }
     }
 
-    /// A literal or a scalar input as a host-known scalar; `None` for a device scalar.
+    /// A literal or a scalar input as a host-known scalar; `None` for a device scalar or an
+    /// inlined scalar call.
     fn host_scalar(&self, arg: &Arg) -> Option<ScalarArg> {
-        match self.scalar(arg) {
-            s @ ScalarArg::Host { .. } => Some(s),
-            ScalarArg::Device(_) => None,
+        match *arg {
+            Arg::Literal(value) => Some(ScalarArg::constant(value)),
+            Arg::Value(v) if self.program.values[v].producer.is_none() => Some(ScalarArg::Host {
+                factor: 1.0,
+                input: Some(v),
+            }),
+            Arg::Value(_) | Arg::Scalar(_) => None,
         }
     }
 
-    fn scalar(&self, arg: &Arg) -> ScalarArg {
-        match *arg {
-            Arg::Literal(value) => ScalarArg::constant(value),
-            Arg::Value(v) if self.program.values[v].producer.is_none() => ScalarArg::Host {
-                factor: 1.0,
-                input: Some(v),
-            },
-            Arg::Value(v) => ScalarArg::Device(self.owner(v)),
-            Arg::Scalar(_) => unreachable!("`Baseline::new` refuses scalar calls"),
+    /// A scalar argument as cuBLAS gets it; an inlined scalar call is first computed on the
+    /// host into a slot of its own.
+    fn scalar(&mut self, arg: &Arg) -> ScalarArg {
+        if let Some(known) = self.host_scalar(arg) {
+            return known;
         }
+        if let Arg::Value(v) = *arg {
+            return ScalarArg::Device(self.owner(v));
+        }
+        if let Some((_, slot)) = self.computed.iter().find(|(value, _)| value == arg) {
+            return *slot;
+        }
+        let into = ScalarArg::Computed(self.out.computed);
+        self.out.computed += 1;
+        self.computed.push((arg.clone(), into));
+        self.push(BlasOp::HostScalar {
+            value: arg.clone(),
+            into,
+        });
+        into
     }
 
     fn value(&self, arg: &Arg) -> ValueId {
@@ -471,30 +507,33 @@ impl<'p> Translator<'p> {
         let args = &call.args;
         let result = call.result;
         let n = self.len(result);
+        if call.kind == HigherOrderKind::Scalar {
+            let value = Arg::Scalar(Arc::new(fuse_core::ScalarArg {
+                callee: call.callee.clone(),
+                form: Arc::clone(&call.form),
+                args: args.clone(),
+            }));
+            let into = ScalarArg::Device(self.fresh(result));
+            self.computed.push((value.clone(), into));
+            self.push(BlasOp::HostScalar { value, into });
+            return Ok(());
+        }
         match (call.function.as_str(), args.len()) {
             ("scal", 2) => {
+                let alpha = self.scalar(&args[0]);
                 let x = self.place(self.arg_value(&args[1]), c, &[]);
-                self.push(BlasOp::Scal {
-                    n,
-                    alpha: self.scalar(&args[0]),
-                    x,
-                });
+                self.push(BlasOp::Scal { n, alpha, x });
             }
-            ("axpy", 3) => self.axpy(c, self.scalar(&args[0]), &args[1], &args[2]),
+            ("axpy", 3) => {
+                let alpha = self.scalar(&args[0]);
+                self.axpy(c, alpha, &args[1], &args[2]);
+            }
             ("axpby", 4) => {
+                let (alpha, beta) = (self.scalar(&args[0]), self.scalar(&args[2]));
                 let x = self.value(&args[1]);
                 let y = self.place(self.arg_value(&args[3]), c, &[x]);
-                self.push(BlasOp::Scal {
-                    n,
-                    alpha: self.scalar(&args[2]),
-                    x: y,
-                });
-                self.push(BlasOp::Axpy {
-                    n,
-                    alpha: self.scalar(&args[0]),
-                    x,
-                    y,
-                });
+                self.push(BlasOp::Scal { n, alpha: beta, x: y });
+                self.push(BlasOp::Axpy { n, alpha, x, y });
             }
             ("add", 2) => self.add(c, &args[0], &args[1]),
             ("copy", 1) => {
@@ -603,7 +642,10 @@ impl<'p> Translator<'p> {
         let (rows, cols) = self.matrix(self.arg_value(a));
         let (a, x) = (self.value(a), self.value(x));
         let (beta, y) = match args.len() {
-            5 => (self.scalar(&args[3]), self.place(self.arg_value(&args[4]), c, &[a, x])),
+            5 => {
+                let beta = self.scalar(&args[3]);
+                (beta, self.place(self.arg_value(&args[4]), c, &[a, x]))
+            }
             _ => (ScalarArg::constant(0.0), self.fresh(call.result)),
         };
         let trans = if call.function == "gemv" { Trans::T } else { Trans::N };
@@ -673,10 +715,43 @@ pub fn host_scalars(baseline: &Baseline) -> Vec<ScalarArg> {
                 add(alpha);
                 add(beta);
             }
-            BlasOp::Copy { .. } | BlasOp::Dot { .. } | BlasOp::Asum { .. } | BlasOp::Nrm2 { .. } => {}
+            BlasOp::Copy { .. }
+            | BlasOp::Dot { .. }
+            | BlasOp::Asum { .. }
+            | BlasOp::Nrm2 { .. }
+            | BlasOp::HostScalar { .. } => {}
         }
     }
     out
+}
+
+/// The values a host scalar reads that only the device has (results of calls), in order.
+pub fn device_reads(value: &Arg, program: &Program) -> Vec<ValueId> {
+    let mut reads = Vec::new();
+    value.collect_reads(&mut reads);
+    reads.retain(|&v| program.values[v].producer.is_some());
+    reads
+}
+
+/// `value` (see [`BlasOp::HostScalar`]) evaluated as the host computes it: each scalar it reads
+/// from `read`, each call's result rounded to `precision` as a C program computing in that
+/// type rounds it.
+pub fn evaluate_host_scalar<E>(
+    value: &Arg,
+    precision: Precision,
+    mut read: impl FnMut(ValueId) -> Result<f64, E>,
+) -> Result<f64, E> {
+    let mut reads = Vec::new();
+    value.collect_reads(&mut reads);
+    let known = reads
+        .iter()
+        .map(|&v| read(v).map(|x| (v, x)))
+        .collect::<Result<BTreeMap<ValueId, f64>, E>>()?;
+    let round = |x: f64| match precision {
+        Precision::F32 => x as f32 as f64,
+        Precision::F64 => x,
+    };
+    Ok(value.scalar_value(&|v| known[&v], &round))
 }
 
 #[cfg(test)]

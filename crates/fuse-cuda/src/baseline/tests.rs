@@ -59,7 +59,7 @@ fn traffic_counts_what_cublas_moves() {
     let traffic = |name: &str| {
         let program = sequence(name, Precision::F32);
         let sizes = sizes_mn(&program, n, n);
-        Baseline::new(&program, &sizes).unwrap().traffic_bytes() / 4
+        Baseline::new(&program, &sizes).unwrap().traffic_bytes(&program) / 4
     };
     let n = n as u64;
     // copy (2n) + axpy (3n) + dot (2n + the result).
@@ -141,4 +141,77 @@ fn functions_without_a_cublas_twin_are_refused() {
     let program = fuse_core::script::parse("t.yaml", text, &library).unwrap();
     let err = Baseline::new(&program, &program.sizes).unwrap_err().to_string();
     assert!(err.contains("`y = stwice(x)` has no cuBLAS equivalent"), "{err}");
+}
+
+#[test]
+fn scalar_calls_run_on_the_host_between_the_cublas_calls() {
+    // Each inlined scalar call is computed once, where its first reader needs it.
+    assert_eq!(
+        describe("normalize"),
+        "nrm2(x)→norm; host $0 = srecip(norm); copy x→y; scal($0, y)"
+    );
+    let bicgstab = describe("bicgstab");
+    for computed in [
+        "host $0 = sneg(sdiv(rho, sigma)); copy r→s; axpy($0, v, s)",
+        "axpy($3, v, pv)",
+    ] {
+        assert!(bicgstab.contains(computed), "{bicgstab}");
+    }
+    assert_eq!(bicgstab.matches("host").count(), 5, "{bicgstab}");
+    for name in ["bicgstab", "normalize"] {
+        for precision in [Precision::F32, Precision::F64] {
+            let program = sequence(name, precision);
+            for (seed, n) in [(1, 45), (2, 7), (3, 300)] {
+                check(&program, n, n, seed);
+            }
+        }
+    }
+}
+
+#[test]
+fn a_stored_scalar_call_fills_its_own_buffer() {
+    let library = Library::builtin().unwrap();
+    let text = "sizes: {n: 8}\ninputs: {x: [n], y: [n], alpha: scalar}\noutputs: [q, z]\ncalls:\n  - d = sdot(x, y)\n  - q = sdiv(d, alpha)\n  - z = saxpy(q, x, y)\n";
+    let program = fuse_core::script::parse("t.yaml", text, &library).unwrap();
+    let baseline = Baseline::new(&program, &program.sizes).unwrap();
+    assert_eq!(
+        baseline.describe(&program),
+        "dot(x, y)→d; host *q = sdiv(d, alpha); copy y→z; axpy(*q, x, z)"
+    );
+    check(&program, 1, 8, 4);
+}
+
+#[test]
+fn host_scalars_read_each_scalar_once_and_round_to_the_precision() {
+    let library = Library::builtin().unwrap();
+    let text = "sizes: {n: 8}\ninputs: {x: [n], a: scalar}\noutputs: [y]\ncalls:\n  - d = sdot(x, x)\n  - t = sdiv(a, d)\n  - u = sdiv(t, d)\n  - y = sscal(u, x)\n";
+    let program = fuse_core::script::parse("t.yaml", text, &library).unwrap();
+    let value = &program.calls.last().unwrap().args[0];
+    assert_eq!(
+        value.text(&program),
+        "sdiv(sdiv(a, d), d)",
+        "inlined by the rewrite stage"
+    );
+    let (a, d) = (program.value("a").unwrap(), program.value("d").unwrap());
+    let mut reads = Vec::new();
+    let mut read = |v| {
+        reads.push(v);
+        Ok::<f64, ()>(if v == a { 1.0 } else { 3.0 })
+    };
+    // (1/3 rounded to f32) / 3, rounded to f32: not 1/9 in f64.
+    let third = (1.0f64 / 3.0) as f32 as f64;
+    assert_eq!(
+        evaluate_host_scalar(value, Precision::F32, &mut read),
+        Ok((third / 3.0) as f32 as f64)
+    );
+    assert_eq!(reads, [a, d]);
+    assert_eq!(
+        evaluate_host_scalar(value, Precision::F64, |_| Ok::<f64, ()>(1.0)),
+        Ok(1.0)
+    );
+    assert_eq!(
+        evaluate_host_scalar(value, Precision::F64, |_| Err("no device")),
+        Err("no device")
+    );
+    assert_eq!(device_reads(value, &program), [d]);
 }

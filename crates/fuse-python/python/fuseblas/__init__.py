@@ -425,6 +425,18 @@ class Session:
     until a flush of the same calls meets another number in their place (from then on they are
     passed at run time: one more compile, then none), or scalar values such as :meth:`scalar`
     or the result of :meth:`dot`.
+
+    **Scalar arithmetic.** Scalar values (results of :meth:`dot`, :meth:`nrm2`, :meth:`scalar`,
+    …) take ``+ - * /``, unary ``-`` and ``abs()``, with each other and with real numbers (Python
+    or numpy ints and floats) on either side, and :meth:`sqrt`, :meth:`recip`, :meth:`max` and
+    :meth:`min`: each records a scalar call computed on the device, so that ::
+
+        beta = (rho1 / rho) * (alpha / omega)
+        p = s.axpy(beta, p, r)
+
+    reads nothing back until a value is read. A number in an expression is a constant as a
+    float argument is. A vector or matrix, a str, or a value of another session or dtype there
+    is a ``TypeError``.
     """
 
     def __init__(self, backend: str = "auto", threads: Optional[int] = None) -> None:
@@ -559,6 +571,25 @@ class Session:
     def madd(self, A: "_core.Value", B: "_core.Value") -> "_core.Value":
         """A + B."""
         return self.call("madd", A, B)
+
+    # Scalar functions: recorded like the BLAS calls (computed on the device, read back only
+    # when read). The operators + - * / and unary -, abs() of scalar values record plus, sub,
+    # mul, div, neg and abs; these are the functions without an operator.
+    def sqrt(self, a: Operand) -> "_core.Value":
+        """√a of a scalar value (IEEE: NaN where a < 0)."""
+        return self._native.scalar_call("sqrt", [a])
+
+    def recip(self, a: Operand) -> "_core.Value":
+        """1 / a of a scalar value (IEEE: ±inf where a is ±0)."""
+        return self._native.scalar_call("recip", [a])
+
+    def max(self, a: Operand, b: Operand) -> "_core.Value":
+        """max(a, b) of scalar values or numbers, as C's fmax (a NaN argument gives the other)."""
+        return self._native.scalar_call("max", [a, b])
+
+    def min(self, a: Operand, b: Operand) -> "_core.Value":
+        """min(a, b) of scalar values or numbers, as C's fmin (a NaN argument gives the other)."""
+        return self._native.scalar_call("min", [a, b])
 
     def __repr__(self) -> str:
         return f"<fuseblas.Session on {self.backend}>"

@@ -87,6 +87,55 @@ fn every_bundled_script_runs_over_ranks_as_the_whole_program_computes() {
     }
 }
 
+/// Outputs of `program` over 1–4 ranks on the CPU and the emulated device against the
+/// single-process reference, to `tolerance`.
+fn check_over_ranks(program: &Program, sizes: &Sizes, tolerance: f64) {
+    let mut inputs = Bindings::new();
+    fill_random_inputs(program, sizes, 7, &mut inputs);
+    let want = evaluate(program, sizes, &inputs).unwrap();
+    for backend in [Backend::Cpu, Backend::Emulate] {
+        for ranks in [1, 2, 3, 4] {
+            let got = run_over(ranks, program, sizes, &backend, &inputs)
+                .swap_remove(0)
+                .unwrap();
+            for (name, w) in &want {
+                let error = relative_error(&got[name].to_f64(), &w.to_f64());
+                assert!(
+                    error < tolerance,
+                    "{} over {ranks} ranks on {backend}: `{name}` off by {error:e}",
+                    program.name
+                );
+            }
+        }
+    }
+}
+
+/// Scalar calls over ranks: each rank computes a scalar call, inlined or stored, from the
+/// reductions combined over every rank (a rank's partial dot would give another quotient),
+/// and a stored one that is an output comes back once.
+#[test]
+fn scalar_calls_over_ranks_read_the_combined_reductions() {
+    let library = Library::builtin().unwrap();
+    let text = "name: scalars\nprecision: f64\nsizes: {n: 53}\ninputs: {A: [n, n], x: [n], y: [n], a: scalar}\n\
+                outputs: [q, z, w, big]\ncalls:\n  - d = ddot(x, y)\n  - e = dnrm2(y)\n  - q = ddiv(d, e)\n\
+                \x20 - z = daxpy(q, x, y)\n  - g = dgemv(A, z)\n  - h = ddot(g, g)\n  - s = dsqrt(h)\n\
+                \x20 - r = drecip(s)\n  - w = dscal(r, g)\n  - big = dmax(q, a)\n";
+    let program = script::parse("scalars.yaml", text, &library).unwrap();
+    assert!(
+        (program.calls.iter()).any(|c| c.args.iter().any(|a| matches!(a, fuse_core::Arg::Scalar(_)))),
+        "the rewrite stage inlines scalar calls"
+    );
+    check_over_ranks(&program, &program.sizes, 1e-12);
+    for name in ["bicgstab", "normalize"] {
+        for precision in [Precision::F32, Precision::F64] {
+            let program = fuse_core::testing::sequence(name, precision);
+            let sizes = program.bind_sizes(&[("n".into(), 61)]).unwrap();
+            let tolerance = if precision == Precision::F32 { 1e-4 } else { 1e-11 };
+            check_over_ranks(&program, &sizes, tolerance);
+        }
+    }
+}
+
 /// Fails on one rank's rows of one input, like a short file.
 struct FailingOn {
     rank_rows: Range<usize>,
