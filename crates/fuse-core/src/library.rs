@@ -459,6 +459,7 @@ mod tests {
         assert_eq!(arities("gemv"), [2, 3, 5]);
         assert_eq!(arities("gemtv"), [2, 3, 5]);
         assert_eq!(arities("ger"), [3, 4]);
+        assert_eq!(arities("outer"), [2, 3]);
         for (name, arity) in [
             ("scal", 2),
             ("axpy", 3),
@@ -469,6 +470,7 @@ mod tests {
             ("asum", 1),
             ("nrm2", 1),
             ("madd", 2),
+            ("mscal", 2),
         ] {
             assert_eq!(arities(name), [arity], "{name}");
         }

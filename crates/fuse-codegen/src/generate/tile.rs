@@ -23,7 +23,7 @@
 
 use std::fmt::Write;
 
-use fuse_core::explore::mapping::{Axis, StripLayout, ROWS_PER_STRIP_BLOCK, STATIC_SHARED_LIMIT};
+use fuse_core::explore::mapping::{index_axes, Axis, StripLayout, ROWS_PER_STRIP_BLOCK, STATIC_SHARED_LIMIT};
 use fuse_core::{Arg, Call, Shape, ValueId};
 
 use super::error::GenerateError;
@@ -65,14 +65,12 @@ impl Registers for ColumnFinishRegisters<'_> {
     }
 }
 
-/// The row index variable of a nested call: the first of its first matrix element.
+/// The row index variable of a nested call: the first of its first matrix element, or of its
+/// result where it reads no matrix (an outer product).
 fn row_var(call: &Call) -> Result<usize, GenerateError> {
-    element_uses(call)
-        .into_iter()
-        .find_map(|(_, index)| match index.as_slice() {
-            [row, _] => Some(*row),
-            _ => None,
-        })
+    index_axes(call)
+        .iter()
+        .position(|&a| a == Some(Axis::Rows))
         .ok_or_else(|| unsupported(call, "a nested function must index a matrix"))
 }
 

@@ -406,3 +406,20 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn two_outer_products_added_are_one_kernel_that_reads_only_the_vectors() {
+    // B = u₁v₁ᵀ + u₂v₂ᵀ: B is written once, B1 never leaves the chip.
+    let text = "sizes: {m: 4096, n: 4096}\ninputs: {u1: [m], v1: [n], u2: [m], v2: [n]}\noutputs: [B]\ncalls:\n  - B1 = souter(u1, v1)\n  - B = sger(u2, v2, B1)\n";
+    let program = script::parse("rank2.yaml", text, &library()).unwrap();
+    let value = |name: &str| program.value(name).unwrap();
+    let best = explored(&program, Limits::default()).best();
+    let [kernel] = &best.kernels[..] else {
+        panic!("{}", best.describe(&program, &GpuLayout))
+    };
+    let mut loads = kernel.loads.clone();
+    loads.sort();
+    assert_eq!(loads, ["u1", "v1", "u2", "v2"].map(value));
+    assert_eq!(kernel.stores, [value("B")]);
+    assert_eq!(kernel.on_chip, [value("B1")]);
+}

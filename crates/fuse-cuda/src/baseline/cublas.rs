@@ -251,6 +251,15 @@ impl Calls<'_> {
             .map_err(driver("cuMemcpyDtoDAsync"))
     }
 
+    /// Queues `len` elements of `dst` set to +0.
+    fn zero(&self, len: usize, dst: ValueId) -> Result<(), CudaError> {
+        let stream = self.plan.device.stream().cu_stream();
+        let dst = self.buffer(dst)?.0;
+        // SAFETY: a device buffer of this workspace holding at least `len` elements.
+        unsafe { cudarc::driver::result::memset_d8_async(dst, 0, len * self.element_bytes(), stream) }
+            .map_err(driver("cuMemsetD8Async"))
+    }
+
     /// Queues `op`. The match is the table of call shapes: a cuBLAS routine a row, with its name,
     /// its f32/f64 entry points and its arguments in cuBLAS's order. Laid out by hand, a row per
     /// routine, where rustfmt would spread each over a screen.
@@ -265,6 +274,7 @@ impl Calls<'_> {
         // memory of the element type.
         let (name, status) = unsafe { match *op {
             BlasOp::Copy { len, src, dst } => return self.copy(len, src, dst),
+            BlasOp::Zero { len, dst } => return self.zero(len, dst),
             BlasOp::Scal { n, alpha, x } =>
                 routine!(p, "scal", cublasSscal_v2 / cublasDscal_v2(h, dim(n)?, s(&alpha)?, b(x)?, INC)),
             BlasOp::Axpy { n, alpha, x, y } =>

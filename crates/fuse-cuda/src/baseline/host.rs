@@ -54,6 +54,7 @@ fn apply(op: &BlasOp, memory: &mut BTreeMap<ValueId, Vec<f64>>, program: &Progra
             let data = memory[&src][..len].to_vec();
             memory.get_mut(&dst).unwrap()[..len].copy_from_slice(&data);
         }
+        BlasOp::Zero { len, dst } => memory.get_mut(&dst).unwrap()[..len].fill(0.0),
         BlasOp::Scal { n, alpha, x } => {
             let a = s(&alpha, memory);
             memory.get_mut(&x).unwrap()[..n].iter_mut().for_each(|e| *e *= a);

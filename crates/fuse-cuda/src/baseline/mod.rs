@@ -71,6 +71,13 @@ pub enum BlasOp {
         /// To.
         dst: ValueId,
     },
+    /// `cudaMemset` of `len` elements to +0 (the matrix an outer product's `ger` adds to).
+    Zero {
+        /// Elements.
+        len: usize,
+        /// The buffer.
+        dst: ValueId,
+    },
     /// `x ← alpha·x`.
     Scal {
         /// Elements.
@@ -217,6 +224,7 @@ impl Baseline {
 fn op_traffic(op: &BlasOp) -> usize {
     match *op {
         BlasOp::Copy { len, .. } => 2 * len,
+        BlasOp::Zero { len, .. } => len,
         BlasOp::Scal { n, .. } => 2 * n,
         BlasOp::Axpy { n, .. } => 3 * n,
         BlasOp::Dot { n, .. } => 2 * n + 1,
@@ -244,6 +252,7 @@ fn describe_op(op: &BlasOp, program: &Program) -> String {
     let t = |t: Trans| if t == Trans::N { "N" } else { "T" };
     match op {
         BlasOp::Copy { src, dst, .. } => format!("copy {}→{}", name(*src), name(*dst)),
+        BlasOp::Zero { dst, .. } => format!("zero {}", name(*dst)),
         BlasOp::Scal { alpha, x, .. } => format!("scal({}, {})", scalar(alpha), name(*x)),
         BlasOp::Axpy { alpha, x, y, .. } => format!("axpy({}, {}, {})", scalar(alpha), name(*x), name(*y)),
         BlasOp::Dot { x, y, result, .. } => format!("dot({}, {})→{}", name(*x), name(*y), name(*result)),
@@ -509,22 +518,16 @@ impl<'p> Translator<'p> {
             }
             ("gemv" | "gemtv", 2 | 3 | 5) => self.gemv(c),
             ("ger", 3 | 4) => self.ger(c),
+            ("outer", 2 | 3) => self.outer(c),
             ("madd", 2) => {
-                let (a, b) = (self.value(&args[0]), self.value(&args[1]));
-                let (m, cols) = self.matrix(self.arg_value(&args[0]));
-                let c = self.fresh(result);
                 let one = ScalarArg::constant(1.0);
-                self.push(BlasOp::Geam {
-                    m: cols,
-                    n: m,
-                    ld: cols,
-                    alpha: one,
-                    a,
-                    beta: one,
-                    b,
-                    c,
-                });
+                self.geam(c, (one, &args[0]), (one, &args[1]));
             }
+            ("mscal", 2) => self.geam(
+                c,
+                (self.scalar(&args[0]), &args[1]),
+                (ScalarArg::constant(0.0), &args[1]),
+            ),
             _ => {
                 return Err(CudaError::Unsupported(format!(
                     "{}: `{}` has no cuBLAS equivalent in the baseline",
@@ -610,17 +613,52 @@ impl<'p> Translator<'p> {
         });
     }
 
+    /// `C = alpha·A + beta·B` by `geam` (B is not read where beta is 0).
+    fn geam(&mut self, c: CallId, (alpha, a): (ScalarArg, &Arg), (beta, b): (ScalarArg, &Arg)) {
+        let (m, cols) = self.matrix(self.arg_value(a));
+        let (a, b) = (self.value(a), self.value(b));
+        let c = self.fresh(self.program.calls[c].result);
+        self.push(BlasOp::Geam {
+            m: cols,
+            n: m,
+            ld: cols,
+            alpha,
+            a,
+            beta,
+            b,
+            c,
+        });
+    }
+
     /// `ger`: row-major A += a·x·yᵀ is column-major Aᵀ += a·y·xᵀ.
     fn ger(&mut self, c: CallId) {
-        let program = self.program;
-        let args = &program.calls[c].args;
+        let args = &self.program.calls[c].args;
         let (alpha, x, y, a) = match args.len() {
             3 => (ScalarArg::constant(1.0), &args[0], &args[1], &args[2]),
             _ => (self.scalar(&args[0]), &args[1], &args[2], &args[3]),
         };
-        let (rows, cols) = self.matrix(self.arg_value(a));
         let (x, y) = (self.value(x), self.value(y));
         let a = self.place(self.arg_value(a), c, &[x, y]);
+        self.rank_one(alpha, x, y, a);
+    }
+
+    /// `outer`: a cuBLAS user zeroes the result and adds `ger` to it.
+    fn outer(&mut self, c: CallId) {
+        let call = &self.program.calls[c];
+        let (alpha, x, y) = match call.args.len() {
+            2 => (ScalarArg::constant(1.0), &call.args[0], &call.args[1]),
+            _ => (self.scalar(&call.args[0]), &call.args[1], &call.args[2]),
+        };
+        let (x, y) = (self.value(x), self.value(y));
+        let a = self.fresh(call.result);
+        let len = self.len(a);
+        self.push(BlasOp::Zero { len, dst: a });
+        self.rank_one(alpha, x, y, a);
+    }
+
+    /// `a ← alpha·x·yᵀ + a`, row-major.
+    fn rank_one(&mut self, alpha: ScalarArg, x: ValueId, y: ValueId, a: ValueId) {
+        let (rows, cols) = self.matrix(a);
         self.push(BlasOp::Ger {
             m: cols,
             n: rows,
@@ -663,7 +701,11 @@ pub fn host_scalars(baseline: &Baseline) -> Vec<ScalarArg> {
                 add(alpha);
                 add(beta);
             }
-            BlasOp::Copy { .. } | BlasOp::Dot { .. } | BlasOp::Asum { .. } | BlasOp::Nrm2 { .. } => {}
+            BlasOp::Copy { .. }
+            | BlasOp::Zero { .. }
+            | BlasOp::Dot { .. }
+            | BlasOp::Asum { .. }
+            | BlasOp::Nrm2 { .. } => {}
         }
     }
     out

@@ -142,3 +142,18 @@ fn functions_without_a_cublas_twin_are_refused() {
     let err = Baseline::new(&program, &program.sizes).unwrap_err().to_string();
     assert!(err.contains("`y = stwice(x)` has no cuBLAS equivalent"), "{err}");
 }
+
+#[test]
+fn matrices_from_vectors_are_zeroed_then_updated() {
+    let library = Library::builtin().unwrap();
+    let text = "precision: f64\nsizes: {m: 3, n: 5}\ninputs: {u1: [m], v1: [n], u2: [m], v2: [n], a: scalar}\noutputs: [B, C]\ncalls:\n  - B1 = douter(u1, v1)\n  - B = dger(u2, v2, B1)\n  - C = dmscal(a, B)\n";
+    let program = fuse_core::script::parse("t.yaml", text, &library).unwrap();
+    let baseline = Baseline::new(&program, &program.sizes).unwrap();
+    assert_eq!(
+        baseline.describe(&program),
+        "zero B1; ger(1, v1, u1, B1); ger(1, v2, u2, B1); geam(a, B1, 0, B1)→C"
+    );
+    for (m, n) in [(37, 53), (1, 40), (40, 1)] {
+        check(&program, m, n, 5);
+    }
+}
