@@ -762,7 +762,10 @@ impl<'s> Parser<'s> {
         let var = &self.indices[id];
         let dots = tokens.iter().position(|t| matches!(t, Token::Dots { .. }));
         let Some(k) = dots else {
-            return Err(format!("the range of `{}` needs `..` or `..=` (like `0..{}`)", var.name, var.dim));
+            return Err(format!(
+                "the range of `{}` needs `..` or `..=` (like `0..{}`)",
+                var.name, var.dim
+            ));
         };
         let inclusive = matches!(tokens[k], Token::Dots { inclusive: true });
         let start = match &tokens[..k] {
@@ -786,7 +789,13 @@ impl<'s> Parser<'s> {
     /// dimension as summation index `id`, `k` a whole number.
     fn offset(&self, tokens: &[Token], id: usize) -> Result<Offset, String> {
         let sum = &self.indices[id];
-        let shown = || tokens.iter().map(|t| describe(Some(t)).replace('`', "")).collect::<Vec<_>>().join(" ");
+        let shown = || {
+            tokens
+                .iter()
+                .map(|t| describe(Some(t)).replace('`', ""))
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
         let bad = || {
             format!(
                 "range bound `{}` of `{}`: expected 0, `{}` (its dimension) or a bound index such as `i`, `i + 1`, `i - 1`",
@@ -809,7 +818,13 @@ impl<'s> Parser<'s> {
             .iter()
             .copied()
             .find(|&i| &self.indices[i].name == name)
-            .ok_or_else(|| format!("range bound `{}` of `{}`: index `{name}` is not bound here", shown(), sum.name))?;
+            .ok_or_else(|| {
+                format!(
+                    "range bound `{}` of `{}`: index `{name}` is not bound here",
+                    shown(),
+                    sum.name
+                )
+            })?;
         let dim = &self.indices[var].dim;
         if *dim != sum.dim {
             return Err(format!(

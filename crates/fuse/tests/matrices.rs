@@ -133,3 +133,91 @@ fn a_zero_scalar_makes_an_outer_product_or_a_scaling_plus_zero_whatever_it_multi
         }
     }
 }
+
+/// The eight triangular products: (function, upper, transposed, unit diagonal).
+const TRIANGULAR: [(&str, bool, bool, bool); 8] = [
+    ("trmv_upper", true, false, false),
+    ("trmv_lower", false, false, false),
+    ("trmtv_upper", true, true, false),
+    ("trmtv_lower", false, true, false),
+    ("trmv_upper_unit", true, false, true),
+    ("trmv_lower_unit", false, false, true),
+    ("trmtv_upper_unit", true, true, true),
+    ("trmtv_lower_unit", false, true, true),
+];
+
+/// `op(T)·x` for the `n`×`n` row-major `a`, T its triangle (ones on the diagonal where `unit`),
+/// looping over the stored triangle only.
+fn triangular(a: &[f64], x: &[f64], n: usize, (upper, transposed, unit): (bool, bool, bool)) -> Vec<f64> {
+    let stored = |i: usize, j: usize| if upper { j >= i } else { j <= i };
+    let element = |i: usize, j: usize| match (i == j && unit, stored(i, j)) {
+        (true, _) => 1.0,
+        (false, true) => a[i * n + j],
+        (false, false) => 0.0,
+    };
+    (0..n)
+        .map(|r| {
+            (0..n)
+                .filter(|&k| if transposed { stored(k, r) } else { stored(r, k) })
+                .map(|k| {
+                    if transposed {
+                        element(k, r) * x[k]
+                    } else {
+                        element(r, k) * x[k]
+                    }
+                })
+                .sum()
+        })
+        .collect()
+}
+
+/// `A` with NaN in every element a triangular product of `upper`'s triangle must not read.
+fn poisoned(mut a: Vec<f64>, n: usize, upper: bool, unit: bool) -> Vec<f64> {
+    for (k, v) in a.iter_mut().enumerate() {
+        let (i, j) = (k / n, k % n);
+        let outside = if upper { j < i } else { j > i };
+        if outside || (unit && i == j) {
+            *v = f64::NAN;
+        }
+    }
+    a
+}
+
+#[test]
+fn every_triangular_product_reads_only_its_triangle_on_every_backend() {
+    for (name, upper, transposed, unit) in TRIANGULAR {
+        let s = script("A: [n, n], x: [n]", &format!("  - out = d{name}(A, x)\n"));
+        for n in [1, 2, 37, 97, 130] {
+            let mut inputs = random(&s, n, n);
+            let a = poisoned(data(&inputs, "A"), n, upper, unit);
+            let x = data(&inputs, "x");
+            let want = triangular(&a, &x, n, (upper, transposed, unit));
+            inputs.insert("A".into(), HostArray::f64(vec![n, n], a));
+            for backend in backends() {
+                let got = run(&backend, &s, (n, n), &inputs);
+                assert_close(&got, &want, n as f64, &format!("{backend} {name} at {n}"));
+            }
+        }
+    }
+}
+
+#[test]
+fn triangular_products_fused_on_one_triangle_match_loops_on_every_backend() {
+    // y = U·(Uᵀ·x), and q = U·p with s = Uᵀ·r (BiCGK on a triangle), next to a full gemv.
+    let s = script(
+        "A: [n, n], x: [n], p: [n], r: [n]",
+        "  - t = dtrmtv_upper(A, x)\n  - y = dtrmv_upper(A, t)\n  - q = dtrmv_upper(A, p)\n  - s = dtrmtv_upper(A, r)\n  - g = dgemv(A, r)\n  - w = dadd(y, q)\n  - v = dadd(s, g)\n  - out = dadd(w, v)\n",
+    );
+    for n in [1, 37, 130] {
+        let inputs = random(&s, n, n);
+        let [a, x, p, r] = ["A", "x", "p", "r"].map(|v| data(&inputs, v));
+        let upper = |x: &[f64], transposed| triangular(&a, x, n, (true, transposed, false));
+        let (y, q, t) = (upper(&upper(&x, true), false), upper(&p, false), upper(&r, true));
+        let g: Vec<f64> = (0..n).map(|i| (0..n).map(|j| a[i * n + j] * r[j]).sum()).collect();
+        let want: Vec<f64> = (0..n).map(|i| (y[i] + q[i]) + (t[i] + g[i])).collect();
+        for backend in backends() {
+            let got = run(&backend, &s, (n, n), &inputs);
+            assert_close(&got, &want, n as f64, &format!("{backend} at {n}"));
+        }
+    }
+}

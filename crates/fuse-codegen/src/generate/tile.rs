@@ -23,7 +23,10 @@
 
 use std::fmt::Write;
 
-use fuse_core::explore::mapping::{index_axes, Axis, StripLayout, ROWS_PER_STRIP_BLOCK, STATIC_SHARED_LIMIT};
+use fuse_core::explore::mapping::{
+    call_diagonals, index_axes, Axis, StripLayout, ROWS_PER_STRIP_BLOCK, STATIC_SHARED_LIMIT,
+};
+use fuse_core::formula::Diagonals;
 use fuse_core::{Arg, Call, Shape, ValueId};
 
 use super::error::GenerateError;
@@ -379,7 +382,28 @@ impl<'a> Strips<'a> {
             true => format!("acc{r}[g].e[e]"),
             false => format!("part{r}{}", self.row_index),
         };
-        Ok(format!("{indent}if (ok) {target} += {term};  // {}\n", call.text))
+        // A triangle's elements are tested by their diagonal: the other triangle's numbers are
+        // loaded with the strip but never reach a sum.
+        let diagonals = call_diagonals(call);
+        let diagonal = "col0 + (g * kRowThreads + rt) * kVector + e - row";
+        let inside: String = [(diagonals.from, ">="), (diagonals.to, "<=")]
+            .into_iter()
+            .filter_map(|(d, op)| d.map(|d| format!(" && {diagonal} {op} {d}")))
+            .collect();
+        Ok(format!(
+            "{indent}if (ok{inside}) {target} += {term};  // {}\n",
+            call.text
+        ))
+    }
+
+    /// The band of diagonals every call of the kernel stays in (all, unless each reads a
+    /// triangle).
+    fn band(&self) -> Diagonals {
+        let k = self.k;
+        (k.calls.iter())
+            .map(|&c| call_diagonals(&k.program.calls[c]))
+            .reduce(Diagonals::union)
+            .unwrap_or_default()
     }
 
     /// Row sums of one row: a warp sum, then one atomic — or, when `direct`, the finished
@@ -551,11 +575,28 @@ impl<'a> Strips<'a> {
                 None => m.clone(),
             }
         );
-        let _ = writeln!(s, "    const long long row0 = (long long)blockIdx.y * height;");
+        let _ = writeln!(s, "    const long long first_row = (long long)blockIdx.y * height;");
         let _ = writeln!(
             s,
-            "    const long long row_end = row0 + height < {m} ? row0 + height : {m};"
+            "    long long row_end = first_row + height < {m} ? first_row + height : {m};"
         );
+        // Rows whose part of the strip lies wholly outside the kernel's triangle are not
+        // walked: above a lower one's first diagonal, below an upper one's last (the first row
+        // kept a multiple of 32, as the blocks' own first rows are).
+        let band = self.band();
+        if let Some(from) = band.from {
+            let _ = writeln!(
+                s,
+                "    if (col0 + kColumns - ({from}LL) < row_end) row_end = col0 + kColumns - ({from}LL);"
+            );
+        }
+        let _ = match band.to {
+            Some(to) => writeln!(
+                s,
+                "    const long long lowest = (col0 - ({to}LL)) / 32 * 32;\n    const long long row0 = lowest > first_row ? lowest : first_row;"
+            ),
+            None => writeln!(s, "    const long long row0 = first_row;"),
+        };
         // Once per block, before the loop: checked.
         s.push_str(&self.column_vector_loads("true", "    "));
         s.push_str(&self.column_sum_clear("    "));
@@ -775,6 +816,22 @@ impl<'a> Strips<'a> {
             strips,
             "            if (col0 >= {n}) break;  // uniform across the block"
         );
+        // Strips wholly outside the kernel's triangle for the block's rows are skipped.
+        let band = self.band();
+        let block_row = format!("(long long)blockIdx.y * {ROWS_PER_STRIP_BLOCK}");
+        if let Some(from) = band.from {
+            let _ = writeln!(
+                strips,
+                "            if (col0 + kColumns <= {block_row} + ({from}LL)) continue;"
+            );
+        }
+        if let Some(to) = band.to {
+            let _ = writeln!(
+                strips,
+                "            if (col0 > {block_row} + {} + ({to}LL)) break;",
+                ROWS_PER_STRIP_BLOCK - 1
+            );
+        }
         strips.push_str(&self.column_vector_loads("kChecked", "            "));
         strips.push_str(&self.column_sum_clear("            "));
         // Unrolled, so that the per-row arrays stay in registers; the test is uniform per warp.

@@ -779,7 +779,10 @@ fn pieces(
     if diagonals.is_full() {
         return vec![(rows, c0, w, next)];
     }
-    let (first, last) = (diagonals.columns(rows.start, tile.clone()), diagonals.columns(rows.end - 1, tile.clone()));
+    let (first, last) = (
+        diagonals.columns(rows.start, tile.clone()),
+        diagonals.columns(rows.end - 1, tile.clone()),
+    );
     let all = last.start..first.end.max(last.start);
     let mut out = Vec::new();
     if !all.is_empty() {

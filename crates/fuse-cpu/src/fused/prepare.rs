@@ -375,7 +375,9 @@ fn shared_rows(calls: &[CallPlan]) -> Vec<SharedRows> {
         };
         let partner = calls.iter().enumerate().position(|(c, call)| {
             let same = matches!(&call.op, Op::ColumnSums { body, .. } if body.row_product(0) == Some(matrix));
-            same && call.pass == row_call.pass && call.diagonals == row_call.diagonals && !pairs.iter().any(|p| p.holds(c))
+            same && call.pass == row_call.pass
+                && call.diagonals == row_call.diagonals
+                && !pairs.iter().any(|p| p.holds(c))
         });
         if let Some(column_sums) = partner {
             pairs.push(SharedRows {
