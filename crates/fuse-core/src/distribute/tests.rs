@@ -322,3 +322,15 @@ fn matrices_made_from_vectors_lie_in_row_blocks() {
     let text = d.to_string();
     assert!(text.contains("B        [m, n]     row blocks"), "{d}");
 }
+
+#[test]
+fn a_triangular_sum_is_refused_with_the_reason() {
+    let library = Library::builtin().unwrap();
+    let text = "sizes: {n: 8}\ninputs: {A: [n, n], x: [n]}\noutputs: [y]\ncalls:\n  - y = strmv_upper(A, x)\n";
+    let program = script::parse("t.yaml", text, &library).unwrap();
+    let err = distribute(&program, &library).unwrap_err().to_string();
+    assert!(
+        err.contains("t.yaml:6:5: cannot distribute `y = strmv_upper(A, x)`: a sum over part of a dimension"),
+        "{err}"
+    );
+}

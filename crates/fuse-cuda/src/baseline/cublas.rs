@@ -215,6 +215,20 @@ macro_rules! routine {
     };
 }
 
+fn fill(upper: bool) -> sys::cublasFillMode_t {
+    match upper {
+        true => sys::cublasFillMode_t::CUBLAS_FILL_MODE_UPPER,
+        false => sys::cublasFillMode_t::CUBLAS_FILL_MODE_LOWER,
+    }
+}
+
+fn diagonal(unit: bool) -> sys::cublasDiagType_t {
+    match unit {
+        true => sys::cublasDiagType_t::CUBLAS_DIAG_UNIT,
+        false => sys::cublasDiagType_t::CUBLAS_DIAG_NON_UNIT,
+    }
+}
+
 /// Unit stride: every array is contiguous.
 const INC: c_int = 1;
 const N: cublasOperation_t = cublasOperation_t::CUBLAS_OP_N;
@@ -291,6 +305,9 @@ impl Calls<'_> {
             BlasOp::Ger { m, n, lda, alpha, x, y, a } =>
                 routine!(p, "ger", cublasSger_v2 / cublasDger_v2(h, dim(m)?, dim(n)?,
                     s(&alpha)?, b(x)?, INC, b(y)?, INC, b(a)?, dim(lda)?)),
+            BlasOp::Trmv { n, upper, trans, unit, a, x } =>
+                routine!(p, "trmv", cublasStrmv_v2 / cublasDtrmv_v2(h, fill(upper), operation(trans), diagonal(unit),
+                    dim(n)?, b(a)?, dim(n)?, b(x)?, INC)),
             BlasOp::Geam { m, n, ld, alpha, a, beta, b: bm, c } =>
                 routine!(p, "geam", cublasSgeam / cublasDgeam(h, N, N, dim(m)?, dim(n)?,
                     s(&alpha)?, b(a)?, dim(ld)?, s(&beta)?, b(bm)?, dim(ld)?, b(c)?, dim(ld)?)),

@@ -165,6 +165,22 @@ pub enum BlasOp {
         /// The matrix, updated in place.
         a: ValueId,
     },
+    /// `x ← op(T)·x`, T the `upper` (else lower) triangle of column-major n×n `a`, with ones
+    /// on its diagonal where `unit`.
+    Trmv {
+        /// Rows and columns.
+        n: usize,
+        /// Which triangle, in cuBLAS's column-major terms.
+        upper: bool,
+        /// Transpose flag.
+        trans: Trans,
+        /// Whether the diagonal is taken as ones (not read).
+        unit: bool,
+        /// The matrix.
+        a: ValueId,
+        /// The vector, overwritten by the product.
+        x: ValueId,
+    },
     /// `C ← alpha·A + beta·B`, all column-major m×n with leading dimension `ld`.
     Geam {
         /// Rows.
@@ -236,6 +252,7 @@ fn op_traffic(op: &BlasOp) -> usize {
         }
         BlasOp::Ger { m, n, .. } => 2 * m * n + m + n,
         BlasOp::Geam { m, n, .. } => 3 * m * n,
+        BlasOp::Trmv { n, .. } => n * (n + 1) / 2 + 2 * n,
     }
 }
 
@@ -278,6 +295,21 @@ fn describe_op(op: &BlasOp, program: &Program) -> String {
         BlasOp::Ger { alpha, x, y, a, .. } => {
             format!("ger({}, {}, {}, {})", scalar(alpha), name(*x), name(*y), name(*a))
         }
+        BlasOp::Trmv {
+            upper,
+            trans,
+            unit,
+            a,
+            x,
+            ..
+        } => format!(
+            "trmv_{}{}{}({}, {})",
+            if *upper { "U" } else { "L" },
+            t(*trans),
+            if *unit { "U" } else { "N" },
+            name(*a),
+            name(*x)
+        ),
         BlasOp::Geam {
             alpha, a, beta, b, c, ..
         } => format!(
@@ -519,6 +551,7 @@ impl<'p> Translator<'p> {
             ("gemv" | "gemtv", 2 | 3 | 5) => self.gemv(c),
             ("ger", 3 | 4) => self.ger(c),
             ("outer", 2 | 3) => self.outer(c),
+            (f, 2) if TRIANGULAR.iter().any(|t| t.0 == f) => self.trmv(c),
             ("madd", 2) => {
                 let one = ScalarArg::constant(1.0);
                 self.geam(c, (one, &args[0]), (one, &args[1]));
@@ -642,6 +675,28 @@ impl<'p> Translator<'p> {
         self.rank_one(alpha, x, y, a);
     }
 
+    /// A triangular product: `trmv` in place on a copy of `x`; row-major A's upper triangle is
+    /// column-major Aᵀ's lower one, so the triangle and the transpose flag swap.
+    fn trmv(&mut self, c: CallId) {
+        let call = &self.program.calls[c];
+        let &(_, upper, transposed, unit) = (TRIANGULAR.iter())
+            .find(|t| t.0 == call.function)
+            .expect("called for the triangular functions");
+        let a = self.value(&call.args[0]);
+        let x = self.value(&call.args[1]);
+        let y = self.fresh(call.result);
+        let n = self.len(y);
+        self.push(BlasOp::Copy { len: n, src: x, dst: y });
+        self.push(BlasOp::Trmv {
+            n,
+            upper: !upper,
+            trans: if transposed { Trans::N } else { Trans::T },
+            unit,
+            a,
+            x: y,
+        });
+    }
+
     /// `outer`: a cuBLAS user zeroes the result and adds `ger` to it.
     fn outer(&mut self, c: CallId) {
         let call = &self.program.calls[c];
@@ -670,6 +725,18 @@ impl<'p> Translator<'p> {
         });
     }
 }
+
+/// The library's triangular products: (function, upper, transposed, unit diagonal), row-major.
+const TRIANGULAR: [(&str, bool, bool, bool); 8] = [
+    ("trmv_upper", true, false, false),
+    ("trmv_lower", false, false, false),
+    ("trmtv_upper", true, true, false),
+    ("trmtv_lower", false, true, false),
+    ("trmv_upper_unit", true, false, true),
+    ("trmv_lower_unit", false, false, true),
+    ("trmtv_upper_unit", true, true, true),
+    ("trmtv_lower_unit", false, true, true),
+];
 
 /// The product of two host scalars, when at most one depends on an input.
 fn multiply(a: ScalarArg, b: ScalarArg) -> Option<ScalarArg> {
@@ -703,6 +770,7 @@ pub fn host_scalars(baseline: &Baseline) -> Vec<ScalarArg> {
             }
             BlasOp::Copy { .. }
             | BlasOp::Zero { .. }
+            | BlasOp::Trmv { .. }
             | BlasOp::Dot { .. }
             | BlasOp::Asum { .. }
             | BlasOp::Nrm2 { .. } => {}

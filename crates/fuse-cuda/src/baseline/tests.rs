@@ -157,3 +157,18 @@ fn matrices_from_vectors_are_zeroed_then_updated() {
         check(&program, m, n, 5);
     }
 }
+
+#[test]
+fn triangular_products_are_trmv_on_a_copy_with_the_triangle_swapped() {
+    let library = Library::builtin().unwrap();
+    let text = "precision: f64\nsizes: {n: 5}\ninputs: {A: [n, n], x: [n]}\noutputs: [y, z]\ncalls:\n  - y = dtrmv_upper(A, x)\n  - z = dtrmtv_lower_unit(A, y)\n";
+    let program = fuse_core::script::parse("t.yaml", text, &library).unwrap();
+    let baseline = Baseline::new(&program, &program.sizes).unwrap();
+    assert_eq!(
+        baseline.describe(&program),
+        "copy x→y; trmv_LTN(A, y); copy y→z; trmv_UNU(A, z)"
+    );
+    for n in [1, 37, 97] {
+        check(&program, n, n, 3);
+    }
+}
