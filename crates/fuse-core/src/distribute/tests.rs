@@ -330,7 +330,7 @@ fn a_triangular_sum_is_refused_with_the_reason() {
     let program = script::parse("t.yaml", text, &library).unwrap();
     let err = distribute(&program, &library).unwrap_err().to_string();
     assert!(
-        err.contains("t.yaml:6:5: cannot distribute `y = strmv_upper(A, x)`: a sum over part of a dimension"),
+        err.contains("t.yaml:5:5: cannot distribute `y = strmv_upper(A, x)`: a sum over part of a dimension"),
         "{err}"
     );
 }
