@@ -8,6 +8,11 @@
 //! dimension symbol, the left-hand side names the result's dimensions in order, and `sum` (or
 //! `norm2`) binds a variable not free outside it.
 //!
+//! `sum(j in i..n, e)` sums over part of `j`'s dimension ([`Range`]): from `i` to its end here,
+//! `0..=i` up to `i` included; a bound is 0, the dimension's symbol (an end) or an index bound
+//! outside the sum over the same dimension plus or minus a whole number. A triangular matrix is
+//! such a sum; [`Range::diagonals`] says which part of the matrix it reads.
+//!
 //! `norm2(i, e)` is the Euclidean norm `sqrt(sum(i, e * e))` as BLAS `nrm2` computes it: scaled
 //! so that it neither overflows nor underflows where the result is representable.
 //!
@@ -979,6 +984,80 @@ mod tests {
             let err = parse_formula(text, &s).unwrap_err();
             assert!(err.contains(want), "{text}: {err}");
         }
+    }
+
+    #[test]
+    fn a_sum_over_part_of_a_dimension_reads_a_triangle() {
+        let s = parse_signature("(A[n,n], x[n]) -> [n]").unwrap();
+        let range = |text: &str| parse_formula(text, &s).unwrap().body.reduction_range().unwrap();
+        let upper = range("out[i] = sum(j in i..n, A[i,j] * x[j])");
+        assert_eq!(upper.start, Some(Offset { var: 0, plus: 0 }));
+        assert_eq!(upper.end, None);
+        assert_eq!(upper.bounds(5, &[2, 0]), 2..5);
+        assert_eq!(
+            upper.diagonals(true, 0),
+            Diagonals {
+                from: Some(0),
+                to: None
+            }
+        );
+        let strict = range("out[i] = x[i] + sum(j in 0..i, A[i,j] * x[j])");
+        assert_eq!(strict.bounds(5, &[0, 0]), 0..0);
+        assert_eq!(
+            strict.diagonals(true, 0),
+            Diagonals {
+                from: None,
+                to: Some(-1)
+            }
+        );
+        // Summed down a column: rows 0..=j of column j are an upper triangle.
+        let column = range("out[j] = sum(i in 0..=j, A[i,j] * x[i])");
+        assert_eq!(
+            column.diagonals(false, 0),
+            Diagonals {
+                from: Some(0),
+                to: None
+            }
+        );
+        assert_eq!(
+            range("out[i] = sum(j in i+1..n, A[i,j] * x[j])").bounds(5, &[4, 0]),
+            5..5
+        );
+        assert!(range("out[i] = sum(j, A[i,j] * x[j])").is_whole());
+        let d = Diagonals {
+            from: Some(1),
+            to: None,
+        };
+        assert_eq!(d.columns(2, 0..8), 3..8);
+        assert_eq!(d.columns(9, 0..8), 8..8);
+    }
+
+    #[test]
+    fn range_errors_are_specific() {
+        let s = parse_signature("(A[m,n], x[n], y[m]) -> [m]").unwrap();
+        let cases = [
+            (
+                "out[i] = sum(j in i..n, A[i,j] * x[j])",
+                "`i` ranges over `m`, `j` over `n`",
+            ),
+            ("out[i] = sum(j in k..n, A[i,j] * x[j])", "index `k` is not bound here"),
+            ("out[i] = sum(j in j..n, A[i,j] * x[j])", "index `j` is not bound here"),
+            ("out[i] = sum(j in 0, A[i,j] * x[j])", "needs `..` or `..=`"),
+            ("out[i] = sum(j in 1..n, A[i,j] * x[j])", "range bound `1` of `j`"),
+            ("out[i] = sum(j in 0..m, A[i,j] * x[j])", "range bound `m` of `j`"),
+            ("out[i] = sum(j in , A[i,j] * x[j])", "expected a range after `j in`"),
+            (
+                "out[i] = sum(j in 0..i * 2, A[i,j] * x[j])",
+                "range bound `i * 2` of `j`",
+            ),
+        ];
+        for (text, want) in cases {
+            let err = parse_formula(text, &s).unwrap_err();
+            assert!(err.contains(want), "{text}: {err}");
+        }
+        let v = parse_signature("(A[n,n]) -> [n]").unwrap();
+        let err = parse_formula("out[i] = norm2(j in i..n, A[i,j])", &v).unwrap_err();
+        assert!(err.contains("no range"), "{err}");
     }
 
     #[test]
