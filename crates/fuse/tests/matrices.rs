@@ -221,3 +221,37 @@ fn triangular_products_fused_on_one_triangle_match_loops_on_every_backend() {
         }
     }
 }
+
+#[test]
+fn a_users_band_function_reads_only_its_band_on_every_backend() {
+    // A tridiagonal product written in a library folder of one's own: the sum's range is the
+    // band, and nothing outside it is read.
+    let dir = tempfile::tempdir().unwrap();
+    let band = "name: band\nkind: nested_reduce\nforms:\n  - signature: (A[n,n], x[n]) -> [n]\n    formula: out[i] = sum(j in i-1..i+2, A[i,j] * x[j])\n";
+    std::fs::write(dir.path().join("band.yaml"), band).unwrap();
+    let library = fuse_core::Library::load(dir.path()).unwrap();
+    let text = "name: t\nprecision: f64\nsizes: {m: 3, n: 5}\ninputs: {A: [n, n], x: [n]}\noutputs: [out]\ncalls:\n  - out = dband(A, x)\n";
+    let s = Script::from_str_with_library("t.yaml", text, &library).unwrap();
+    for n in [1, 2, 37, 130] {
+        let mut inputs = random(&s, n, n);
+        let mut a = data(&inputs, "A");
+        let x = data(&inputs, "x");
+        for (k, v) in a.iter_mut().enumerate() {
+            if (k % n).abs_diff(k / n) > 1 {
+                *v = f64::NAN;
+            }
+        }
+        let want: Vec<f64> = (0..n)
+            .map(|i| (i.saturating_sub(1)..(i + 2).min(n)).map(|j| a[i * n + j] * x[j]).sum())
+            .collect();
+        inputs.insert("A".into(), HostArray::f64(vec![n, n], a));
+        for backend in backends() {
+            assert_close(
+                &run(&backend, &s, (n, n), &inputs),
+                &want,
+                3.0,
+                &format!("{backend} at {n}"),
+            );
+        }
+    }
+}
