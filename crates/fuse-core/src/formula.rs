@@ -179,6 +179,31 @@ impl Diagonals {
         start..end.max(start)
     }
 
+    /// The share of the `tiles.0 × tiles.1` tiles of `side`×`side` elements that hold an
+    /// element of the band (1 for a full matrix).
+    pub fn tile_share(&self, tiles: (u64, u64), side: u64) -> f64 {
+        if self.is_full() || tiles.0 == 0 || tiles.1 == 0 {
+            return 1.0;
+        }
+        let columns = (tiles.1 * side) as usize;
+        let touched: u64 = (0..tiles.0)
+            .map(|r| {
+                // The tile row's first row reads the band's first columns, its last row the last.
+                let (first, last) = (r * side, (r + 1) * side - 1);
+                let (a, b) = (
+                    self.columns(first as usize, 0..columns),
+                    self.columns(last as usize, 0..columns),
+                );
+                let (start, end) = (a.start.min(b.start) as u64, a.end.max(b.end) as u64);
+                match end > start {
+                    true => (end - 1) / side - start / side + 1,
+                    false => 0,
+                }
+            })
+            .sum();
+        touched as f64 / (tiles.0 * tiles.1) as f64
+    }
+
     /// The smallest band holding both.
     pub fn union(self, other: Diagonals) -> Diagonals {
         let both = |a: Option<i64>, b: Option<i64>, pick: fn(i64, i64) -> i64| a.zip(b).map(|(a, b)| pick(a, b));
@@ -1030,6 +1055,30 @@ mod tests {
         };
         assert_eq!(d.columns(2, 0..8), 3..8);
         assert_eq!(d.columns(9, 0..8), 8..8);
+        // An upper triangle of 4×4 tiles touches 10 of them; a strictly lower one 6 + the
+        // diagonal tiles' lower halves (4) = 10; a tridiagonal band 4 + 3 + 3.
+        let upper = Diagonals {
+            from: Some(0),
+            to: None,
+        };
+        assert_eq!(upper.tile_share((4, 4), 32), 10.0 / 16.0);
+        assert_eq!(
+            Diagonals {
+                from: None,
+                to: Some(-1)
+            }
+            .tile_share((4, 4), 32),
+            10.0 / 16.0
+        );
+        assert_eq!(
+            Diagonals {
+                from: Some(-1),
+                to: Some(1)
+            }
+            .tile_share((4, 4), 32),
+            10.0 / 16.0
+        );
+        assert_eq!(Diagonals::default().tile_share((4, 4), 32), 1.0);
     }
 
     #[test]
