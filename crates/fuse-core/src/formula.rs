@@ -8,6 +8,11 @@
 //! dimension symbol, the left-hand side names the result's dimensions in order, and `sum` (or
 //! `norm2`) binds a variable not free outside it.
 //!
+//! `sum(j in i..n, e)` sums over part of `j`'s dimension ([`Range`]): from `i` to its end here,
+//! `0..=i` up to `i` included; a bound is 0, the dimension's symbol (an end) or an index bound
+//! outside the sum over the same dimension plus or minus a whole number. A triangular matrix is
+//! such a sum; [`Range::diagonals`] says which part of the matrix it reads.
+//!
 //! `norm2(i, e)` is the Euclidean norm `sqrt(sum(i, e * e))` as BLAS `nrm2` computes it: scaled
 //! so that it neither overflows nor underflows where the result is representable.
 //!
@@ -88,11 +93,132 @@ pub enum Expr {
         op: ReduceOp,
         /// The bound index variable.
         index: usize,
+        /// The part of its dimension it runs over (all of it unless `sum(j in …, body)`).
+        range: Range,
         /// The term.
         body: Box<Expr>,
     },
     /// A unary function such as `abs` or `sqrt`.
     Call(Func, Box<Expr>),
+}
+
+/// The part of its dimension a summation index runs over: `start..end`, each bound either
+/// the dimension's own end (0, the extent) or another index variable plus a constant, clamped
+/// to the dimension. `sum(j in i..n, …)` is an upper triangle's row, `sum(j in 0..=i, …)` a
+/// lower one's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Range {
+    /// The first value, where not 0.
+    pub start: Option<Offset>,
+    /// One past the last value, where not the extent.
+    pub end: Option<Offset>,
+}
+
+/// Index variable `var` plus `plus`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Offset {
+    /// The index variable.
+    pub var: usize,
+    /// The constant added.
+    pub plus: i64,
+}
+
+impl Range {
+    /// Whether it is the whole dimension.
+    pub fn is_whole(&self) -> bool {
+        self.start.is_none() && self.end.is_none()
+    }
+
+    /// The values it runs over for a dimension of `extent`, index variables at `idx`.
+    pub fn bounds(&self, extent: usize, idx: &[usize]) -> std::ops::Range<usize> {
+        let at = |b: Option<Offset>, or: usize| match b {
+            None => or,
+            Some(o) => (idx[o.var] as i64 + o.plus).clamp(0, extent as i64) as usize,
+        };
+        let (start, end) = (at(self.start, 0), at(self.end, extent));
+        start..end.max(start)
+    }
+
+    /// The diagonals of a matrix indexed `[row, column]` that a sum with this range reads,
+    /// where the sum runs over the column index (`summed_is_column`) or the row index and
+    /// `other` is the matrix's other index variable.
+    pub fn diagonals(&self, summed_is_column: bool, other: usize) -> Diagonals {
+        let bound = |b: Option<Offset>| b.filter(|o| o.var == other).map(|o| o.plus);
+        let (start, end) = (bound(self.start), bound(self.end));
+        match summed_is_column {
+            // column ≥ row + start; column ≤ row + end − 1.
+            true => Diagonals {
+                from: start,
+                to: end.map(|e| e - 1),
+            },
+            // row ≥ column + start: column − row ≤ −start; row ≤ column + end − 1.
+            false => Diagonals {
+                from: end.map(|e| 1 - e),
+                to: start.map(|s| -s),
+            },
+        }
+    }
+}
+
+/// The diagonals `column − row` of a matrix a call reads, each bound inclusive: an upper
+/// triangle is `from: Some(0)`, a strictly lower one `to: Some(-1)`, a full matrix neither.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Diagonals {
+    /// The lowest diagonal read, where bounded.
+    pub from: Option<i64>,
+    /// The highest diagonal read, where bounded.
+    pub to: Option<i64>,
+}
+
+impl Diagonals {
+    /// Whether every element may be read.
+    pub fn is_full(&self) -> bool {
+        self.from.is_none() && self.to.is_none()
+    }
+
+    /// The columns of row `row` read, within `columns`.
+    pub fn columns(&self, row: usize, columns: std::ops::Range<usize>) -> std::ops::Range<usize> {
+        let at = |d: Option<i64>, plus: i64, or: usize| match d {
+            None => or,
+            Some(d) => (row as i64 + d + plus).clamp(columns.start as i64, columns.end as i64) as usize,
+        };
+        let (start, end) = (at(self.from, 0, columns.start), at(self.to, 1, columns.end));
+        start..end.max(start)
+    }
+
+    /// The share of the `tiles.0 × tiles.1` tiles of `side`×`side` elements that hold an
+    /// element of the band (1 for a full matrix).
+    pub fn tile_share(&self, tiles: (u64, u64), side: u64) -> f64 {
+        if self.is_full() || tiles.0 == 0 || tiles.1 == 0 {
+            return 1.0;
+        }
+        let columns = (tiles.1 * side) as usize;
+        let touched: u64 = (0..tiles.0)
+            .map(|r| {
+                // The tile row's first row reads the band's first columns, its last row the last.
+                let (first, last) = (r * side, (r + 1) * side - 1);
+                let (a, b) = (
+                    self.columns(first as usize, 0..columns),
+                    self.columns(last as usize, 0..columns),
+                );
+                let (start, end) = (a.start.min(b.start) as u64, a.end.max(b.end) as u64);
+                match end > start {
+                    true => (end - 1) / side - start / side + 1,
+                    false => 0,
+                }
+            })
+            .sum();
+        touched as f64 / (tiles.0 * tiles.1) as f64
+    }
+
+    /// The smallest band holding both.
+    pub fn union(self, other: Diagonals) -> Diagonals {
+        let both = |a: Option<i64>, b: Option<i64>, pick: fn(i64, i64) -> i64| a.zip(b).map(|(a, b)| pick(a, b));
+        Diagonals {
+            from: both(self.from, other.from, i64::min),
+            to: both(self.to, other.to, i64::max),
+        }
+    }
 }
 
 /// How a reduction combines its terms.
@@ -199,9 +325,10 @@ impl Expr {
             Expr::Number(_) | Expr::Scalar(_) | Expr::Element { .. } => self.clone(),
             Expr::Neg(a) => Expr::Neg(zeroed(a)),
             Expr::Binary(op, a, b) => Expr::Binary(*op, zeroed(a), zeroed(b)),
-            Expr::Reduce { op, index, body } => Expr::Reduce {
+            Expr::Reduce { op, index, range, body } => Expr::Reduce {
                 op: *op,
                 index: *index,
+                range: *range,
                 body: zeroed(body),
             },
             Expr::Call(f, a) => Expr::Call(*f, zeroed(a)),
@@ -249,9 +376,19 @@ impl Expr {
         let mut found = Vec::new();
         self.collect_reductions(&mut found);
         match found.as_slice() {
-            [Expr::Reduce { op, index, body }] if !body.has_reduction() => Some((*op, *index, body)),
+            [Expr::Reduce { op, index, body, .. }] if !body.has_reduction() => Some((*op, *index, body)),
             _ => None,
         }
+    }
+
+    /// The range of its outermost reduction, if it has one (whole for `sum(j, …)`).
+    pub fn reduction_range(&self) -> Option<Range> {
+        let mut found = Vec::new();
+        self.collect_reductions(&mut found);
+        found.first().and_then(|e| match e {
+            Expr::Reduce { range, .. } => Some(*range),
+            _ => None,
+        })
     }
 
     /// The outermost reductions, in order.
@@ -383,6 +520,10 @@ enum Token {
     Comma,
     Equals,
     Arrow,
+    /// `..` (`inclusive`: `..=`).
+    Dots {
+        inclusive: bool,
+    },
     Op(BinOp),
 }
 
@@ -413,9 +554,14 @@ fn tokenize(text: &str) -> Result<Vec<Token>, String> {
             i += 1 + arrow as usize;
         } else if c.is_whitespace() {
             i += 1;
+        } else if c == '.' && chars.get(i + 1) == Some(&'.') {
+            let inclusive = chars.get(i + 2) == Some(&'=');
+            tokens.push(Token::Dots { inclusive });
+            i += 2 + inclusive as usize;
         } else if c.is_ascii_digit() || c == '.' {
             let start = i;
-            while i < chars.len() && (chars[i].is_ascii_alphanumeric() || chars[i] == '.') {
+            let dots = |i: usize| chars[i] == '.' && chars.get(i + 1) == Some(&'.');
+            while i < chars.len() && (chars[i].is_ascii_alphanumeric() || chars[i] == '.') && !dots(i) {
                 i += 1;
             }
             let s: String = chars[start..i].iter().collect();
@@ -667,11 +813,20 @@ impl<'s> Parser<'s> {
     }
 
     /// `sum(j, body)` or `norm2(j, body)`: the range of `j` is the dimension it first indexes
-    /// in `body`.
+    /// in `body`; `sum(j in START..END, body)` (or `..=END`) a part of it.
     fn reduction(&mut self, op: ReduceOp) -> Result<Expr, String> {
         let var = self.ident()?;
         if self.free.iter().any(|&i| self.indices[i].name == var) {
             return Err(format!("index `{var}` is already bound"));
+        }
+        let range_at = self.eat(&Token::Ident("in".into())).then_some(self.pos);
+        if let Some(at) = range_at {
+            while !matches!(self.peek(), Some(Token::Comma) | None) {
+                self.pos += 1;
+            }
+            if self.pos == at {
+                return Err(format!("expected a range after `{var} in`, like `0..n` or `i..n`"));
+            }
         }
         self.expect(&Token::Comma)?;
         let id = self.indices.len();
@@ -681,17 +836,111 @@ impl<'s> Parser<'s> {
             name: var.clone(),
             dim: String::new(),
         });
-        self.free.push(id);
         let start = self.pos;
         let dim = self.first_dim_of(&var, start)?;
         self.indices[id].dim = dim;
+        let range = match range_at {
+            Some(at) => {
+                let end = self.pos - 1;
+                self.range(at, end, id)?
+            }
+            None => Range::default(),
+        };
+        self.free.push(id);
         let body = self.expr()?;
         self.free.pop();
+        if op == ReduceOp::Norm2 && !range.is_whole() {
+            return Err("`norm2` runs over a whole dimension: no range".into());
+        }
         Ok(Expr::Reduce {
             op,
             index: id,
+            range,
             body: Box::new(body),
         })
+    }
+
+    /// The range of summation index `id` in tokens `at..end`: `START..END` or `START..=END`,
+    /// each bound `0`, the index's dimension (an end), or a bound index `v`, `v + k`, `v - k`.
+    fn range(&self, at: usize, end: usize, id: usize) -> Result<Range, String> {
+        let tokens = &self.tokens[at..end];
+        let var = &self.indices[id];
+        let dots = tokens.iter().position(|t| matches!(t, Token::Dots { .. }));
+        let Some(k) = dots else {
+            return Err(format!(
+                "the range of `{}` needs `..` or `..=` (like `0..{}`)",
+                var.name, var.dim
+            ));
+        };
+        let inclusive = matches!(tokens[k], Token::Dots { inclusive: true });
+        let start = match &tokens[..k] {
+            [Token::Number(v)] if *v == 0.0 => None,
+            bound => Some(self.offset(bound, id)?),
+        };
+        let end = match (&tokens[k + 1..], inclusive) {
+            ([Token::Ident(d)], false) if *d == var.dim => None,
+            (bound, _) => {
+                let o = self.offset(bound, id)?;
+                Some(Offset {
+                    plus: o.plus + inclusive as i64,
+                    ..o
+                })
+            }
+        };
+        Ok(Range { start, end })
+    }
+
+    /// A range bound `v`, `v + k` or `v - k`: `v` an index variable bound here over the same
+    /// dimension as summation index `id`, `k` a whole number.
+    fn offset(&self, tokens: &[Token], id: usize) -> Result<Offset, String> {
+        let sum = &self.indices[id];
+        let shown = || {
+            tokens
+                .iter()
+                .map(|t| describe(Some(t)).replace('`', ""))
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        let bad = || {
+            format!(
+                "range bound `{}` of `{}`: expected 0, `{}` (its dimension) or a bound index such as `i`, `i + 1`, `i - 1`",
+                shown(),
+                sum.name,
+                sum.dim
+            )
+        };
+        let (name, plus) = match tokens {
+            [Token::Ident(v)] => (v, 0.0),
+            [Token::Ident(v), Token::Op(BinOp::Add), Token::Number(k)] => (v, *k),
+            [Token::Ident(v), Token::Op(BinOp::Sub), Token::Number(k)] => (v, -k),
+            _ => return Err(bad()),
+        };
+        if plus.fract() != 0.0 || plus.abs() > 1e9 {
+            return Err(bad());
+        }
+        let var = self
+            .free
+            .iter()
+            .copied()
+            .find(|&i| &self.indices[i].name == name)
+            .ok_or_else(|| {
+                format!(
+                    "range bound `{}` of `{}`: index `{name}` is not bound here",
+                    shown(),
+                    sum.name
+                )
+            })?;
+        let dim = &self.indices[var].dim;
+        if *dim != sum.dim {
+            return Err(format!(
+                "range bound `{}` of `{}`: `{name}` ranges over `{dim}`, `{}` over `{}`",
+                shown(),
+                sum.name,
+                sum.name,
+                sum.dim
+            ));
+        }
+        Ok(Offset { var, plus: plus as i64 })
     }
 
     /// The dimension that `var` first indexes among the tokens from `start`.
@@ -736,6 +985,7 @@ fn describe(t: Option<&Token>) -> String {
         Some(Token::Comma) => "`,`".into(),
         Some(Token::Equals) => "`=`".into(),
         Some(Token::Arrow) => "`->`".into(),
+        Some(Token::Dots { inclusive }) => format!("`..{}`", if *inclusive { "=" } else { "" }),
         Some(Token::Op(op)) => format!("`{}`", op_symbol(*op)),
     }
 }
@@ -836,6 +1086,104 @@ mod tests {
             let err = parse_formula(text, &s).unwrap_err();
             assert!(err.contains(want), "{text}: {err}");
         }
+    }
+
+    #[test]
+    fn a_sum_over_part_of_a_dimension_reads_a_triangle() {
+        let s = parse_signature("(A[n,n], x[n]) -> [n]").unwrap();
+        let range = |text: &str| parse_formula(text, &s).unwrap().body.reduction_range().unwrap();
+        let upper = range("out[i] = sum(j in i..n, A[i,j] * x[j])");
+        assert_eq!(upper.start, Some(Offset { var: 0, plus: 0 }));
+        assert_eq!(upper.end, None);
+        assert_eq!(upper.bounds(5, &[2, 0]), 2..5);
+        assert_eq!(
+            upper.diagonals(true, 0),
+            Diagonals {
+                from: Some(0),
+                to: None
+            }
+        );
+        let strict = range("out[i] = x[i] + sum(j in 0..i, A[i,j] * x[j])");
+        assert_eq!(strict.bounds(5, &[0, 0]), 0..0);
+        assert_eq!(
+            strict.diagonals(true, 0),
+            Diagonals {
+                from: None,
+                to: Some(-1)
+            }
+        );
+        // Summed down a column: rows 0..=j of column j are an upper triangle.
+        let column = range("out[j] = sum(i in 0..=j, A[i,j] * x[i])");
+        assert_eq!(
+            column.diagonals(false, 0),
+            Diagonals {
+                from: Some(0),
+                to: None
+            }
+        );
+        assert_eq!(
+            range("out[i] = sum(j in i+1..n, A[i,j] * x[j])").bounds(5, &[4, 0]),
+            5..5
+        );
+        assert!(range("out[i] = sum(j, A[i,j] * x[j])").is_whole());
+        let d = Diagonals {
+            from: Some(1),
+            to: None,
+        };
+        assert_eq!(d.columns(2, 0..8), 3..8);
+        assert_eq!(d.columns(9, 0..8), 8..8);
+        // An upper triangle of 4×4 tiles touches 10 of them; a strictly lower one 6 + the
+        // diagonal tiles' lower halves (4) = 10; a tridiagonal band 4 + 3 + 3.
+        let upper = Diagonals {
+            from: Some(0),
+            to: None,
+        };
+        assert_eq!(upper.tile_share((4, 4), 32), 10.0 / 16.0);
+        assert_eq!(
+            Diagonals {
+                from: None,
+                to: Some(-1)
+            }
+            .tile_share((4, 4), 32),
+            10.0 / 16.0
+        );
+        assert_eq!(
+            Diagonals {
+                from: Some(-1),
+                to: Some(1)
+            }
+            .tile_share((4, 4), 32),
+            10.0 / 16.0
+        );
+        assert_eq!(Diagonals::default().tile_share((4, 4), 32), 1.0);
+    }
+
+    #[test]
+    fn range_errors_are_specific() {
+        let s = parse_signature("(A[m,n], x[n], y[m]) -> [m]").unwrap();
+        let cases = [
+            (
+                "out[i] = sum(j in i..n, A[i,j] * x[j])",
+                "`i` ranges over `m`, `j` over `n`",
+            ),
+            ("out[i] = sum(j in k..n, A[i,j] * x[j])", "index `k` is not bound here"),
+            ("out[i] = sum(j in j..n, A[i,j] * x[j])", "index `j` is not bound here"),
+            ("out[i] = sum(j in 0, A[i,j] * x[j])", "needs `..` or `..=`"),
+            ("out[i] = sum(j in 1..n, A[i,j] * x[j])", "range bound `1` of `j`"),
+            ("out[i] = sum(j in 0..m, A[i,j] * x[j])", "range bound `m` of `j`"),
+            ("out[i] = sum(j in , A[i,j] * x[j])", "expected a range after `j in`"),
+            (
+                "out[i] = sum(j in 0..i * 2, A[i,j] * x[j])",
+                "range bound `i * 2` of `j`",
+            ),
+        ];
+        for (text, want) in cases {
+            let err = parse_formula(text, &s).unwrap_err();
+            assert!(err.contains(want), "{text}: {err}");
+        }
+        let v = parse_signature("(A[n,n]) -> [n]").unwrap();
+        let err = parse_formula("out[i] = norm2(j in i..n, A[i,j])", &v).unwrap_err();
+        assert!(err.contains("no range"), "{err}");
     }
 
     #[test]

@@ -468,6 +468,7 @@ mod tests {
         assert_eq!(arities("gemv"), [2, 3, 5]);
         assert_eq!(arities("gemtv"), [2, 3, 5]);
         assert_eq!(arities("ger"), [3, 4]);
+        assert_eq!(arities("outer"), [2, 3]);
         for (name, arity) in [
             ("scal", 2),
             ("axpy", 3),
@@ -488,6 +489,7 @@ mod tests {
             ("abs", 1),
             ("sqrt", 1),
             ("recip", 1),
+            ("mscal", 2),
         ] {
             assert_eq!(arities(name), [arity], "{name}");
         }

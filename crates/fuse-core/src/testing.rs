@@ -1,8 +1,8 @@
 //! Random scripts for property tests: random DAGs of library calls whose shapes check, for
 //! this crate's tests and (with the `testing` feature) other crates'.
 //!
-//! A script draws from matrices `A`, `B` (m×n), vectors `x`, `u` (n) and `y`, `v` (m), scalars
-//! `alpha`, `beta`, and the results of earlier calls (scalars from reductions included, so
+//! A script draws from matrices `A`, `B` (m×n), `S` (n×n, for functions of a square matrix),
+//! vectors `x`, `u` (n) and `y`, `v` (m), scalars `alpha`, `beta`, and the results of earlier calls (scalars from reductions included, so
 //! global barriers occur). Every result nobody reads is an output.
 
 use rand::seq::IndexedRandom;
@@ -28,7 +28,9 @@ pub fn random_script(library: &Library, seed: u64, calls: usize) -> String {
         ("v".into(), vector("m")),
         ("alpha".into(), Shape::Scalar),
         ("beta".into(), Shape::Scalar),
+        ("S".into(), square()),
     ];
+    let inputs = pool.len();
     let forms: Vec<(&str, &Form)> = library
         .functions()
         .filter(|f| f.precisions.contains(&Precision::F32))
@@ -52,12 +54,12 @@ pub fn random_script(library: &Library, seed: u64, calls: usize) -> String {
         pool.push((result, script_shape(&form.signature.result, flip)));
         read.push(false);
     }
-    let outputs: Vec<&str> = (8..pool.len())
+    let outputs: Vec<&str> = (inputs..pool.len())
         .filter(|&i| !read[i])
         .map(|i| pool[i].0.as_str())
         .collect();
     format!(
-        "name: random{seed}\nsizes: {{m: {m}, n: {n}}}\ninputs: {{A: [m, n], B: [m, n], x: [n], u: [n], y: [m], v: [m], alpha: scalar, beta: scalar}}\noutputs: [{}]\ncalls:\n{}\n",
+        "name: random{seed}\nsizes: {{m: {m}, n: {n}}}\ninputs: {{A: [m, n], B: [m, n], x: [n], u: [n], y: [m], v: [m], alpha: scalar, beta: scalar, S: [n, n]}}\noutputs: [{}]\ncalls:\n{}\n",
         outputs.join(", "),
         lines.join("\n")
     )
@@ -85,15 +87,20 @@ fn matrix() -> Shape {
     Shape::Matrix("m".into(), "n".into())
 }
 
+fn square() -> Shape {
+    Shape::Matrix("n".into(), "n".into())
+}
+
 fn vector(d: &str) -> Shape {
     Shape::Vector(d.into())
 }
 
-/// A function's shape in script symbols: matrices are m×n, so its `m`/`n` follow; a BLAS-1
-/// function's single length is `n`, or `m` when `flip`.
+/// A function's shape in script symbols: matrices are m×n (n×n where square), so its `m`/`n`
+/// follow; a BLAS-1 function's single length is `n`, or `m` when `flip`.
 fn script_shape(shape: &Shape, flip: bool) -> Shape {
     match shape {
         Shape::Scalar => Shape::Scalar,
+        Shape::Matrix(r, c) if r == c => square(),
         Shape::Matrix(..) => matrix(),
         Shape::Vector(d) if d == "m" || d == "n" => vector(d),
         Shape::Vector(_) => vector(if flip { "m" } else { "n" }),

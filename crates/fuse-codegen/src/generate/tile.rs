@@ -23,7 +23,10 @@
 
 use std::fmt::Write;
 
-use fuse_core::explore::mapping::{Axis, StripLayout, ROWS_PER_STRIP_BLOCK, STATIC_SHARED_LIMIT};
+use fuse_core::explore::mapping::{
+    call_diagonals, index_axes, Axis, StripLayout, ROWS_PER_STRIP_BLOCK, STATIC_SHARED_LIMIT,
+};
+use fuse_core::formula::Diagonals;
 use fuse_core::{Arg, Call, Shape, ValueId};
 
 use super::error::GenerateError;
@@ -65,14 +68,12 @@ impl Registers for ColumnFinishRegisters<'_> {
     }
 }
 
-/// The row index variable of a nested call: the first of its first matrix element.
+/// The row index variable of a nested call: the first of its first matrix element, or of its
+/// result where it reads no matrix (an outer product).
 fn row_var(call: &Call) -> Result<usize, GenerateError> {
-    element_uses(call)
-        .into_iter()
-        .find_map(|(_, index)| match index.as_slice() {
-            [row, _] => Some(*row),
-            _ => None,
-        })
+    index_axes(call)
+        .iter()
+        .position(|&a| a == Some(Axis::Rows))
         .ok_or_else(|| unsupported(call, "a nested function must index a matrix"))
 }
 
@@ -147,6 +148,9 @@ struct Strips<'a> {
     column_sums: Vec<ValueId>,
     /// The walk along columns keeps row values per row of the warp: `[k]`.
     row_index: &'static str,
+    /// Whether triangular sums test each element's diagonal (off in rows whose part of the
+    /// strip lies wholly inside the triangle).
+    tested: std::cell::Cell<bool>,
 }
 
 impl<'a> Strips<'a> {
@@ -193,6 +197,7 @@ impl<'a> Strips<'a> {
                 Walk::Rows => "",
                 Walk::Columns => "[k]",
             },
+            tested: std::cell::Cell::new(true),
         })
     }
 
@@ -381,7 +386,31 @@ impl<'a> Strips<'a> {
             true => format!("acc{r}[g].e[e]"),
             false => format!("part{r}{}", self.row_index),
         };
-        Ok(format!("{indent}if (ok) {target} += {term};  // {}\n", call.text))
+        // A triangle's elements are tested by their diagonal: the other triangle's numbers are
+        // loaded with the strip but never reach a sum.
+        let diagonals = match self.tested.get() {
+            true => call_diagonals(call),
+            false => Diagonals::default(),
+        };
+        let diagonal = "col0 + (g * kRowThreads + rt) * kVector + e - row";
+        let inside: String = [(diagonals.from, ">="), (diagonals.to, "<=")]
+            .into_iter()
+            .filter_map(|(d, op)| d.map(|d| format!(" && {diagonal} {op} {d}")))
+            .collect();
+        Ok(format!(
+            "{indent}if (ok{inside}) {target} += {term};  // {}\n",
+            call.text
+        ))
+    }
+
+    /// The band of diagonals every call of the kernel stays in (all, unless each reads a
+    /// triangle).
+    fn band(&self) -> Diagonals {
+        let k = self.k;
+        (k.calls.iter())
+            .map(|&c| call_diagonals(&k.program.calls[c]))
+            .reduce(Diagonals::union)
+            .unwrap_or_default()
     }
 
     /// Row sums of one row: a warp sum, then one atomic — or, when `direct`, the finished
@@ -553,11 +582,28 @@ impl<'a> Strips<'a> {
                 None => m.clone(),
             }
         );
-        let _ = writeln!(s, "    const long long row0 = (long long)blockIdx.y * height;");
+        let _ = writeln!(s, "    const long long first_row = (long long)blockIdx.y * height;");
         let _ = writeln!(
             s,
-            "    const long long row_end = row0 + height < {m} ? row0 + height : {m};"
+            "    long long row_end = first_row + height < {m} ? first_row + height : {m};"
         );
+        // Rows whose part of the strip lies wholly outside the kernel's triangle are not
+        // walked: above a lower one's first diagonal, below an upper one's last (the first row
+        // kept a multiple of 32, as the blocks' own first rows are).
+        let band = self.band();
+        if let Some(from) = band.from {
+            let _ = writeln!(
+                s,
+                "    if (col0 + kColumns - ({from}LL) < row_end) row_end = col0 + kColumns - ({from}LL);"
+            );
+        }
+        let _ = match band.to {
+            Some(to) => writeln!(
+                s,
+                "    const long long lowest = (col0 - ({to}LL)) / 32 * 32;\n    const long long row0 = lowest > first_row ? lowest : first_row;"
+            ),
+            None => writeln!(s, "    const long long row0 = first_row;"),
+        };
         // Once per block, before the loop: checked.
         s.push_str(&self.column_vector_loads("true", "    "));
         s.push_str(&self.column_sum_clear("    "));
@@ -578,14 +624,76 @@ impl<'a> Strips<'a> {
             row.push_str(&self.whole_row_body("            ")?);
             s.push_str(&both_bodies(&self.prefetching_row_loop(&row), "    "));
         } else {
-            row.push_str(&self.map_registers("            "));
-            row.push_str(&self.row_compute(&k.calls, "            ")?);
-            row.push_str(&self.row_stores("            "));
-            row.push_str(&self.row_sum_stores(false, None, "            ")?);
-            s.push_str(&both_bodies(&self.strip_row_loop(&row), "    "));
+            let body = |tested: bool| -> Result<String, GenerateError> {
+                self.tested.set(tested);
+                let mut body = row.clone();
+                body.push_str(&self.map_registers("            "));
+                body.push_str(&self.row_compute(&k.calls, "            ")?);
+                body.push_str(&self.row_stores("            "));
+                body.push_str(&self.row_sum_stores(false, None, "            ")?);
+                self.tested.set(true);
+                Ok(both_bodies(&self.strip_row_loop(&body), "    "))
+            };
+            match band.is_full() {
+                true => s.push_str(&body(true)?),
+                false => s.push_str(&self.band_row_loops(band, &body(true)?, &body(false)?)),
+            }
         }
         s.push_str(&self.column_sum_stores(k.grid_serial().is_none(), "    ")?);
         Ok(s)
+    }
+
+    /// The walk down the rows of a strip crossing the kernel's `band`: the rows whose part of the
+    /// strip lies wholly inside it (from a multiple of 32 to a multiple of 32) by `inside`, whose
+    /// sums test no diagonal, the rows before and after by `tested`; each loop walks its own
+    /// rows (`row0 .. row_end` shadowed).
+    fn band_row_loops(&self, band: Diagonals, tested: &str, inside: &str) -> String {
+        let mut s = String::new();
+        // Inside: column − row ≥ from for the strip's first column, ≤ to for its last.
+        let lo = match band.to {
+            Some(to) => format!("(col0 + kColumns - 1 - ({to}LL))"),
+            None => "row0".to_string(),
+        };
+        let hi = match band.from {
+            Some(from) => format!("(col0 - ({from}LL) + 1)"),
+            None => "row_end".to_string(),
+        };
+        let _ = writeln!(s, "    long long inside_lo = {lo} > row0 ? {lo} : row0;");
+        let _ = writeln!(
+            s,
+            "    inside_lo = inside_lo < row_end ? (inside_lo + 31) / 32 * 32 : row_end;"
+        );
+        let _ = writeln!(s, "    inside_lo = inside_lo < row_end ? inside_lo : row_end;");
+        let _ = writeln!(
+            s,
+            "    long long inside_hi = {hi} < row_end ? ({hi}) / 32 * 32 : row_end;"
+        );
+        let _ = writeln!(s, "    inside_hi = inside_hi > inside_lo ? inside_hi : inside_lo;");
+        let _ = writeln!(
+            s,
+            "    {{
+    const long long row_end_all = row_end;"
+        );
+        let _ = writeln!(s, "    {{  // rows before the triangle's inside: tested");
+        let _ = writeln!(
+            s,
+            "    const long long row_end = inside_lo;
+{tested}    }}"
+        );
+        let _ = writeln!(s, "    {{  // rows wholly inside it: untested");
+        let _ = writeln!(
+            s,
+            "    const long long row0 = inside_lo, row_end = inside_hi;
+{inside}    }}"
+        );
+        let _ = writeln!(s, "    {{  // rows after: tested");
+        let _ = writeln!(
+            s,
+            "    const long long row0 = inside_hi, row_end = row_end_all;
+{tested}    }}
+    }}"
+        );
+        s
     }
 
     /// The walk down a strip's rows with `row` (the work of row `row` on its matrix values
@@ -767,8 +875,37 @@ impl<'a> Strips<'a> {
             k.iterations(n, "(long long)kColumns")
         );
         s.push_str(&self.interior("((long long)blockIdx.x + 1) * strips * kColumns <= ", "    "));
+        let band = self.band();
+        let block_row = format!("(long long)blockIdx.y * {ROWS_PER_STRIP_BLOCK}");
+        let walk = |tested: bool| -> Result<String, GenerateError> {
+            self.tested.set(tested);
+            let strips = self.strip_loop(&block_row, band);
+            self.tested.set(true);
+            strips.map(|strips| both_bodies(&strips, "    "))
+        };
+        match band.is_full() {
+            true => {
+                let _ = writeln!(s, "    const long long strip_begin = 0, strip_end = strips;");
+                s.push_str(&walk(true)?);
+            }
+            false => s.push_str(&self.band_strip_loops(&block_row, band, &walk(true)?, &walk(false)?)),
+        }
+        let _ = writeln!(s, "    #pragma unroll\n    for (int k = 0; k < kRows; ++k) {{");
+        let _ = writeln!(s, "        const long long row = row_first + k * kWarps;");
+        let inside = format!("row < {m} && k * kWarps + warp < {ROWS_PER_STRIP_BLOCK}");
+        s.push_str(&self.row_sum_stores(k.grid_serial().is_none(), Some(&inside), "        ")?);
+        s.push_str("    }\n");
+        Ok(s)
+    }
+
+    /// The walk along strips `strip_begin .. strip_end` of the block's 32 rows from `block_row`.
+    fn strip_loop(&self, block_row: &str, band: Diagonals) -> Result<String, GenerateError> {
+        let (k, m, n) = (self.k, &self.m, &self.n);
         let mut strips = String::new();
-        let _ = writeln!(strips, "        for (long long strip = 0; strip < strips; ++strip) {{");
+        let _ = writeln!(
+            strips,
+            "        for (long long strip = strip_begin; strip < strip_end; ++strip) {{"
+        );
         let _ = writeln!(
             strips,
             "            const long long col0 = ((long long)blockIdx.x * strips + strip) * kColumns;"
@@ -777,6 +914,20 @@ impl<'a> Strips<'a> {
             strips,
             "            if (col0 >= {n}) break;  // uniform across the block"
         );
+        // Strips wholly outside the kernel's triangle for the block's rows are skipped.
+        if let Some(from) = band.from {
+            let _ = writeln!(
+                strips,
+                "            if (col0 + kColumns <= {block_row} + ({from}LL)) continue;"
+            );
+        }
+        if let Some(to) = band.to {
+            let _ = writeln!(
+                strips,
+                "            if (col0 > {block_row} + {} + ({to}LL)) break;",
+                ROWS_PER_STRIP_BLOCK - 1
+            );
+        }
         strips.push_str(&self.column_vector_loads("kChecked", "            "));
         strips.push_str(&self.column_sum_clear("            "));
         // Unrolled, so that the per-row arrays stay in registers; the test is uniform per warp.
@@ -801,13 +952,54 @@ impl<'a> Strips<'a> {
         strips.push_str("                }\n            }\n");
         strips.push_str(&self.column_sum_stores(false, "            ")?);
         strips.push_str("        }\n");
-        s.push_str(&both_bodies(&strips, "    "));
-        let _ = writeln!(s, "    #pragma unroll\n    for (int k = 0; k < kRows; ++k) {{");
-        let _ = writeln!(s, "        const long long row = row_first + k * kWarps;");
-        let inside = format!("row < {m} && k * kWarps + warp < {ROWS_PER_STRIP_BLOCK}");
-        s.push_str(&self.row_sum_stores(k.grid_serial().is_none(), Some(&inside), "        ")?);
-        s.push_str("    }\n");
-        Ok(s)
+        Ok(strips)
+    }
+
+    /// The walk along the strips of a block's rows crossing the kernel's `band`: the strips
+    /// wholly inside it for all the block's rows by `inside`, whose sums test no diagonal, the
+    /// strips before and after by `tested`.
+    fn band_strip_loops(&self, block_row: &str, band: Diagonals, tested: &str, inside: &str) -> String {
+        let mut s = String::new();
+        let last = ROWS_PER_STRIP_BLOCK - 1;
+        // Floor division of possibly negative column offsets by the strip width.
+        let _ = writeln!(
+            s,
+            "    const auto strip_floor = [](long long a) {{ return a >= 0 ? a / kColumns : -((-a + kColumns - 1) / kColumns); }};"
+        );
+        let _ = writeln!(s, "    const long long base = (long long)blockIdx.x * strips;");
+        let _ = writeln!(s, "    long long inside_lo = 0, inside_hi = strips;");
+        if let Some(from) = band.from {
+            // col0 ≥ last row + from: strips from ⌈(last + from) / kColumns⌉.
+            let _ = writeln!(
+                s,
+                "    {{ const long long at = -strip_floor(-({block_row} + {last} + ({from}LL))) - base; if (at > inside_lo) inside_lo = at; }}"
+            );
+        }
+        if let Some(to) = band.to {
+            // col0 + kColumns − 1 ≤ first row + to: strips before ⌊(first + to + 1) / kColumns⌋.
+            let _ = writeln!(
+                s,
+                "    {{ const long long at = strip_floor({block_row} + ({to}LL) + 1) - base; if (at < inside_hi) inside_hi = at; }}"
+            );
+        }
+        let _ = writeln!(s, "    inside_lo = inside_lo < strips ? inside_lo : strips;");
+        let _ = writeln!(s, "    inside_hi = inside_hi > inside_lo ? inside_hi : inside_lo;");
+        let _ = writeln!(s, "    {{  // strips before the triangle's inside: tested");
+        let _ = writeln!(
+            s,
+            "    const long long strip_begin = 0, strip_end = inside_lo;\n{tested}    }}"
+        );
+        let _ = writeln!(s, "    {{  // strips wholly inside it: untested");
+        let _ = writeln!(
+            s,
+            "    const long long strip_begin = inside_lo, strip_end = inside_hi;\n{inside}    }}"
+        );
+        let _ = writeln!(s, "    {{  // strips after: tested");
+        let _ = writeln!(
+            s,
+            "    const long long strip_begin = inside_hi, strip_end = strips;\n{tested}    }}"
+        );
+        s
     }
 }
 

@@ -34,6 +34,12 @@ pub(super) fn split_call(program: &Program, call: &Call, split: &str, dists: &[D
         )
         .into()
     };
+    // A rank's rows are numbered from its first: a bound compared with them would be off.
+    if call.form.formula.body.reduction_range().is_some_and(|r| !r.is_whole()) {
+        return Err(refuse(
+            "a sum over part of a dimension (a triangle) is not split over ranks yet".into(),
+        ));
+    }
     let elements = elements(&call.form.formula.body);
     let blas2 = call.form.signature.result.rank() == 2 || elements.iter().any(|(p, _)| is_matrix(call, *p));
     let split_indices = match blas2 {

@@ -310,3 +310,27 @@ fn a_formula_that_is_not_linear_in_its_sum_over_rows_is_refused() {
         );
     }
 }
+
+#[test]
+fn matrices_made_from_vectors_lie_in_row_blocks() {
+    // B = u₁v₁ᵀ + u₂v₂ᵀ and a·B: each rank makes its own rows from its rows of u₁, u₂.
+    let text = "precision: f64\nsizes: {m: 37, n: 23}\ninputs: {u1: [m], v1: [n], u2: [m], v2: [n], a: scalar}\noutputs: [B, C]\ncalls:\n  - B1 = douter(u1, v1)\n  - B = dger(u2, v2, B1)\n  - C = dmscal(a, B)\n";
+    let library = Library::builtin().unwrap();
+    let program = script::parse("rank2.yaml", text, &library).unwrap();
+    let sizes = program.bind_sizes(&[]).unwrap();
+    let d = check_against_whole(&program, &sizes, &[1, 2, 3, 5, 37]);
+    let text = d.to_string();
+    assert!(text.contains("B        [m, n]     row blocks"), "{d}");
+}
+
+#[test]
+fn a_triangular_sum_is_refused_with_the_reason() {
+    let library = Library::builtin().unwrap();
+    let text = "sizes: {n: 8}\ninputs: {A: [n, n], x: [n]}\noutputs: [y]\ncalls:\n  - y = strmv_upper(A, x)\n";
+    let program = script::parse("t.yaml", text, &library).unwrap();
+    let err = distribute(&program, &library).unwrap_err().to_string();
+    assert!(
+        err.contains("t.yaml:5:5: cannot distribute `y = strmv_upper(A, x)`: a sum over part of a dimension"),
+        "{err}"
+    );
+}

@@ -14,10 +14,11 @@ use serde::{Deserialize, Serialize};
 use crate::explore::callset::CallSet;
 use crate::explore::context::Context;
 use crate::explore::environment::Environment;
-use crate::explore::mapping::{Axis, Role, StripLayout, ELEMENT_SIDE, STATIC_SHARED_LIMIT};
+use crate::explore::mapping::{call_diagonals, Axis, Role, StripLayout, ELEMENT_SIDE, STATIC_SHARED_LIMIT};
 use crate::explore::predict::{FinishWork, KernelTime, Predictor, RoutineRun, Work};
 use crate::explore::timing::RoutineKey;
 use crate::explore::Limits;
+use crate::formula::Diagonals;
 use crate::program::{Arg, CallId, ValueId};
 
 /// Instances per block tried for BLAS-1 fusions (each instance is one warp on a sub-vector).
@@ -587,10 +588,20 @@ impl<'c> KernelRoutines<'c> {
         };
         let count = self.loads.len() + self.order.len() + self.stores.len() + self.reduces.len();
         let mut runs: Vec<RoutineRun> = Vec::with_capacity(count);
+        // A kernel whose calls each read a triangle (or band) loads only the tiles holding it.
+        let band = (self.order.iter())
+            .map(|&c| call_diagonals(&program.calls[c]))
+            .reduce(Diagonals::union)
+            .unwrap_or_default();
+        let share = band.tile_share(self.tiles, ELEMENT_SIDE);
         for (pos, routine, role) in &self.loads {
+            let transfers = grid.transfers(*role);
             runs.push(RoutineRun {
                 key: key(*pos, routine),
-                runs: grid.transfers(*role),
+                runs: match role {
+                    Role::Tile => (transfers as f64 * share).ceil() as u64,
+                    _ => transfers,
+                },
                 work: Work::Bytes(role.numbers() * bytes),
             });
         }

@@ -9,7 +9,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::formula::Expr;
+use crate::formula::{Diagonals, Expr};
 use crate::program::{Arg, Call, Program};
 use crate::shape::{Shape, Sizes};
 use crate::Precision;
@@ -365,6 +365,23 @@ pub fn index_axes(call: &Call) -> Vec<Option<Axis>> {
         axes[c] = Some(Axis::Columns);
     }
     axes
+}
+
+/// The diagonals of its matrix (indexed `[row, column]`) a nested call reads: a triangle for a
+/// sum over part of a row or column (`sum(j in i..n, A[i,j] * x[j])`), else all.
+pub fn call_diagonals(call: &Call) -> Diagonals {
+    let formula = &call.form.formula;
+    let axes = index_axes(call);
+    let (Some(range), Some(summed)) = (formula.body.reduction_range(), first_sum(&formula.body)) else {
+        return Diagonals::default();
+    };
+    let other = |a: Axis| axes.iter().position(|&x| x == Some(a));
+    match axes[summed] {
+        Some(Axis::Columns) => other(Axis::Rows).map(|r| range.diagonals(true, r)),
+        Some(Axis::Rows) => other(Axis::Columns).map(|c| range.diagonals(false, c)),
+        None => None,
+    }
+    .unwrap_or_default()
 }
 
 /// The index list of the first element of parameter `param` in `expr`.

@@ -406,3 +406,46 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn two_outer_products_added_are_one_kernel_that_reads_only_the_vectors() {
+    // B = u₁v₁ᵀ + u₂v₂ᵀ: B is written once, B1 never leaves the chip.
+    let text = "sizes: {m: 4096, n: 4096}\ninputs: {u1: [m], v1: [n], u2: [m], v2: [n]}\noutputs: [B]\ncalls:\n  - B1 = souter(u1, v1)\n  - B = sger(u2, v2, B1)\n";
+    let program = script::parse("rank2.yaml", text, &library()).unwrap();
+    let value = |name: &str| program.value(name).unwrap();
+    let best = explored(&program, Limits::default()).best();
+    let [kernel] = &best.kernels[..] else {
+        panic!("{}", best.describe(&program, &GpuLayout))
+    };
+    let mut loads = kernel.loads.clone();
+    loads.sort();
+    assert_eq!(loads, ["u1", "v1", "u2", "v2"].map(value));
+    assert_eq!(kernel.stores, [value("B")]);
+    assert_eq!(kernel.on_chip, [value("B1")]);
+}
+
+#[test]
+fn triangular_products_fuse_as_the_full_products_on_the_same_matrix_do() {
+    // BiCGK, ATAX and y = A·(Aᵀ·x) on an upper triangle get the kernels of their gemv/gemtv
+    // twins, and a pass over the triangle is predicted to move about half the bytes.
+    let full = |calls: &str| calls.replace("strmtv_upper", "sgemtv").replace("strmv_upper", "sgemv");
+    for calls in [
+        "  - q = strmv_upper(A, p)\n  - s = strmtv_upper(A, r)\n",
+        "  - t = strmv_upper(A, p)\n  - s = strmtv_upper(A, t)\n",
+        "  - t = strmtv_upper(A, p)\n  - s = strmv_upper(A, t)\n",
+    ] {
+        let plan = |calls: &str| {
+            let text =
+                format!("sizes: {{n: 16384}}\ninputs: {{A: [n, n], p: [n], r: [n]}}\noutputs: [s]\ncalls:\n{calls}");
+            let program = script::parse("t.yaml", &text, &library()).unwrap();
+            let best = explored(&program, Limits::default()).best();
+            (kernel_calls(&best), best.predicted_us)
+        };
+        let ((triangle, triangle_us), (twin, twin_us)) = (plan(calls), plan(&full(calls)));
+        assert_eq!(triangle, twin, "{calls}");
+        assert!(
+            triangle_us < 0.6 * twin_us,
+            "{calls}: {triangle_us} µs against {twin_us}"
+        );
+    }
+}

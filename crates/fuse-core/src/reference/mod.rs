@@ -156,10 +156,11 @@ impl Evaluator<'_> {
             Expr::Reduce {
                 op: ReduceOp::Sum,
                 index,
+                range,
                 body,
             } => {
                 let mut total = 0.0;
-                for k in 0..self.extents[*index] {
+                for k in range.bounds(self.extents[*index], idx) {
                     idx[*index] = k;
                     total += self.eval(body, idx);
                 }
@@ -169,6 +170,7 @@ impl Evaluator<'_> {
                 op: ReduceOp::Norm2,
                 index,
                 body,
+                ..
             } => {
                 let mut terms = Vec::with_capacity(self.extents[*index]);
                 for k in 0..self.extents[*index] {

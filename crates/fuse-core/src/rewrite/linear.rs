@@ -377,13 +377,14 @@ impl Binding<'_> {
                 self.same_sum(b1, b2, source)
             }
             (
-                Expr::Reduce { op, index, body },
+                Expr::Reduce { op, index, body, range },
                 Expr::Reduce {
                     op: op2,
                     index: index2,
                     body: body2,
+                    range: range2,
                 },
-            ) if op == op2 && index == index2 => self.same_sum(body, body2, source),
+            ) if op == op2 && index == index2 && range == range2 => self.same_sum(body, body2, source),
             _ => None,
         }
     }

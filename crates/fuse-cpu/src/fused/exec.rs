@@ -18,6 +18,8 @@ use std::mem;
 use fuse_core::formula::ReduceOp;
 use fuse_core::{Bound, Program, Shape};
 
+use fuse_core::formula::Diagonals;
+
 use super::eval::{self, Loc, Locs, NextBlock, Piece, Scope, Seg};
 use super::loops::Store;
 use super::memory::{split_rows, Local, View, ViewMut};
@@ -433,7 +435,9 @@ impl<'a, T: Real> Shared<'_, 'a, T> {
                     for pass in 0..self.kernel.passes {
                         work.rows.iter_mut().for_each(|a| a.fill(T::ZERO));
                         let next = self.next_block(pass, (start, end), r0);
-                        for c0 in (0..cols).step_by(self.tile.cols) {
+                        let read = self.columns_read(pass, r0..r1, cols);
+                        let first = read.start - read.start % self.tile.cols;
+                        for c0 in (first..read.end).step_by(self.tile.cols) {
                             let w = self.tile.cols.min(cols - c0);
                             locals.iter_mut().for_each(|l| l.place(r0, c0));
                             self.matrix_tile((pass, next), r0..r1, c0, w, &mut locals, &mut work);
@@ -452,6 +456,15 @@ impl<'a, T: Real> Shared<'_, 'a, T> {
             scalars: work.scalars,
             norms: work.norms,
         }
+    }
+
+    /// The columns of rows `rows` that the calls of `pass` read: all of them unless every call
+    /// reads a triangle (tiles wholly outside it are not walked).
+    fn columns_read(&self, pass: usize, rows: std::ops::Range<usize>, cols: usize) -> std::ops::Range<usize> {
+        let band = self.calls_of(pass).map(|(_, c)| c.diagonals).reduce(Diagonals::union);
+        let band = band.unwrap_or_default();
+        let (first, last) = (band.columns(rows.start, 0..cols), band.columns(rows.end - 1, 0..cols));
+        first.start..last.end.max(first.start)
     }
 
     /// What the walk of `pass` over the row block from row `r0` pulls in of the next block
@@ -558,7 +571,9 @@ impl<'a, T: Real> Shared<'_, 'a, T> {
         for (c, call) in self.calls_of(pass) {
             if let Some(pair) = self.kernel.shared_rows.iter().find(|p| p.holds(c)) {
                 if c == pair.runs_at() {
-                    self.shared_rows_tile(pair, rows.clone(), c0, w, locals, work);
+                    for (part, c0, w, _) in pieces(call.diagonals, rows.clone(), c0, w, next) {
+                        self.shared_rows_tile(pair, (part, rows.start), c0, w, locals, work);
+                    }
                 }
                 continue;
             }
@@ -574,24 +589,29 @@ impl<'a, T: Real> Shared<'_, 'a, T> {
                 }
                 (Op::RowSums { body, .. }, _) => {
                     let scope = self.scope(locals, Piece::Scalar(T::ZERO));
-                    let sums = &mut work.rows[c];
-                    eval::row_sums(body, &scope, rows.clone(), (c0, w), (sums, next), &mut work.scratch);
+                    for (part, c0, w, next) in pieces(call.diagonals, rows.clone(), c0, w, next) {
+                        let sums = &mut work.rows[c][part.start - rows.start..];
+                        eval::row_sums(body, &scope, part, (c0, w), (sums, next), &mut work.scratch);
+                    }
                 }
                 (Op::ColumnSums { body, .. }, _) => {
                     let scope = self.scope(locals, Piece::Scalar(T::ZERO));
-                    let dest = &mut work.columns[c][c0..c0 + w];
-                    eval::accumulate(body, &scope, rows.clone(), c0, (dest, next), &mut work.scratch);
+                    for (part, c0, w, next) in pieces(call.diagonals, rows.clone(), c0, w, next) {
+                        let dest = &mut work.columns[c][c0..c0 + w];
+                        eval::accumulate(body, &scope, part, c0, (dest, next), &mut work.scratch);
+                    }
                 }
                 _ => unreachable!("BLAS-2 kernels hold nested maps and nested reductions"),
             }
         }
     }
 
-    /// A row sum and a column sum run together on the tile of `rows` × columns `c0 .. c0 + w`.
+    /// A row sum and a column sum run together on the tile of `rows` (from the row block's
+    /// first, `r0`) × columns `c0 .. c0 + w`.
     fn shared_rows_tile(
         &self,
         pair: &SharedRows,
-        rows: std::ops::Range<usize>,
+        (rows, r0): (std::ops::Range<usize>, usize),
         c0: usize,
         w: usize,
         locals: &[Local<'a, T>],
@@ -608,9 +628,9 @@ impl<'a, T: Real> Shared<'_, 'a, T> {
             (row_body, column_body),
             pair.matrix,
             &scope,
-            rows,
+            rows.clone(),
             c0,
-            &mut work.rows[pair.row_sums],
+            &mut work.rows[pair.row_sums][rows.start - r0..],
             &mut work.columns[pair.column_sums][c0..c0 + w],
         );
     }
@@ -751,6 +771,43 @@ impl<T: Real> Work<T> {
             norms: vec![Norm::default(); calls.len()],
         }
     }
+}
+
+/// The parts of the tile `rows` × columns `c0 .. c0 + w` a call reading `diagonals` reads, as
+/// `(rows, first column, columns, pull)`: the rectangle all its rows read, walked as a whole
+/// (pulling in `next`), then each row's ends beside it — a triangle's ragged edge, at most a
+/// tile's height of columns a row.
+fn pieces(
+    diagonals: Diagonals,
+    rows: std::ops::Range<usize>,
+    c0: usize,
+    w: usize,
+    next: NextBlock,
+) -> Vec<(std::ops::Range<usize>, usize, usize, NextBlock)> {
+    let tile = c0..c0 + w;
+    if diagonals.is_full() {
+        return vec![(rows, c0, w, next)];
+    }
+    let (first, last) = (
+        diagonals.columns(rows.start, tile.clone()),
+        diagonals.columns(rows.end - 1, tile.clone()),
+    );
+    let all = last.start..first.end.max(last.start);
+    let mut out = Vec::new();
+    if !all.is_empty() {
+        out.push((rows.clone(), all.start, all.len(), next));
+    }
+    for i in rows {
+        let read = diagonals.columns(i, tile.clone());
+        let (left, right) = match all.is_empty() {
+            true => (read.clone(), read.end..read.end),
+            false => (read.start..all.start, all.end..read.end),
+        };
+        for ends in [left, right].into_iter().filter(|r| !r.is_empty()) {
+            out.push((i..i + 1, ends.start, ends.len(), NextBlock::NONE));
+        }
+    }
+    out
 }
 
 #[cfg(test)]

@@ -12,9 +12,9 @@
 use std::collections::HashMap;
 
 use fuse_core::explore::implementation::dataflow;
-use fuse_core::explore::mapping::{index_axes, Axis};
+use fuse_core::explore::mapping::{call_diagonals, index_axes, Axis};
 use fuse_core::explore::Context;
-use fuse_core::formula::{Expr, ReduceOp};
+use fuse_core::formula::{Diagonals, Expr, ReduceOp};
 use fuse_core::{Arg, CallId, HigherOrderKind, Plan, Program, Shape, Sizes, ValueId};
 
 use super::error::CpuError;
@@ -49,6 +49,8 @@ pub(crate) struct CallPlan {
     /// The pass over each row block it runs in: 0, or one more than the pass of a row sum of
     /// this kernel that it reads (the row sum is finished between the passes).
     pub pass: usize,
+    /// The diagonals of its matrix it reads (a triangle's, or all).
+    pub diagonals: Diagonals,
 }
 
 /// A row sum and a column sum of one pass, each one product through the rows of the same
@@ -402,7 +404,9 @@ fn shared_rows(calls: &[CallPlan]) -> Vec<SharedRows> {
         };
         let partner = calls.iter().enumerate().position(|(c, call)| {
             let same = matches!(&call.op, Op::ColumnSums { body, .. } if body.row_product(0) == Some(matrix));
-            same && call.pass == row_call.pass && !pairs.iter().any(|p| p.holds(c))
+            same && call.pass == row_call.pass
+                && call.diagonals == row_call.diagonals
+                && !pairs.iter().any(|p| p.holds(c))
         });
         if let Some(column_sums) = partner {
             pairs.push(SharedRows {
@@ -548,6 +552,7 @@ fn lower_call(program: &Program, sizes: &Sizes, c: CallId, args: &[Arg]) -> Resu
         result: call.result,
         op,
         pass: 0,
+        diagonals: call_diagonals(call),
     };
     Ok((plan, space))
 }

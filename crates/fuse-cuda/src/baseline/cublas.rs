@@ -254,6 +254,20 @@ macro_rules! routine {
     };
 }
 
+fn fill(upper: bool) -> sys::cublasFillMode_t {
+    match upper {
+        true => sys::cublasFillMode_t::CUBLAS_FILL_MODE_UPPER,
+        false => sys::cublasFillMode_t::CUBLAS_FILL_MODE_LOWER,
+    }
+}
+
+fn diagonal(unit: bool) -> sys::cublasDiagType_t {
+    match unit {
+        true => sys::cublasDiagType_t::CUBLAS_DIAG_UNIT,
+        false => sys::cublasDiagType_t::CUBLAS_DIAG_NON_UNIT,
+    }
+}
+
 /// Unit stride: every array is contiguous.
 const INC: c_int = 1;
 const N: cublasOperation_t = cublasOperation_t::CUBLAS_OP_N;
@@ -332,6 +346,15 @@ impl Calls<'_> {
             .map_err(driver("cuMemcpyHtoDAsync"))
     }
 
+    /// Queues `len` elements of `dst` set to +0.
+    fn zero(&self, len: usize, dst: ValueId) -> Result<(), CudaError> {
+        let stream = self.plan.device.stream().cu_stream();
+        let dst = self.buffer(dst)?.0;
+        // SAFETY: a device buffer of this workspace holding at least `len` elements.
+        unsafe { cudarc::driver::result::memset_d8_async(dst, 0, len * self.element_bytes(), stream) }
+            .map_err(driver("cuMemsetD8Async"))
+    }
+
     /// Queues `op`. The match is the table of call shapes: a cuBLAS routine a row, with its name,
     /// its f32/f64 entry points and its arguments in cuBLAS's order. Laid out by hand, a row per
     /// routine, where rustfmt would spread each over a screen.
@@ -347,6 +370,7 @@ impl Calls<'_> {
         let (name, status) = unsafe { match *op {
             BlasOp::Copy { len, src, dst } => return self.copy(len, src, dst),
             BlasOp::HostScalar { ref value, into } => return self.host_scalar(value, into),
+            BlasOp::Zero { len, dst } => return self.zero(len, dst),
             BlasOp::Scal { n, alpha, x } =>
                 routine!(p, "scal", cublasSscal_v2 / cublasDscal_v2(h, dim(n)?, s(&alpha)?, b(x)?, INC)),
             BlasOp::Axpy { n, alpha, x, y } =>
@@ -363,6 +387,9 @@ impl Calls<'_> {
             BlasOp::Ger { m, n, lda, alpha, x, y, a } =>
                 routine!(p, "ger", cublasSger_v2 / cublasDger_v2(h, dim(m)?, dim(n)?,
                     s(&alpha)?, b(x)?, INC, b(y)?, INC, b(a)?, dim(lda)?)),
+            BlasOp::Trmv { n, upper, trans, unit, a, x } =>
+                routine!(p, "trmv", cublasStrmv_v2 / cublasDtrmv_v2(h, fill(upper), operation(trans), diagonal(unit),
+                    dim(n)?, b(a)?, dim(n)?, b(x)?, INC)),
             BlasOp::Geam { m, n, ld, alpha, a, beta, b: bm, c } =>
                 routine!(p, "geam", cublasSgeam / cublasDgeam(h, N, N, dim(m)?, dim(n)?,
                     s(&alpha)?, b(a)?, dim(ld)?, s(&beta)?, b(bm)?, dim(ld)?, b(c)?, dim(ld)?)),

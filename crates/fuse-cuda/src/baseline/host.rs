@@ -87,6 +87,33 @@ fn apply(op: &BlasOp, memory: &mut Memory, baseline: &Baseline, program: &Progra
             memory.buffers.get_mut(&dst).unwrap()[..len].copy_from_slice(&data);
         }
         BlasOp::HostScalar { ref value, into } => host_scalar(value, into, memory, baseline, program, inputs),
+        BlasOp::Trmv {
+            n,
+            upper,
+            trans,
+            unit,
+            a,
+            x,
+        } => {
+            // Column-major: element (i, j) at i + j·n; only the stored triangle is read.
+            let (mat, xs) = (memory.buffers[&a].clone(), memory.buffers[&x].clone());
+            let stored = |i: usize, j: usize| if upper { i <= j } else { i >= j };
+            let element = |i: usize, j: usize| match (i == j && unit, stored(i, j)) {
+                (true, _) => 1.0,
+                (false, true) => mat[i + j * n],
+                (false, false) => 0.0,
+            };
+            let ys = memory.buffers.get_mut(&x).unwrap();
+            for (o, y) in ys[..n].iter_mut().enumerate() {
+                *y = (0..n)
+                    .map(|k| match trans {
+                        Trans::N => element(o, k) * xs[k],
+                        Trans::T => element(k, o) * xs[k],
+                    })
+                    .sum();
+            }
+        }
+        BlasOp::Zero { len, dst } => memory.buffers.get_mut(&dst).unwrap()[..len].fill(0.0),
         BlasOp::Scal { n, alpha, x } => {
             let a = s(&alpha, memory);
             memory.buffers.get_mut(&x).unwrap()[..n]

@@ -81,6 +81,13 @@ pub enum BlasOp {
         /// To.
         dst: ValueId,
     },
+    /// `cudaMemset` of `len` elements to +0 (the matrix an outer product's `ger` adds to).
+    Zero {
+        /// Elements.
+        len: usize,
+        /// The buffer.
+        dst: ValueId,
+    },
     /// `x ← alpha·x`.
     Scal {
         /// Elements.
@@ -168,6 +175,22 @@ pub enum BlasOp {
         /// The matrix, updated in place.
         a: ValueId,
     },
+    /// `x ← op(T)·x`, T the `upper` (else lower) triangle of column-major n×n `a`, with ones
+    /// on its diagonal where `unit`.
+    Trmv {
+        /// Rows and columns.
+        n: usize,
+        /// Which triangle, in cuBLAS's column-major terms.
+        upper: bool,
+        /// Transpose flag.
+        trans: Trans,
+        /// Whether the diagonal is taken as ones (not read).
+        unit: bool,
+        /// The matrix.
+        a: ValueId,
+        /// The vector, overwritten by the product.
+        x: ValueId,
+    },
     /// `C ← alpha·A + beta·B`, all column-major m×n with leading dimension `ld`.
     Geam {
         /// Rows.
@@ -240,6 +263,7 @@ fn op_traffic(op: &BlasOp, program: &Program) -> usize {
     match *op {
         BlasOp::HostScalar { ref value, .. } => device_reads(value, program).len() + 1,
         BlasOp::Copy { len, .. } => 2 * len,
+        BlasOp::Zero { len, .. } => len,
         BlasOp::Scal { n, .. } => 2 * n,
         BlasOp::Axpy { n, .. } => 3 * n,
         BlasOp::Dot { n, .. } => 2 * n + 1,
@@ -251,6 +275,7 @@ fn op_traffic(op: &BlasOp, program: &Program) -> usize {
         }
         BlasOp::Ger { m, n, .. } => 2 * m * n + m + n,
         BlasOp::Geam { m, n, .. } => 3 * m * n,
+        BlasOp::Trmv { n, .. } => n * (n + 1) / 2 + 2 * n,
     }
 }
 
@@ -269,6 +294,7 @@ fn describe_op(op: &BlasOp, program: &Program) -> String {
     match op {
         BlasOp::Copy { src, dst, .. } => format!("copy {}→{}", name(*src), name(*dst)),
         BlasOp::HostScalar { value, into } => format!("host {} = {}", scalar(into), value.text(program)),
+        BlasOp::Zero { dst, .. } => format!("zero {}", name(*dst)),
         BlasOp::Scal { alpha, x, .. } => format!("scal({}, {})", scalar(alpha), name(*x)),
         BlasOp::Axpy { alpha, x, y, .. } => format!("axpy({}, {}, {})", scalar(alpha), name(*x), name(*y)),
         BlasOp::Dot { x, y, result, .. } => format!("dot({}, {})→{}", name(*x), name(*y), name(*result)),
@@ -294,6 +320,21 @@ fn describe_op(op: &BlasOp, program: &Program) -> String {
         BlasOp::Ger { alpha, x, y, a, .. } => {
             format!("ger({}, {}, {}, {})", scalar(alpha), name(*x), name(*y), name(*a))
         }
+        BlasOp::Trmv {
+            upper,
+            trans,
+            unit,
+            a,
+            x,
+            ..
+        } => format!(
+            "trmv_{}{}{}({}, {})",
+            if *upper { "U" } else { "L" },
+            t(*trans),
+            if *unit { "U" } else { "N" },
+            name(*a),
+            name(*x)
+        ),
         BlasOp::Geam {
             alpha, a, beta, b, c, ..
         } => format!(
@@ -558,21 +599,15 @@ impl<'p> Translator<'p> {
             }
             ("gemv" | "gemtv", 2 | 3 | 5) => self.gemv(c),
             ("ger", 3 | 4) => self.ger(c),
+            ("outer", 2 | 3) => self.outer(c),
+            (f, 2) if TRIANGULAR.iter().any(|t| t.0 == f) => self.trmv(c),
             ("madd", 2) => {
-                let (a, b) = (self.value(&args[0]), self.value(&args[1]));
-                let (m, cols) = self.matrix(self.arg_value(&args[0]));
-                let c = self.fresh(result);
                 let one = ScalarArg::constant(1.0);
-                self.push(BlasOp::Geam {
-                    m: cols,
-                    n: m,
-                    ld: cols,
-                    alpha: one,
-                    a,
-                    beta: one,
-                    b,
-                    c,
-                });
+                self.geam(c, (one, &args[0]), (one, &args[1]));
+            }
+            ("mscal", 2) => {
+                let alpha = self.scalar(&args[0]);
+                self.geam(c, (alpha, &args[1]), (ScalarArg::constant(0.0), &args[1]));
             }
             _ => {
                 return Err(CudaError::Unsupported(format!(
@@ -662,17 +697,74 @@ impl<'p> Translator<'p> {
         });
     }
 
+    /// `C = alpha·A + beta·B` by `geam` (B is not read where beta is 0).
+    fn geam(&mut self, c: CallId, (alpha, a): (ScalarArg, &Arg), (beta, b): (ScalarArg, &Arg)) {
+        let (m, cols) = self.matrix(self.arg_value(a));
+        let (a, b) = (self.value(a), self.value(b));
+        let c = self.fresh(self.program.calls[c].result);
+        self.push(BlasOp::Geam {
+            m: cols,
+            n: m,
+            ld: cols,
+            alpha,
+            a,
+            beta,
+            b,
+            c,
+        });
+    }
+
     /// `ger`: row-major A += a·x·yᵀ is column-major Aᵀ += a·y·xᵀ.
     fn ger(&mut self, c: CallId) {
-        let program = self.program;
-        let args = &program.calls[c].args;
+        let args = &self.program.calls[c].args;
         let (alpha, x, y, a) = match args.len() {
             3 => (ScalarArg::constant(1.0), &args[0], &args[1], &args[2]),
             _ => (self.scalar(&args[0]), &args[1], &args[2], &args[3]),
         };
-        let (rows, cols) = self.matrix(self.arg_value(a));
         let (x, y) = (self.value(x), self.value(y));
         let a = self.place(self.arg_value(a), c, &[x, y]);
+        self.rank_one(alpha, x, y, a);
+    }
+
+    /// A triangular product: `trmv` in place on a copy of `x`; row-major A's upper triangle is
+    /// column-major Aᵀ's lower one, so the triangle and the transpose flag swap.
+    fn trmv(&mut self, c: CallId) {
+        let call = &self.program.calls[c];
+        let &(_, upper, transposed, unit) = (TRIANGULAR.iter())
+            .find(|t| t.0 == call.function)
+            .expect("called for the triangular functions");
+        let a = self.value(&call.args[0]);
+        let x = self.value(&call.args[1]);
+        let y = self.fresh(call.result);
+        let n = self.len(y);
+        self.push(BlasOp::Copy { len: n, src: x, dst: y });
+        self.push(BlasOp::Trmv {
+            n,
+            upper: !upper,
+            trans: if transposed { Trans::N } else { Trans::T },
+            unit,
+            a,
+            x: y,
+        });
+    }
+
+    /// `outer`: a cuBLAS user zeroes the result and adds `ger` to it.
+    fn outer(&mut self, c: CallId) {
+        let call = &self.program.calls[c];
+        let (alpha, x, y) = match call.args.len() {
+            2 => (ScalarArg::constant(1.0), &call.args[0], &call.args[1]),
+            _ => (self.scalar(&call.args[0]), &call.args[1], &call.args[2]),
+        };
+        let (x, y) = (self.value(x), self.value(y));
+        let a = self.fresh(call.result);
+        let len = self.len(a);
+        self.push(BlasOp::Zero { len, dst: a });
+        self.rank_one(alpha, x, y, a);
+    }
+
+    /// `a ← alpha·x·yᵀ + a`, row-major.
+    fn rank_one(&mut self, alpha: ScalarArg, x: ValueId, y: ValueId, a: ValueId) {
+        let (rows, cols) = self.matrix(a);
         self.push(BlasOp::Ger {
             m: cols,
             n: rows,
@@ -684,6 +776,18 @@ impl<'p> Translator<'p> {
         });
     }
 }
+
+/// The library's triangular products: (function, upper, transposed, unit diagonal), row-major.
+const TRIANGULAR: [(&str, bool, bool, bool); 8] = [
+    ("trmv_upper", true, false, false),
+    ("trmv_lower", false, false, false),
+    ("trmtv_upper", true, true, false),
+    ("trmtv_lower", false, true, false),
+    ("trmv_upper_unit", true, false, true),
+    ("trmv_lower_unit", false, false, true),
+    ("trmtv_upper_unit", true, true, true),
+    ("trmtv_lower_unit", false, true, true),
+];
 
 /// The product of two host scalars, when at most one depends on an input.
 fn multiply(a: ScalarArg, b: ScalarArg) -> Option<ScalarArg> {
@@ -716,6 +820,8 @@ pub fn host_scalars(baseline: &Baseline) -> Vec<ScalarArg> {
                 add(beta);
             }
             BlasOp::Copy { .. }
+            | BlasOp::Zero { .. }
+            | BlasOp::Trmv { .. }
             | BlasOp::Dot { .. }
             | BlasOp::Asum { .. }
             | BlasOp::Nrm2 { .. }

@@ -215,3 +215,33 @@ fn host_scalars_read_each_scalar_once_and_round_to_the_precision() {
     );
     assert_eq!(device_reads(value, &program), [d]);
 }
+
+#[test]
+fn matrices_from_vectors_are_zeroed_then_updated() {
+    let library = Library::builtin().unwrap();
+    let text = "precision: f64\nsizes: {m: 3, n: 5}\ninputs: {u1: [m], v1: [n], u2: [m], v2: [n], a: scalar}\noutputs: [B, C]\ncalls:\n  - B1 = douter(u1, v1)\n  - B = dger(u2, v2, B1)\n  - C = dmscal(a, B)\n";
+    let program = fuse_core::script::parse("t.yaml", text, &library).unwrap();
+    let baseline = Baseline::new(&program, &program.sizes).unwrap();
+    assert_eq!(
+        baseline.describe(&program),
+        "zero B1; ger(1, v1, u1, B1); ger(1, v2, u2, B1); geam(a, B1, 0, B1)→C"
+    );
+    for (m, n) in [(37, 53), (1, 40), (40, 1)] {
+        check(&program, m, n, 5);
+    }
+}
+
+#[test]
+fn triangular_products_are_trmv_on_a_copy_with_the_triangle_swapped() {
+    let library = Library::builtin().unwrap();
+    let text = "precision: f64\nsizes: {n: 5}\ninputs: {A: [n, n], x: [n]}\noutputs: [y, z]\ncalls:\n  - y = dtrmv_upper(A, x)\n  - z = dtrmtv_lower_unit(A, y)\n";
+    let program = fuse_core::script::parse("t.yaml", text, &library).unwrap();
+    let baseline = Baseline::new(&program, &program.sizes).unwrap();
+    assert_eq!(
+        baseline.describe(&program),
+        "copy x→y; trmv_LTN(A, y); copy y→z; trmv_UNU(A, z)"
+    );
+    for n in [1, 37, 97] {
+        check(&program, n, n, 3);
+    }
+}
