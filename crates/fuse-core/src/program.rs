@@ -146,6 +146,30 @@ impl Call {
     }
 }
 
+/// One step of the rewrite stage ([`crate::rewrite`]): the calls it replaced and the calls it wrote.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rewrite {
+    /// The rule's name (`map-joins-walk`).
+    pub rule: &'static str,
+    /// The calls replaced, as written before.
+    pub before: Vec<String>,
+    /// The calls that replace them.
+    pub after: Vec<String>,
+}
+
+impl fmt::Display for Rewrite {
+    /// `map-joins-walk: t = dgemv(A, x); u = daxpy(a, t, c) → u = dgemv(a, A, x, 1, c)`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}: {} → {}",
+            self.rule,
+            self.before.join("; "),
+            self.after.join("; ")
+        )
+    }
+}
+
 /// A parsed and checked script.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Program {
@@ -167,7 +191,7 @@ pub struct Program {
     pub calls: Vec<Call>,
     /// What the rewrite stage changed, in the order it did (empty where the script was fused
     /// as written).
-    pub rewrites: Vec<crate::rewrite::Rewrite>,
+    pub rewrites: Vec<Rewrite>,
 }
 
 impl Program {

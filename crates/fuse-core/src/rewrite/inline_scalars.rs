@@ -11,8 +11,9 @@
 use std::sync::Arc;
 
 use super::edit::{prune, readers, text};
-use super::{Rewrite, Rewritten};
+use super::rule::Rewritten;
 use crate::library::{HigherOrderKind, Library};
+use crate::program::Rewrite;
 use crate::program::{Arg, Program, ScalarArg};
 
 /// The program with the first scalar call that a call reads inlined into every reader.

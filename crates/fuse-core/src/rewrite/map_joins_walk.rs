@@ -19,10 +19,11 @@
 //! own); the walk's sum and what a zero scalar drops are unchanged.
 
 use crate::library::{HigherOrderKind, Library};
+use crate::program::Rewrite;
 use crate::program::{Call, CallId, Program, ValueId};
 use crate::rewrite::edit;
 use crate::rewrite::linear::{self, Part, Term};
-use crate::rewrite::{Rewrite, Rewritten};
+use crate::rewrite::rule::Rewritten;
 
 /// The rule's name as printed.
 const NAME: &str = "map-joins-walk";

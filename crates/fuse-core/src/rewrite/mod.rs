@@ -21,42 +21,14 @@ mod edit;
 mod inline_scalars;
 mod linear;
 mod map_joins_walk;
+mod rule;
 mod split_accumulation;
-
-use std::fmt;
 
 use crate::library::Library;
 use crate::program::Program;
+use rule::Rewritten;
 
-/// One step of the rewrite stage: the calls it replaced and the calls it wrote.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Rewrite {
-    /// The rule's name (`map-joins-walk`).
-    pub rule: &'static str,
-    /// The calls replaced, as written before.
-    pub before: Vec<String>,
-    /// The calls that replace them.
-    pub after: Vec<String>,
-}
-
-impl fmt::Display for Rewrite {
-    /// `map-joins-walk: t = dgemv(A, x); u = daxpy(a, t, c) → u = dgemv(a, A, x, 1, c)`.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{}: {} → {}",
-            self.rule,
-            self.before.join("; "),
-            self.after.join("; ")
-        )
-    }
-}
-
-/// A rule's result: the program after one step, and the step.
-pub(crate) struct Rewritten {
-    program: Program,
-    step: Rewrite,
-}
+pub use crate::program::Rewrite;
 
 /// A rule: the program after its first match, or `None` where nothing matches.
 type Rule = fn(&Program, &Library) -> Option<Rewritten>;

@@ -16,10 +16,11 @@
 //! the sums themselves are unchanged.
 
 use crate::library::{HigherOrderKind, Library};
+use crate::program::Rewrite;
 use crate::program::{Arg, CallId, Program, ValueId};
 use crate::rewrite::edit;
 use crate::rewrite::linear::{self, Coefficient, Part, Term};
-use crate::rewrite::{Rewrite, Rewritten};
+use crate::rewrite::rule::Rewritten;
 
 /// The rule's name as printed.
 const NAME: &str = "split-accumulation";

@@ -2,7 +2,8 @@
 
 use super::monitor::Monitor;
 use super::ops::{In, Ops};
-use super::{start, Breakdown, Options, Solution};
+use super::solution::{Breakdown, Options, Solution};
+use super::start::{start, Start};
 use crate::element::Element;
 use crate::error::Result;
 use crate::session::{Matrix, Session, Vector};
@@ -18,7 +19,14 @@ pub fn cg<T: Element>(
     options: &Options<T>,
 ) -> Result<Solution<T>> {
     let ops = Ops { session };
-    let Some((mut x, mut r, atol, maxiter)) = start(&ops, a, b, x0, options)? else {
+    let Some(Start {
+        mut x,
+        mut r,
+        atol,
+        maxiter,
+        ..
+    }) = start(&ops, a, b, x0, options)?
+    else {
         return Ok(Solution::of_zero(b));
     };
     let jacobi = options.jacobi.as_ref();

@@ -1,7 +1,8 @@
 //! Restarted GMRES (SciPy's `gmres`), its Gram–Schmidt as products with the Krylov basis.
 
 use super::ops::{In, Ops};
-use super::{start, Options, Outcome, Solution};
+use super::solution::{Options, Outcome, Solution};
+use super::start::{epsilon, start, Start};
 use crate::element::Element;
 use crate::error::Result;
 use crate::session::{Matrix, Session, Vector};
@@ -24,14 +25,20 @@ pub fn gmres<T: Element>(
     options: &Options<T>,
 ) -> Result<Solution<T>> {
     let ops = Ops { session };
-    let Some((mut x, mut r, atol, maxiter)) = start(&ops, a, b, x0, options)? else {
+    let Some(Start {
+        mut x,
+        mut r,
+        b_norm,
+        atol,
+        maxiter,
+    }) = start(&ops, a, b, x0, options)?
+    else {
         return Ok(Solution::of_zero(b));
     };
     let n = b.len();
     let restart = options.restart.unwrap_or(20).clamp(1, n.max(1));
     let jacobi = options.jacobi.as_ref();
     let read = |s: &crate::Scalar<T>| -> Result<f64> { Ok(session.read_scalar(s)?.to_f64()) };
-    let b_norm = read(&ops.nrm2(b)?)?;
     let mut r_norm = read(&ops.nrm2(&r)?)?;
     let mut residuals = vec![r_norm];
     if r_norm < atol {
@@ -43,7 +50,7 @@ pub fn gmres<T: Element>(
         });
     }
     let m_b_norm = read(&ops.nrm2(&ops.precondition(jacobi, b)?)?)?;
-    let eps = super::epsilon::<T>();
+    let eps = epsilon::<T>();
     let mut ptol_max_factor: f64 = 1.0;
     let mut ptol = m_b_norm * ptol_max_factor.min(atol / b_norm);
     let units = unit_vectors(session, restart + 1)?;

@@ -9,7 +9,7 @@
 //! the one place it reads more than the residual.
 
 use super::ops::Ops;
-use super::{Breakdown, Callback, Options, Outcome, Solution};
+use super::solution::{Breakdown, Callback, Options, Outcome, Solution};
 use crate::element::Element;
 use crate::error::Result;
 use crate::session::{Scalar, Vector};

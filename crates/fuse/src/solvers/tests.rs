@@ -3,7 +3,7 @@
 //! bad input.
 
 use super::*;
-use crate::{Backend, Session};
+use crate::{Backend, Element, Matrix, Precision, Result, Session, Vector};
 
 /// A random n×n matrix (row-major) made diagonally dominant, symmetric where `symmetric`.
 fn system(n: usize, seed: u64, symmetric: bool) -> (Vec<f64>, Vec<f64>) {
