@@ -390,6 +390,9 @@ impl Calls<'_> {
             BlasOp::Trmv { n, upper, trans, unit, a, x } =>
                 routine!(p, "trmv", cublasStrmv_v2 / cublasDtrmv_v2(h, fill(upper), operation(trans), diagonal(unit),
                     dim(n)?, b(a)?, dim(n)?, b(x)?, INC)),
+            BlasOp::Dgmm { n, x, y, c } =>
+                routine!(p, "dgmm", cublasSdgmm / cublasDdgmm(h, sys::cublasSideMode_t::CUBLAS_SIDE_RIGHT,
+                    1, dim(n)?, b(x)?, 1, b(y)?, INC, b(c)?, 1)),
             BlasOp::Geam { m, n, ld, alpha, a, beta, b: bm, c } =>
                 routine!(p, "geam", cublasSgeam / cublasDgeam(h, N, N, dim(m)?, dim(n)?,
                     s(&alpha)?, b(a)?, dim(ld)?, s(&beta)?, b(bm)?, dim(ld)?, b(c)?, dim(ld)?)),

@@ -182,6 +182,13 @@ fn apply(op: &BlasOp, memory: &mut Memory, baseline: &Baseline, program: &Progra
                 }
             }
         }
+        BlasOp::Dgmm { n, x, y, c } => {
+            let (xs, ys) = (memory.buffers[&x].clone(), memory.buffers[&y].clone());
+            let out = memory.buffers.get_mut(&c).unwrap();
+            for i in 0..n {
+                out[i] = xs[i] * ys[i];
+            }
+        }
         BlasOp::Geam {
             m,
             n,

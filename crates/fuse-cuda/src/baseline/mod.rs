@@ -210,6 +210,17 @@ pub enum BlasOp {
         /// The result.
         c: ValueId,
     },
+    /// `c ← x∘y` element by element: cuBLAS's `dgmm`, x a 1×n matrix times diag(y).
+    Dgmm {
+        /// Elements.
+        n: usize,
+        /// The vector scaled.
+        x: ValueId,
+        /// The diagonal.
+        y: ValueId,
+        /// The result.
+        c: ValueId,
+    },
     /// `into ← value` on the host: the scalars `value` reads that only the device has are
     /// copied back (the stream waits), `value` is evaluated in the precision, and the result
     /// is copied into `into` (a [`ScalarArg::Device`] or [`ScalarArg::Computed`]).
@@ -275,6 +286,7 @@ fn op_traffic(op: &BlasOp, program: &Program) -> usize {
         }
         BlasOp::Ger { m, n, .. } => 2 * m * n + m + n,
         BlasOp::Geam { m, n, .. } => 3 * m * n,
+        BlasOp::Dgmm { n, .. } => 3 * n,
         BlasOp::Trmv { n, .. } => n * (n + 1) / 2 + 2 * n,
     }
 }
@@ -294,6 +306,7 @@ fn describe_op(op: &BlasOp, program: &Program) -> String {
     match op {
         BlasOp::Copy { src, dst, .. } => format!("copy {}→{}", name(*src), name(*dst)),
         BlasOp::HostScalar { value, into } => format!("host {} = {}", scalar(into), value.text(program)),
+        BlasOp::Dgmm { x, y, c, .. } => format!("dgmm({}, {})→{}", name(*x), name(*y), name(*c)),
         BlasOp::Zero { dst, .. } => format!("zero {}", name(*dst)),
         BlasOp::Scal { alpha, x, .. } => format!("scal({}, {})", scalar(alpha), name(*x)),
         BlasOp::Axpy { alpha, x, y, .. } => format!("axpy({}, {}, {})", scalar(alpha), name(*x), name(*y)),
@@ -577,6 +590,11 @@ impl<'p> Translator<'p> {
                 self.push(BlasOp::Axpy { n, alpha, x, y });
             }
             ("add", 2) => self.add(c, &args[0], &args[1]),
+            ("hadamard", 2) => {
+                let (x, y) = (self.value(&args[0]), self.value(&args[1]));
+                let c = self.fresh(result);
+                self.push(BlasOp::Dgmm { n, x, y, c });
+            }
             ("copy", 1) => {
                 let src = self.value(&args[0]);
                 let dst = self.fresh(result);
@@ -825,6 +843,7 @@ pub fn host_scalars(baseline: &Baseline) -> Vec<ScalarArg> {
             | BlasOp::Dot { .. }
             | BlasOp::Asum { .. }
             | BlasOp::Nrm2 { .. }
+            | BlasOp::Dgmm { .. }
             | BlasOp::HostScalar { .. } => {}
         }
     }
