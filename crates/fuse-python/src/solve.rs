@@ -16,6 +16,9 @@ use crate::session::{lock, typed, Precise, Shared, Value};
 type Solver<T> =
     fn(&fuse::Session<T>, &Matrix<T>, &Vector<T>, Option<&Vector<T>>, &Options<T>) -> fuse::Result<Solution<T>>;
 
+/// A, b, x0 and the Jacobi vector of a solve.
+type System<T> = (Matrix<T>, Vector<T>, Option<Vector<T>>, Option<Vector<T>>);
+
 /// What a solve hands back: x, SciPy's info, the iterations run, ‖r‖ at each read, and why it
 /// stopped in words.
 type Solved = (Value, i64, usize, Vec<f64>, String);
@@ -129,13 +132,7 @@ impl Hook {
 }
 
 /// A, b, x0 and the Jacobi vector in `T`, where each is of `T` and of its kind.
-#[allow(clippy::type_complexity)]
-fn typed_args<T: Precise>(
-    a: &Value,
-    b: &Value,
-    x0: Option<&Value>,
-    jacobi: Option<&Value>,
-) -> Option<(Matrix<T>, Vector<T>, Option<Vector<T>>, Option<Vector<T>>)> {
+fn typed_args<T: Precise>(a: &Value, b: &Value, x0: Option<&Value>, jacobi: Option<&Value>) -> Option<System<T>> {
     let vector = |v: &Value| match typed::<T>(&v.handle) {
         Some(AnyHandle::Vector(v)) => Some(v),
         _ => None,
@@ -151,7 +148,7 @@ fn typed_args<T: Precise>(
 fn run<T: Precise>(
     shared: &Shared,
     method: &str,
-    (a, b, x0, jacobi): (Matrix<T>, Vector<T>, Option<Vector<T>>, Option<Vector<T>>),
+    (a, b, x0, jacobi): System<T>,
     settings: &Settings,
     hook: Hook,
 ) -> fuse::Result<(crate::session::Handles, i64, usize, Vec<f64>, String)> {
