@@ -25,7 +25,7 @@ import scipy.sparse.linalg as sla
 import fuseblas
 import fuseblas.linalg as fla
 
-QUIET_S = 0.3  # seconds of quiet before each timing (OpenBLAS's threads wait up to ~0.1 s)
+QUIET_S = 0.2  # seconds of quiet before each timing (OpenBLAS's threads wait up to ~0.1 s)
 
 
 def system(n, dtype, seed=1):
@@ -37,14 +37,31 @@ def system(n, dtype, seed=1):
 
 
 def iterations_of(method, A, b, kwargs):
-    """SciPy's iteration count (GMRES: inner iterations), counted by its matvecs."""
+    """SciPy's iteration count, counted by its products with A (GMRES: its inner iterations
+    plus one residual a restart cycle)."""
     count = [0]
     op = sla.LinearOperator(A.shape, matvec=lambda v: (count.__setitem__(0, count[0] + 1), A @ v)[1],
                             rmatvec=lambda v: A.T @ v, dtype=A.dtype)
     _, info = getattr(sla, method)(op, b, **kwargs)
     per = {"cg": 1, "bicg": 1, "bicgstab": 2, "gmres": 1}[method]
-    extra = 1 if method == "gmres" else 0  # GMRES's residual after each cycle (counted below)
-    return count[0], per, extra, info
+    return count[0], per, info
+
+
+def products(A, session, A_resident, rounds=7):
+    """The iterations' one O(n²) part alone: numpy's A@p and A.T@p against fuseblas's gemv and
+    gemtv on the resident matrix (read back), medians of interleaved calls, in ms."""
+    p = np.ones(A.shape[0], A.dtype)
+    pv = session.array(p)
+    runs = {"numpy A@p": lambda: A @ p, "numpy A.T@p": lambda: A.T @ p,
+            "fuseblas gemv": lambda: np.asarray(session.gemv(A_resident, pv)),
+            "fuseblas gemtv": lambda: np.asarray(session.gemtv(A_resident, pv))}
+    times = {k: [] for k in runs}
+    for f in runs.values():
+        f()
+    for _ in range(rounds):
+        for k, f in runs.items():
+            times[k].append(timed(f)[0])
+    return ", ".join(f"{k} {1e3 * statistics.median(v):.1f}" for k, v in times.items())
 
 
 def timed(f):
@@ -79,9 +96,11 @@ def main():
         A, b = system(args.n, dtype)
         session = fuseblas.Session(backend="cpu")
         A_resident = session.array(A)
+        print(f"{dtype} products alone (ms): {products(A, session, A_resident)} (load {os.getloadavg()[0]:.2f})",
+              flush=True)
         for method in args.methods.split(","):
             kwargs = {"rtol": args.rtol, **({"restart": 30} if method == "gmres" else {})}
-            matvecs, per, extra, info = iterations_of(method, A, b, kwargs)
+            matvecs, per, info = iterations_of(method, A, b, kwargs)
             # Compile at these sizes first (cached on disk after).
             getattr(fla, method)(A_resident, b, maxiter=2, **kwargs)
             rounds = {"scipy": [], "fuse": [], "fuse-resident": []}
