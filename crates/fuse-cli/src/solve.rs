@@ -186,11 +186,13 @@ fn solve<T: Element>(
         check_every: args.check_every,
         restart: args.restart,
         jacobi: jacobi.map(|d| session.vector(d)).transpose().map_err(failure)?,
-        callback: Some(Arc::new(move |iteration, residual, _: &fuse::Vector<T>| {
-            shown.set_message(format!("iteration {iteration}: ‖r‖ = {residual:.3e}"));
-            shown.tick();
-            Ok(())
-        })),
+        callback: Some(Arc::new(
+            move |_: &Session<T>, iteration, residual, _: &fuse::Vector<T>| {
+                shown.set_message(format!("iteration {iteration}: ‖r‖ = {residual:.3e}"));
+                shown.tick();
+                Ok(())
+            },
+        )),
     };
     let method = match args.method {
         Method::Cg => solvers::cg,

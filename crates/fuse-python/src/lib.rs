@@ -12,6 +12,7 @@ mod errors;
 mod interrupt;
 mod program;
 mod session;
+mod solve;
 
 use pyo3::prelude::*;
 
@@ -24,6 +25,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<device::GpuArray>()?;
     m.add_function(wrap_pyfunction!(arrays::view_address, m)?)?;
     m.add_function(wrap_pyfunction!(backends, m)?)?;
+    m.add_function(wrap_pyfunction!(solve::solve, m)?)?;
     m.add_function(wrap_pyfunction!(check_host_memory, m)?)?;
     m.add_function(wrap_pyfunction!(interrupt::_set_note_after_ms, m)?)?;
     let stop_work = wrap_pyfunction!(interrupt::_stop_work, m)?;

@@ -19,7 +19,7 @@ use crate::interrupt::interruptible;
 use crate::program::{options, parse_backend};
 
 /// The `fuse` sessions of one Python session, one per precision.
-struct Sessions {
+pub(crate) struct Sessions {
     backend: Backend,
     options: CompileOptions,
     f32: Option<fuse::Session<f32>>,
@@ -27,7 +27,7 @@ struct Sessions {
 }
 
 /// A precision's session within [`Sessions`].
-trait Precise: Real + Into<f64> {
+pub(crate) trait Precise: Real + Into<f64> {
     fn session(sessions: &mut Sessions) -> fuse::Result<&fuse::Session<Self>>;
     fn wrap(handle: AnyHandle<Self>) -> Handles;
 }
@@ -55,7 +55,7 @@ precise!(f64, f64, F64);
 
 /// A value's handle, in its precision.
 #[derive(Clone)]
-enum Handles {
+pub(crate) enum Handles {
     F32(AnyHandle<f32>),
     F64(AnyHandle<f64>),
 }
@@ -83,7 +83,7 @@ impl Sessions {
 /// 0.40 ms an iteration on a worker, 0.22 here), and Ctrl-C waits at most about this long.
 const INLINE_BELOW: Duration = Duration::from_millis(20);
 
-type Shared = Arc<Mutex<Sessions>>;
+pub(crate) type Shared = Arc<Mutex<Sessions>>;
 
 /// Runs `work`, which flushes the sessions first if calls are pending: here when that flush is
 /// known to be quick, else on a worker that Ctrl-C walks away from, noting what it is if it
@@ -106,7 +106,7 @@ where
     interruptible(py, &note, work)
 }
 
-fn lock(shared: &Shared) -> MutexGuard<'_, Sessions> {
+pub(crate) fn lock(shared: &Shared) -> MutexGuard<'_, Sessions> {
     // A panic inside fuse while the sessions were held leaves them as consistent as an error.
     shared.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -121,8 +121,8 @@ pub struct Session {
 /// call. Dropping every reference to a result not yet computed makes it a temporary.
 #[pyclass(frozen, module = "fuseblas._core")]
 pub struct Value {
-    shared: Shared,
-    handle: Handles,
+    pub(crate) shared: Shared,
+    pub(crate) handle: Handles,
 }
 
 #[pymethods]
@@ -462,7 +462,7 @@ fn literal(arg: &Bound<'_, PyAny>, function: &str, index: usize) -> PyResult<f64
 }
 
 /// `handle` as a handle of `T`, if it is of that precision.
-fn typed<T: Precise>(handle: &Handles) -> Option<AnyHandle<T>> {
+pub(crate) fn typed<T: Precise>(handle: &Handles) -> Option<AnyHandle<T>> {
     let any: &dyn std::any::Any = match handle {
         Handles::F32(h) => h,
         Handles::F64(h) => h,
@@ -486,6 +486,12 @@ impl Value {
             Handles::F32(h) => h.dims().to_vec(),
             Handles::F64(h) => h.dims().to_vec(),
         }
+    }
+
+    /// The session the value belongs to.
+    #[getter]
+    fn session(&self) -> Session {
+        session_of(self)
     }
 
     /// `"float32"` or `"float64"`.

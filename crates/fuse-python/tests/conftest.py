@@ -36,6 +36,11 @@ def run_python(code, **kwargs):
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, **kwargs)
 
 
+def pytest_configure(config):
+    # SciPy's solver tests, run by test_scipy_iterative.py, carry pytest-fail-slow's mark.
+    config.addinivalue_line("markers", "fail_slow(seconds): pytest-fail-slow's time limit (SciPy's tests)")
+
+
 @pytest.fixture(autouse=True)
 def private_cache(tmp_path_factory, monkeypatch):
     """A cache folder of the test session's own (fuse refuses shared ones)."""

@@ -10,6 +10,19 @@ BUILD_PROFILE: str
 def backends() -> Tuple[str, str]: ...
 def view_address(array: np.ndarray) -> int: ...
 def check_host_memory(bytes: int, what: str) -> None: ...
+def solve(
+    method: str,
+    a: "Value",
+    b: "Value",
+    x0: Optional["Value"],
+    jacobi: Optional["Value"],
+    rtol: float,
+    atol: float,
+    maxiter: Optional[int],
+    check_every: int,
+    restart: Optional[int],
+    callback: Optional[Any],
+) -> Tuple["Value", int, int, List[float], str]: ...
 
 class Program:
     def __init__(
@@ -59,6 +72,8 @@ class DeviceArray:
 class Value:
     @property
     def shape(self) -> List[int]: ...
+    @property
+    def session(self) -> "Session": ...
     @property
     def dtype(self) -> str: ...
     def read(self) -> Union[np.ndarray, float]: ...

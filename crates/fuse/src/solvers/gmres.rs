@@ -72,7 +72,7 @@ pub fn gmres<T: Element>(
         r = ops.residual(a, &x, b)?;
         r_norm = read(&ops.nrm2(&r)?)?;
         if let Some(callback) = &options.callback {
-            callback(cycles, r_norm, &x)?;
+            callback(session, cycles, r_norm, &x)?;
         }
         if cycle.breakdown {
             break;

@@ -126,8 +126,10 @@ impl<'o, 's, T: Element> Monitor<'o, 's, T> {
             true => self.after_a_finite_read(value)?,
             false => Some(self.after_a_breakdown()?),
         };
-        if let (Some(callback), Some(&residual)) = (&self.callback, self.residuals.last()) {
-            callback(self.iteration, residual, x)?;
+        // Not where the solve ends here: SciPy never hands its callback an iterate past the
+        // solution it returns.
+        if let (Some(callback), Some(&residual), None) = (&self.callback, self.residuals.last(), &self.end) {
+            callback(self.ops.session, self.iteration, residual, x)?;
         }
         self.steps.clear();
         self.guards = None;

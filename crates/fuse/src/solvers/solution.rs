@@ -5,11 +5,13 @@ use std::sync::Arc;
 
 use crate::element::Element;
 use crate::error::Result;
-use crate::session::Vector;
+use crate::session::{Session, Vector};
 
-/// Called at each residual read with the iterations run, ‖r‖ at the start of the last of them,
-/// and the iterate after it (reading it costs a copy to the host on a device).
-pub type Callback<T> = Arc<dyn Fn(usize, f64, &Vector<T>) -> Result<()>>;
+/// Called at each residual read after which the solve goes on (or runs out of iterations), as
+/// SciPy calls its callback: with the session, the iterations run, ‖r‖ at the start of the last
+/// of them, and the iterate after it (reading it with the session costs a copy to the host on a
+/// device). GMRES calls it after each restart cycle, with ‖r‖ after it.
+pub type Callback<T> = Arc<dyn Fn(&Session<T>, usize, f64, &Vector<T>) -> Result<()>>;
 
 /// How a solve stops, and what it may use.
 #[derive(Clone)]

@@ -358,3 +358,40 @@ fn gmres_converges_with_restarts_and_counts_cycles_as_scipy() {
     let solution = gmres(&s, &am, &bv, None, &options).unwrap();
     assert_eq!((solution.info(), solution.outcome), (1, Outcome::MaxIterations));
 }
+
+#[test]
+fn the_callback_runs_once_an_iteration_as_scipys_never_past_the_solution() {
+    for method in ["cg", "bicg", "bicgstab"] {
+        let (a, b) = system(23, 5, method == "cg");
+        let s = Session::<f64>::new(Backend::Reference).unwrap();
+        let (am, bv) = (s.matrix(23, 23, a).unwrap(), s.vector(b).unwrap());
+        let calls = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = Arc::clone(&calls);
+        let options = Options {
+            rtol: 1e-10,
+            callback: Some(Arc::new(move |s: &Session<f64>, iteration, _, x: &Vector<f64>| {
+                seen.lock().unwrap().push((iteration, s.read(x)?));
+                Ok(())
+            })),
+            ..Options::default()
+        };
+        let solution = solver::<f64>(method)(&s, &am, &bv, None, &options).unwrap();
+        assert_eq!(solution.outcome, Outcome::Converged, "{method}");
+        let calls = calls.lock().unwrap();
+        // SciPy calls back after each iteration it runs, the last with the solution itself
+        // (BiCGSTAB may end at a half step, past its last call).
+        let iterations: Vec<usize> = calls.iter().map(|c| c.0).collect();
+        let expected: Vec<usize> = (1..=calls.len()).collect();
+        assert_eq!(iterations, expected, "{method}");
+        let half_step = usize::from(method == "bicgstab");
+        assert!(
+            solution.iterations - calls.len() <= half_step,
+            "{method}: {} calls, {} iterations",
+            calls.len(),
+            solution.iterations
+        );
+        if calls.len() == solution.iterations {
+            assert_eq!(calls.last().unwrap().1, s.read(&solution.x).unwrap(), "{method}");
+        }
+    }
+}
