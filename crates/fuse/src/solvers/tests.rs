@@ -3,6 +3,8 @@
 //! bad input.
 
 use super::*;
+use std::sync::Arc;
+
 use crate::{Backend, Element, Matrix, Precision, Result, Session, Vector};
 
 /// A random n×n matrix (row-major) made diagonally dominant, symmetric where `symmetric`.
