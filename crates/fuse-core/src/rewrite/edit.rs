@@ -149,6 +149,13 @@ pub(super) fn readers(program: &Program, v: ValueId) -> Vec<CallId> {
         .collect()
 }
 
+/// The matrices call `c` reads, in argument order.
+pub(super) fn matrices(program: &Program, c: CallId) -> Vec<ValueId> {
+    (program.calls[c].reads().into_iter())
+        .filter(|&v| program.values[v].shape.rank() == 2)
+        .collect()
+}
+
 /// Whether `v` must stay: an output, or read by a call other than `except`.
 pub(super) fn needed_elsewhere(program: &Program, v: ValueId, except: CallId) -> bool {
     program.is_output(v) || readers(program, v).into_iter().any(|c| c != except)

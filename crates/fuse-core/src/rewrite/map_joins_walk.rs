@@ -110,11 +110,7 @@ fn combined(terms: &[Term], t: ValueId, walk: &Call) -> Option<Vec<Term>> {
 
 /// Whether a walk over a matrix of `walk` reads the result of map `m` row by row.
 fn fuses_with_a_walk_reading(program: &Program, m: CallId, walk: CallId) -> bool {
-    let matrices = |c: CallId| -> Vec<ValueId> {
-        (program.calls[c].reads().into_iter())
-            .filter(|&v| program.values[v].shape.rank() == 2)
-            .collect()
-    };
+    let matrices = |c: CallId| edit::matrices(program, c);
     let ours = matrices(walk);
     edit::readers(program, program.calls[m].result).into_iter().any(|r| {
         let reader = &program.calls[r];

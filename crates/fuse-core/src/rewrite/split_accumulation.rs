@@ -92,9 +92,7 @@ fn accumulated_walk(program: &Program, terms: &[Term], c: CallId) -> Option<Valu
 /// Whether the walk `c` could fuse once it no longer waits for `y1`: another walk reads its
 /// matrix, or `y1`'s walk runs the same way over a matrix of the same shape.
 fn worth_splitting(program: &Program, c: CallId, y1: ValueId) -> bool {
-    let matrix = |c: CallId| -> Option<ValueId> {
-        (program.calls[c].reads().into_iter()).find(|&v| program.values[v].shape.rank() == 2)
-    };
+    let matrix = |c: CallId| edit::matrices(program, c).first().copied();
     let Some(ours) = matrix(c) else { return false };
     let shared = (0..program.calls.len())
         .filter(|&o| o != c && program.calls[o].kind.nesting_level() == 2)
