@@ -1,10 +1,12 @@
-//! The sizes of the CPU's caches, from sysfs: whether a matrix can still be in the last-level
-//! cache when a kernel walks it again decides whether the walks pull in the next row block
-//! ahead of them; the second level sizes the calibration's environments; all three are part of
-//! a CPU timing table's key.
+//! The sizes of the CPU's caches, from sysfs: they shape the CPU kernels' tiles and runs
+//! ([`Caches`]), decide whether a matrix can still be in the last-level cache when a kernel
+//! walks it again (and so whether the walks pull in the next row block ahead of them), size
+//! the calibration's environments, and are part of a CPU timing table's key.
 
 use std::path::Path;
 use std::sync::OnceLock;
+
+use super::threads::Threads;
 
 /// Where CPU 0's caches are listed (`index*/level`, `index*/type`, `index*/size`).
 const CACHES: &str = "/sys/devices/system/cpu/cpu0/cache";
@@ -14,6 +16,47 @@ const UNKNOWN_LAST_LEVEL: usize = 32 << 20;
 const UNKNOWN_SECOND_LEVEL: usize = 1 << 20;
 /// Assumed where the system does not say: a common first-level data cache.
 const UNKNOWN_FIRST_LEVEL: usize = 32 << 10;
+
+/// The most last-level cache one thread of fuse counts on. A machine's own cores share its
+/// last-level cache among a few MiB each (2–4 on most, 12 on AMD's stacked-cache parts); a
+/// virtual machine of a few vCPUs is shown its host's whole cache (480 MiB for 2 vCPUs on the
+/// Xeon of benches/results/cpu-peers-2026-11-28-xeon), which other tenants use too: taken at
+/// its word, a 256 MiB matrix looked in cache there, so ATAX walked its row blocks twice
+/// without pulling the next one in.
+const LAST_LEVEL_PER_THREAD: usize = 16 << 20;
+
+/// The cache sizes the CPU kernels are shaped by, in bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Caches {
+    /// The first-level data cache of a core.
+    pub(crate) first: usize,
+    /// The second-level cache of a core.
+    pub(crate) second: usize,
+    /// The last-level cache a run can count on: the CPU's, at most [`LAST_LEVEL_PER_THREAD`]
+    /// for each thread fuse runs.
+    pub(crate) last: usize,
+}
+
+impl Caches {
+    /// This CPU's, for the threads fuse runs (`FUSE_NUM_THREADS`), read once.
+    pub(crate) fn here() -> Caches {
+        static HERE: OnceLock<Caches> = OnceLock::new();
+        *HERE.get_or_init(|| {
+            let threads = Threads::shared().map_or(1, |t| t.count());
+            Caches::new(first_level_bytes(), second_level_bytes(), last_level_bytes(), threads)
+        })
+    }
+
+    /// The caches of a CPU whose last level is `last` bytes, run on `threads` threads.
+    pub(crate) fn new(first: usize, second: usize, last: usize, threads: usize) -> Caches {
+        let usable = last.min(threads.max(1).saturating_mul(LAST_LEVEL_PER_THREAD));
+        Caches {
+            first,
+            second,
+            last: usable.max(second),
+        }
+    }
+}
 
 /// Bytes of the largest data cache of the CPU, read once.
 pub(crate) fn last_level_bytes() -> usize {
@@ -82,6 +125,20 @@ mod tests {
         assert_eq!(bytes("K"), None);
         assert_eq!(bytes("lots"), None);
         assert_eq!(bytes("99999999999999999999G"), None);
+    }
+
+    /// A few vCPUs are not shown their share of a host's cache; a machine's own cores are.
+    #[test]
+    fn a_run_counts_on_its_threads_share_of_a_large_last_level_cache() {
+        assert_eq!(Caches::new(48 << 10, 2 << 20, 480 << 20, 2).last, 32 << 20);
+        assert_eq!(Caches::new(32 << 10, 1 << 20, 32 << 20, 2).last, 32 << 20);
+        assert_eq!(Caches::new(32 << 10, 1 << 20, 32 << 20, 1).last, 16 << 20);
+        assert_eq!(Caches::new(48 << 10, 2 << 20, 480 << 20, 64).last, 480 << 20);
+        assert_eq!(
+            Caches::new(32 << 10, 4 << 20, 2 << 20, 1).last,
+            4 << 20,
+            "never below L2"
+        );
     }
 
     #[test]

@@ -20,32 +20,47 @@ use fuse_core::{Bound, Program, Shape};
 
 use fuse_core::formula::Diagonals;
 
+use super::cache::Caches;
 use super::eval::{self, Loc, Locs, NextBlock, Piece, Scope, Seg};
 use super::loops::Store;
 use super::memory::{split_rows, Local, View, ViewMut};
 use super::norm::Norm;
 use super::prepare::{KernelPlan, Op, Prepared, SharedRows, Space};
 use super::threads::Order;
-use super::{cache, loops, Real, Threads};
+use super::{loops, Real, Threads};
 
-/// Bytes of one run along a tile row: runs of this length keep the vectors of a segment in
-/// the first-level cache while the rows of a step stream past.
-const RUN_BYTES: usize = 16 << 10;
-/// Bytes of one run along a tile walked once, whose rows stream from memory: each break in a
-/// row's stream costs the hardware prefetcher a new start, which costs more than the vectors'
-/// spilling to L2 (8192² f32, whole rows of 32 KiB against runs of 16 KiB: SGEMV 0.97× the
-/// time, SGEMTV 0.975, BiCGK 0.93; f64 runs of 32 KiB: BiCGK 0.93, SGEMTV 0.99; whole rows of
-/// 64 KiB made f64 GESUMMV, two matrices against one vector, 7 % slower).
-const WALK_RUN_BYTES: usize = 32 << 10;
-/// Bytes of one matrix tile: a few tiles (an input, on-chip values, an output) stay in the
-/// second-level cache while every call of the kernel works on them.
-const TILE_BYTES: usize = 128 << 10;
+/// The first-level cache keeps a segment's vectors while the rows of a step stream past in
+/// runs of half its size (16 KiB with the 32 KiB of the development machine).
+fn run_bytes(caches: &Caches) -> usize {
+    caches.first / 2
+}
+
+/// Bytes of one run along a tile walked once, whose rows stream from memory: the first-level
+/// cache's size. Each break in a row's stream costs the hardware prefetcher a new start, which
+/// costs more than the vectors' spilling to L2 (8192² f32 on the development machine, L1d
+/// 32 KiB, whole rows of 32 KiB against runs of 16 KiB: SGEMV 0.97× the time, SGEMTV 0.975,
+/// BiCGK 0.93; f64 runs of 32 KiB: BiCGK 0.93, SGEMTV 0.99; whole rows of 64 KiB made f64
+/// GESUMMV, two matrices against one vector, 7 % slower).
+fn walk_run_bytes(caches: &Caches) -> usize {
+    caches.first
+}
+
+/// Bytes of one matrix tile: an eighth of the second-level cache (128 KiB of 1 MiB on the
+/// development machine), so that a few tiles (an input, on-chip values, an output) stay there
+/// while every call of the kernel works on them.
+fn tile_bytes(caches: &Caches) -> usize {
+    caches.second / 8
+}
+
 /// Bytes of a row block walked in several passes where the whole space fits the last-level
-/// cache: with nothing pulled in beside it, a block twice a tile's size still stays in L2
-/// between its walks, and each block costs its set-up (ATAX in cache on two threads, fused
-/// against unfused in one process: 1024² f64 0.97× in 128 KiB blocks, 1.01× in 256; 2048² f32
-/// 1.06 → 1.22, f64 1.30 → 1.46; 512 KiB no better).
-const CACHED_BLOCK_BYTES: usize = 256 << 10;
+/// cache: a quarter of the second level. With nothing pulled in beside it, a block twice a
+/// tile's size still stays in L2 between its walks, and each block costs its set-up (ATAX in
+/// cache on two threads, L2 1 MiB, fused against unfused in one process: 1024² f64 0.97× in
+/// 128 KiB blocks, 1.01× in 256; 2048² f32 1.06 → 1.22, f64 1.30 → 1.46; 512 KiB no better).
+fn cached_block_bytes(caches: &Caches) -> usize {
+    caches.second / 4
+}
+
 /// A kernel whose bytes are more than this share of the last-level cache stores the results
 /// it does not read again past the caches ([`loops::Store::Streamed`]): from so far up, a run
 /// after other work finds little of them in cache, and its stores then cost a read and a write
@@ -73,8 +88,6 @@ const MAX_TILE_ROWS: usize = 64;
 /// operands resolved, the row sums finished), which tall tiles spread (SGEMV at 1024² f32 on
 /// one thread: 67–68 µs a run in tiles of 32 rows, 62.5 in tiles of 128).
 const WALK_ROWS: usize = 128;
-/// Bytes of one BLAS-1 chunk per operand.
-const CHUNK_BYTES: usize = 16 << 10;
 /// Parts per thread at most: a little slack for threads slowed by something else.
 const PARTS_PER_THREAD: usize = 4;
 /// Tiles (or chunks) of a part at least, beyond one part per thread: each part costs its
@@ -177,7 +190,7 @@ impl KernelRun<'_> {
             kernel: self.kernel,
             locs: &locs,
             dests: &dests,
-            tile: tile::<T>(self.kernel),
+            tile: tile::<T>(self.kernel, &Caches::here()),
             threads: self.threads,
         };
         let partials = shared.run_parts(&mut parted);
@@ -257,36 +270,36 @@ impl KernelRun<'_> {
 /// gone through by several calls, or in several passes ([`KernelPlan::walks`]) — it fits the
 /// tile's bytes, so that it stays in cache between the walks (with several passes, the whole
 /// row block rather than one run of it). A tile walked once has [`WALK_ROWS`] rows and runs of
-/// [`WALK_RUN_BYTES`]. No tile is larger than the space, whose buffers (scratch, row sums,
+/// [`walk_run_bytes`]. No tile is larger than the space, whose buffers (scratch, row sums,
 /// tiles kept on chip) each part allocates on every run.
 ///
 /// Row blocks walked in several passes pull in the next block as they go where the space is
 /// larger than the last-level cache: from memory, the pulls keep it busy while a block is
 /// walked again from cache; from the last-level cache they only cost their instructions
 /// (ATAX on two threads, f32: at 4096², 1.58 ms a run → 1.37 pulling; at 2048², in cache,
-/// 236–263 µs → 282–291), and there the blocks are larger ([`CACHED_BLOCK_BYTES`]).
-fn tile<T>(kernel: &KernelPlan) -> Tile {
+/// 236–263 µs → 282–291), and there the blocks are larger ([`cached_block_bytes`]). All sizes follow `caches`.
+fn tile<T>(kernel: &KernelPlan, caches: &Caches) -> Tile {
     let size = mem::size_of::<T>();
-    let stream = kernel.bytes > (cache::last_level_bytes() / STREAM_SHARE) as u64;
+    let stream = kernel.bytes > (caches.last / STREAM_SHARE) as u64;
     match kernel.space {
         Space::Vector(len) => Tile {
             rows: 1,
-            cols: (CHUNK_BYTES / size).min(len).max(1),
+            cols: (run_bytes(caches) / size).min(len).max(1),
             pull: false,
             step_ahead: false,
             stream,
         },
         Space::Matrix(all, cols) => {
-            let out_of_cache = all.saturating_mul(cols).saturating_mul(size) > cache::last_level_bytes();
+            let out_of_cache = all.saturating_mul(cols).saturating_mul(size) > caches.last;
             let pull = kernel.passes > 1 && out_of_cache;
             let (run, rows) = match kernel.walks {
-                1 => (cols.clamp(1, WALK_RUN_BYTES / size), WALK_ROWS),
+                1 => (cols.clamp(1, walk_run_bytes(caches) / size), WALK_ROWS),
                 _ => {
-                    let run = cols.clamp(1, RUN_BYTES / size);
+                    let run = cols.clamp(1, run_bytes(caches) / size);
                     let kept = if kernel.passes > 1 { cols.max(1) } else { run };
                     let bytes = match kernel.passes > 1 && !pull {
-                        true => CACHED_BLOCK_BYTES,
-                        false => TILE_BYTES,
+                        true => cached_block_bytes(caches),
+                        false => tile_bytes(caches),
                     };
                     // Whole steps of the row loops: a tile of fewer rows would run them one by one.
                     (run, (bytes / (kept * size)).clamp(loops::ROWS, MAX_TILE_ROWS))
@@ -305,7 +318,7 @@ fn tile<T>(kernel: &KernelPlan) -> Tile {
 
 /// How `kernel` runs, in one line: threads, parts, tiles and walks over each tile.
 pub(crate) fn layout<T>(kernel: &KernelPlan, threads: usize) -> String {
-    let tile = tile::<T>(kernel);
+    let tile = tile::<T>(kernel, &Caches::here());
     let (extent, per_tile, tiles) = match kernel.space {
         Space::Vector(len) => (len, tile.cols, format!("chunks of {} elements", tile.cols.min(len))),
         Space::Matrix(rows, _) => (
@@ -832,9 +845,41 @@ mod tests {
         ] {
             let kernel = first_calls_in_one_kernel(name, calls);
             assert_eq!(kernel.walks, want, "{name}");
-            let rows = tile::<f32>(&kernel).rows;
+            let rows = tile::<f32>(&kernel, &Caches::here()).rows;
             assert_eq!(rows == WALK_ROWS, want == 1, "{name}: tiles of {rows} rows");
         }
+    }
+
+    /// Tiles and runs follow the caches: the development machine's (L1d 32 KiB, L2 1 MiB) give
+    /// the sizes measured there; a second level twice as large holds tiles of twice the rows,
+    /// a first level half again as large longer runs; and a 2-vCPU machine shown a 480 MiB
+    /// cache walks a 256 MiB ATAX as out of cache, pulling in the next row block.
+    #[test]
+    fn tiles_and_runs_are_shaped_by_the_caches() {
+        let epyc = Caches::new(32 << 10, 1 << 20, 32 << 20, 2);
+        let twice_l2 = Caches::new(32 << 10, 2 << 20, 32 << 20, 2);
+        let xeon = Caches::new(48 << 10, 2 << 20, 480 << 20, 2);
+        let mut gemver = first_calls_in_one_kernel("gemver", 3);
+        gemver.space = Space::Matrix(8192, 8192);
+        let shape = |caches: &Caches| {
+            let tile = tile::<f32>(&gemver, caches);
+            (tile.rows, tile.cols)
+        };
+        assert_eq!(shape(&epyc), (8, 4096), "16 KiB runs of 8 rows in 128 KiB");
+        assert_eq!(shape(&twice_l2), (16, 4096), "16 KiB runs of 16 rows in 256 KiB");
+        assert_eq!(shape(&xeon).1, 6144, "24 KiB runs");
+        let mut atax = first_calls_in_one_kernel("atax", 2);
+        atax.space = Space::Matrix(8192, 8192);
+        assert!(
+            tile::<f32>(&atax, &xeon).pull,
+            "256 MiB is out of a 2-vCPU share of 480 MiB"
+        );
+        atax.space = Space::Matrix(2048, 2048);
+        assert!(!tile::<f32>(&atax, &xeon).pull, "16 MiB is in it");
+        let mut sgemv = first_calls_in_one_kernel("gesummv", 2);
+        sgemv.space = Space::Matrix(8192, 8192);
+        assert_eq!(tile::<f32>(&sgemv, &epyc).cols, 8192, "runs of 32 KiB: whole rows");
+        assert_eq!(tile::<f64>(&sgemv, &xeon).cols, 6144, "runs of 48 KiB");
     }
 
     /// Only row blocks walked again in a later pass pull in the next, and only where the space
@@ -842,7 +887,7 @@ mod tests {
     /// own (GESUMMV's two products, not BiCGK's one loop for two sums) prefetches the next step's.
     #[test]
     fn row_blocks_walked_in_two_passes_out_of_cache_pull_in_the_next() {
-        let side = (cache::last_level_bytes() / 4).isqrt() + 1;
+        let side = (Caches::here().last / 4).isqrt() + 1;
         for (name, calls, passes, ahead) in [
             ("gesummv", 2, 1, true),
             ("bicgk", 2, 1, false),
@@ -853,7 +898,7 @@ mod tests {
             assert_eq!(kernel.passes, passes, "{name}");
             for (rows, cols, large) in [(side, side, true), (side / 2, side, false), (8, 1000, false)] {
                 kernel.space = Space::Matrix(rows, cols);
-                let tile = tile::<f32>(&kernel);
+                let tile = tile::<f32>(&kernel, &Caches::here());
                 assert_eq!(tile.pull, large && passes > 1, "{name} at {rows} × {cols}");
                 assert_eq!(tile.step_ahead, large && ahead, "{name} at {rows} × {cols}");
                 let text = layout::<f32>(&kernel, 2);
@@ -878,7 +923,7 @@ mod tests {
         ] {
             let program = sequence(name, precision);
             // Two arrays of side² elements overflow the cache; every kernel here has as many.
-            let side = ((cache::last_level_bytes() / 2 / precision.bytes() as usize).isqrt() + 1) | 1;
+            let side = ((Caches::here().last / 2 / precision.bytes() as usize).isqrt() + 1) | 1;
             let blas1 = program.sizes.get("m").is_none();
             let sizes = sizes_mn(&program, side, if blas1 { side * side } else { side });
             let fused = FusedPlan::new(program.clone(), &sizes, &unfused_plan(&program, &sizes)).unwrap();
