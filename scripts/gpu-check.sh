@@ -25,14 +25,17 @@
 #                  events), beside the same solver in PyTorch and CuPy (scripts/bicg_peers.py); and
 #                  at 8192 f64 as a distributed session of one rank, its collectives through NCCL
 #                  (bytes crossing to and from the device per iteration: scalars only)
-#   python     90  fuseblas on the GPU: the wheel carried in target/wheels (pip wheel
+#   python    120  fuseblas on the GPU: the wheel carried in target/wheels (pip wheel
 #                  ./crates/fuse-python -w target/wheels, a release build: tests/run leaves
 #                  its dev build there, which is tested but not timed) installed in a venv beside this
 #                  Python's PyTorch, its DLPack tests (PyTorch CUDA tensors read in place,
 #                  outputs taken back without a copy) under FUSE_TEST_CUDA=1, and
 #                  benches/python-peers.py --device cuda (fuseblas from Python against PyTorch
-#                  eager, torch.compile and jax.jit at 2048² and 8192²), and the BiCG example
-#                  from Python at 8192² f64
+#                  eager, torch.compile and jax.jit at 2048² and 8192²), the BiCG example
+#                  from Python at 8192² f64, and benches/gpu-solvers.py: fuseblas.linalg's cg,
+#                  bicg, bicgstab and gmres against cupyx.scipy.sparse.linalg (cg, gmres) and
+#                  PyTorch loops (cg, bicg) at 2048² and 8192² f64, ms and bytes to the host
+#                  an iteration
 # and, after every stage, the report: benches/results/<gpu>-<date>.md (scripts/report.py).
 #
 # Without arguments it runs every stage not done yet, in this order — the numbers the open
@@ -58,7 +61,7 @@ PYTHON=${PYTHON:-python3}
 BUDGET=${GPU_CHECK_BUDGET:-540}
 START=$SECONDS
 ALL_STAGES=(env selftest bench ncu peers calibrate tune sanitize solver python)
-declare -A COST=([env]=15 [selftest]=30 [bench]=150 [ncu]=120 [peers]=200 [calibrate]=110 [tune]=120 [sanitize]=60 [solver]=120 [python]=90)
+declare -A COST=([env]=15 [selftest]=30 [bench]=150 [ncu]=120 [peers]=200 [calibrate]=110 [tune]=120 [sanitize]=60 [solver]=120 [python]=120)
 # BiCG solver sizes and precisions (the resident-data stage).
 SOLVER_SIZES=(8192:f64 16384:f32)
 BLAS2=(atax bicgk sgemv sgemvt gemver gesummv madd)
@@ -336,6 +339,10 @@ stage_python() {
     "$venv/bin/python" examples/python/bicg.py 8192 --backend cuda --iterations 30 --no-stop \
         >"$RAW/python-bicg-8192-f64.log" 2>&1 || status=1
     tail -2 "$RAW/python-bicg-8192-f64.log"
+    # fuseblas.linalg against cupyx.scipy.sparse.linalg and PyTorch loops, resident f64 systems.
+    "$venv/bin/python" benches/gpu-solvers.py --sizes 2048,8192 --iterations 30 --rounds 2 \
+        --json "$RAW/python-gpu-solvers.json" >"$RAW/python-gpu-solvers.log" 2>&1 || status=1
+    tail -12 "$RAW/python-gpu-solvers.log"
     return $status
 }
 

@@ -16,6 +16,7 @@ below the summary, from the ncu profile in the raw output.
 import json
 import pathlib
 import re
+import statistics
 import sys
 
 SPEEDUP_TARGETS = {"bicgk": 1.8, "gemver": 2.5, "axpydot": 1.8, "waxpby": 1.8, "vadd": 1.8}
@@ -193,6 +194,36 @@ def solver_section(raw):
     return "\n".join(lines)
 
 
+def linalg_section(raw):
+    """fuseblas.linalg's solvers against cupyx.scipy.sparse.linalg and PyTorch loops."""
+    results = (load_json(raw / "python-gpu-solvers.json") or {"results": []})["results"]
+    if not results:
+        return "## fuseblas.linalg on the GPU\n\nnot run\n"
+    lines = [
+        "## fuseblas.linalg on the GPU",
+        "",
+        "`benches/gpu-solvers.py`: median ms per iteration over the rounds, each peer's time over "
+        "fuseblas's (> 1: fuseblas faster), and what crosses to the host an iteration (fuseblas: "
+        "its session's counters; the peers: what their loops read).",
+        "",
+        "| method | n | dtype | framework | ms / iteration | peer / fuseblas | to the host an iteration |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for key in sorted({(r["method"], r["n"], r["dtype"]) for r in results}):
+        rows = [r for r in results if (r["method"], r["n"], r["dtype"]) == key]
+        ms = {}
+        for r in rows:
+            ms.setdefault(r["framework"], []).append(r["ms_per_iteration"])
+        ours = statistics.median(ms.get("fuseblas", [float("nan")]))
+        for framework, times in ms.items():
+            t = statistics.median(times)
+            sample = next(r for r in rows if r["framework"] == framework)
+            crossing = sample.get("to_host_per_iteration") or f"{sample.get('bytes_to_host_per_iteration', 0):.0f} B"
+            ratio = "" if framework == "fuseblas" else f"{t / ours:.2f}×"
+            lines.append(f"| {key[0]} | {key[1]} | {key[2]} | {framework} | {t:.3f} | {ratio} | {crossing} |")
+    return "\n".join(lines + [""])
+
+
 MOVED = re.compile(r"(\d+) B to / (\d+) B from the device")
 # Bytes an iteration of a distributed session on a GPU may move between host and device with
 # NCCL: the scalars it reads, nothing else.
@@ -235,6 +266,7 @@ def main(argv):
           "output of every stage follows the summary.\n")
     print(summary(raw))
     print(solver_section(raw))
+    print(linalg_section(raw))
     print(raw_sections(raw))
     return 0
 

@@ -102,6 +102,12 @@ fn the_report_checks_the_targets() {
         (1..=5).map(iteration).collect::<String>()
     );
     std::fs::write(raw.join("solver-nccl-8192-f64.log"), nccl_log).unwrap();
+    // benches/gpu-solvers.py's JSON: two rounds of fuseblas against one of cupyx.
+    let linalg = r#"{"results": [
+        {"method": "cg", "framework": "fuseblas", "n": 2048, "dtype": "float64", "ms_per_iteration": 0.1, "bytes_to_host_per_iteration": 8.0},
+        {"method": "cg", "framework": "fuseblas", "n": 2048, "dtype": "float64", "ms_per_iteration": 0.3, "bytes_to_host_per_iteration": 8.0},
+        {"method": "cg", "framework": "cupyx", "n": 2048, "dtype": "float64", "ms_per_iteration": 0.5, "to_host_per_iteration": "one norm"}]}"#;
+    std::fs::write(raw.join("python-gpu-solvers.json"), linalg).unwrap();
     let report = ok(&run(&python(), &["scripts/report.py", raw.to_str().unwrap()]));
     assert!(
         report.contains("| 8192 | f64, one rank (NCCL) | 1.000 | 0.900 | 1.11× |"),
@@ -126,6 +132,14 @@ fn the_report_checks_the_targets() {
     );
     assert!(
         report.contains("first predicted plan at 90.0% of the fastest"),
+        "{report}"
+    );
+    assert!(
+        report.contains("| cg | 2048 | float64 | fuseblas | 0.200 |  | 8 B |"),
+        "{report}"
+    );
+    assert!(
+        report.contains("| cg | 2048 | float64 | cupyx | 0.500 | 2.50× | one norm |"),
         "{report}"
     );
     assert!(report.contains("### ncu\n\nnot run"), "{report}");

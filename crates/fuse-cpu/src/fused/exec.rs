@@ -81,6 +81,9 @@ const STEP_AHEAD: NextBlock = NextBlock {
     rows: loops::ROWS as isize,
     share: (0, loops::ROWS),
 };
+/// Elements a run's length is a multiple of (where it is not the whole row): a cache line
+/// of f64, so that every run but the first starts on a vector boundary where the row does.
+const RUN_ALIGN: usize = 16;
 /// Rows per tile at most where a tile is walked more than once: more rows only lengthen the
 /// work between tiles.
 const MAX_TILE_ROWS: usize = 64;
@@ -293,9 +296,9 @@ fn tile<T>(kernel: &KernelPlan, caches: &Caches) -> Tile {
             let out_of_cache = all.saturating_mul(cols).saturating_mul(size) > caches.last;
             let pull = kernel.passes > 1 && out_of_cache;
             let (run, rows) = match kernel.walks {
-                1 => (cols.clamp(1, walk_run_bytes(caches) / size), WALK_ROWS),
+                1 => (even_runs(cols, walk_run_bytes(caches) / size), WALK_ROWS),
                 _ => {
-                    let run = cols.clamp(1, run_bytes(caches) / size);
+                    let run = even_runs(cols, run_bytes(caches) / size);
                     let kept = if kernel.passes > 1 { cols.max(1) } else { run };
                     let bytes = match kernel.passes > 1 && !pull {
                         true => cached_block_bytes(caches),
@@ -314,6 +317,14 @@ fn tile<T>(kernel: &KernelPlan, caches: &Caches) -> Tile {
             }
         }
     }
+}
+
+/// The run length that splits `cols` into runs of at most `most` elements, all but the last
+/// the same length, a multiple of [`RUN_ALIGN`]: 8192 f64 in runs of at most 6144 (an L1d of
+/// 48 KiB) go as two of 4096, not one of 6144 and a short one that restarts the prefetchers.
+fn even_runs(cols: usize, most: usize) -> usize {
+    let runs = cols.div_ceil(most.max(1)).max(1);
+    cols.div_ceil(runs).next_multiple_of(RUN_ALIGN).min(cols).max(1)
 }
 
 /// How `kernel` runs, in one line: threads, parts, tiles and walks over each tile.
@@ -867,7 +878,11 @@ mod tests {
         };
         assert_eq!(shape(&epyc), (8, 4096), "16 KiB runs of 8 rows in 128 KiB");
         assert_eq!(shape(&twice_l2), (16, 4096), "16 KiB runs of 16 rows in 256 KiB");
-        assert_eq!(shape(&xeon).1, 6144, "24 KiB runs");
+        assert_eq!(
+            shape(&xeon),
+            (16, 4096),
+            "two even runs of at most 24 KiB, 16 rows in 256 KiB"
+        );
         let mut atax = first_calls_in_one_kernel("atax", 2);
         atax.space = Space::Matrix(8192, 8192);
         assert!(
@@ -879,7 +894,17 @@ mod tests {
         let mut sgemv = first_calls_in_one_kernel("gesummv", 2);
         sgemv.space = Space::Matrix(8192, 8192);
         assert_eq!(tile::<f32>(&sgemv, &epyc).cols, 8192, "runs of 32 KiB: whole rows");
-        assert_eq!(tile::<f64>(&sgemv, &xeon).cols, 6144, "runs of 48 KiB");
+        assert_eq!(tile::<f64>(&sgemv, &xeon).cols, 4096, "two even runs of at most 48 KiB");
+        assert_eq!(tile::<f32>(&sgemv, &xeon).cols, 8192, "whole rows of 32 KiB");
+    }
+
+    #[test]
+    fn runs_split_a_row_evenly_on_vector_boundaries() {
+        assert_eq!(even_runs(8192, 6144), 4096);
+        assert_eq!(even_runs(8192, 8192), 8192);
+        assert_eq!(even_runs(10000, 4096), 3344, "3 runs: 3344, 3344, 3312");
+        assert_eq!(even_runs(5, 4096), 5, "a short row is one run");
+        assert_eq!(even_runs(0, 4096), 1);
     }
 
     /// Only row blocks walked again in a later pass pull in the next, and only where the space
