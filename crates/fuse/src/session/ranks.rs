@@ -62,6 +62,12 @@ impl<T: Element> Session<T> {
         self.comm.as_deref().map(|c| c as &dyn Communicator)
     }
 
+    /// Whether the session runs over ranks ([`Session::distributed`]; of one rank too), so that
+    /// every matrix of a flush is split by the same rows.
+    pub fn is_distributed(&self) -> bool {
+        self.comm.is_some()
+    }
+
     /// This rank (0 in a session of one process).
     pub fn rank(&self) -> usize {
         self.comm().map_or(0, |c| c.rank())
