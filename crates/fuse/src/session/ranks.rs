@@ -62,10 +62,10 @@ impl<T: Element> Session<T> {
         self.comm.as_deref().map(|c| c as &dyn Communicator)
     }
 
-    /// Whether the session runs over ranks ([`Session::distributed`]; of one rank too), so that
-    /// every matrix of a flush is split by the same rows.
-    pub fn is_distributed(&self) -> bool {
-        self.comm.is_some()
+    /// The ranks of a distributed session (`None` in one process), for a caller's own
+    /// collectives between flushes: rank 0 saying that it wrote what the ranks computed.
+    pub fn communicator(&self) -> Option<&dyn Communicator> {
+        self.comm()
     }
 
     /// This rank (0 in a session of one process).

@@ -249,7 +249,7 @@ struct Basis<T: Element> {
 impl<T: Element> Basis<T> {
     /// An empty basis of `m` vectors of length `n`.
     fn new(session: &Session<T>, n: usize, m: usize) -> Result<Self> {
-        let transposed = session.is_distributed();
+        let transposed = session.communicator().is_some();
         let (rows, cols) = if transposed { (n, m) } else { (m, n) };
         let local = session.rows(rows)?.len();
         Ok(Basis {
