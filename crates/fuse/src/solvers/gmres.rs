@@ -113,16 +113,16 @@ fn arnoldi<T: Element>(
     a: &Matrix<T>,
     jacobi: Option<&Vector<T>>,
     r: &Vector<T>,
-    vectors_of: &Basis<T>,
+    layout: &Basis<T>,
     ptol: f64,
     eps: f64,
 ) -> Result<Cycle<T>> {
     let session = ops.session;
-    let restart = vectors_of.units.len() - 1;
+    let restart = layout.units.len() - 1;
     let v0 = ops.precondition(jacobi, r)?;
     let v0_norm = ops.nrm2(&v0)?;
     let v0 = ops.vector("scal", &[In::S(&ops.scalar("recip", &[In::S(&v0_norm)])?), In::V(&v0)])?;
-    let mut basis = vectors_of.set(ops, &vectors_of.empty, 0, &v0)?;
+    let mut basis = layout.set(ops, &layout.empty, 0, &v0)?;
     let mut vectors = vec![v0];
     let mut s = vec![0.0; restart + 1];
     s[0] = session.read_scalar(&v0_norm)?.to_f64();
@@ -132,9 +132,9 @@ fn arnoldi<T: Element>(
     for col in 0..restart {
         let w = ops.precondition(jacobi, &ops.gemv(a, &vectors[col])?)?;
         let h0 = ops.nrm2(&w)?;
-        let (w, coefficients) = orthogonalise(ops, vectors_of, &basis, w)?;
+        let (w, coefficients) = orthogonalise(ops, layout, &basis, w)?;
         let h1 = ops.nrm2(&w)?;
-        let mut column: Vec<f64> = vectors_of.read(session, &coefficients)?;
+        let mut column: Vec<f64> = layout.read(session, &coefficients)?;
         column.truncate(col + 1);
         let (h0, h1_value) = (session.read_scalar(&h0)?.to_f64(), session.read_scalar(&h1)?.to_f64());
         column.push(h1_value);
@@ -143,7 +143,7 @@ fn arnoldi<T: Element>(
             breakdown = true;
         } else {
             let next = ops.vector("scal", &[In::S(&ops.scalar("recip", &[In::S(&h1)])?), In::V(&w)])?;
-            basis = vectors_of.set(ops, &basis, col + 1, &next)?;
+            basis = layout.set(ops, &basis, col + 1, &next)?;
             vectors.push(next);
         }
         let presid = rotate(&mut column, &mut givens, &mut s, col);
@@ -168,15 +168,15 @@ fn arnoldi<T: Element>(
 /// (`h = V·w; w = w − Vᵀ·h`, again, the coefficients added): the vector, and the coefficients.
 fn orthogonalise<T: Element>(
     ops: &Ops<'_, T>,
-    vectors_of: &Basis<T>,
+    layout: &Basis<T>,
     basis: &Matrix<T>,
     w: Vector<T>,
 ) -> Result<(Vector<T>, Vector<T>)> {
     let mut w = w;
     let mut total: Option<Vector<T>> = None;
     for _ in 0..2 {
-        let h = vectors_of.project(ops, basis, &w)?;
-        w = vectors_of.combine(ops, basis, -1.0, &h, &w)?;
+        let h = layout.project(ops, basis, &w)?;
+        w = layout.combine(ops, basis, -1.0, &h, &w)?;
         total = Some(match total {
             Some(t) => ops.vector("add", &[In::V(&t), In::V(&h)])?,
             None => h,
@@ -236,7 +236,8 @@ fn back_substitute(h: &[Vec<f64>], s: &[f64]) -> Vec<f64> {
 /// so there the basis is Vᵀ, n×m, split by rows like A and the vectors: each rank holds its
 /// elements of every basis vector. Then `h = V·w` is each rank's partial sum combined by one
 /// all-reduce of m numbers, `w − Vᵀ·h` and x's update are local, and an iteration's only
-/// vector exchange is the gather of the v that A multiplies.
+/// vector exchange is the gather of the v that A multiplies. (The price: a Gram–Schmidt pass
+/// reads a rank's rows of Vᵀ twice, the sum over all of them being due before the product.)
 struct Basis<T: Element> {
     /// Held as Vᵀ.
     transposed: bool,
