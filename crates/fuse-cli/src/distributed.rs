@@ -5,28 +5,60 @@
 //! rows of each split input (rank 0 the replicated ones, then broadcast), runs its local parts
 //! with the backend chosen here, and rank 0 writes or prints the outputs. A failure on any rank
 //! is every rank's failure, with the same exit status (2 for bad input), said once by rank 0.
+//! `fuse solve --distributed` is the same for a Krylov solve (see `solve.rs`): each rank reads
+//! its rows of the system and the solve runs on a session over the ranks.
+
+use fuse::distributed::Communicator;
+
+use crate::failure::Failure;
 
 #[cfg(not(feature = "mpi"))]
-pub fn run_script(
-    program: Result<fuse::Program, crate::failure::Failure>,
-    _: &crate::run::RunOptions,
-) -> Result<(), crate::failure::Failure> {
+pub fn run_script(program: Result<fuse::Program, Failure>, _: &crate::run::RunOptions) -> Result<(), Failure> {
     program?;
-    Err(crate::failure::bad_input(
+    Err(without_mpi("fuse run SCRIPT"))
+}
+
+/// `fuse solve --distributed` in a fuse built without MPI: what to do instead.
+#[cfg(not(feature = "mpi"))]
+pub fn solve(_: &crate::solve::SolveArgs, _: &std::sync::Arc<fuse::Library>) -> Result<(), Failure> {
+    Err(without_mpi("fuse solve METHOD"))
+}
+
+/// --distributed in a fuse built without MPI: how to build one with it, and how to start
+/// `command` under mpirun.
+#[cfg(not(feature = "mpi"))]
+fn without_mpi(command: &str) -> Failure {
+    crate::failure::bad_input(format!(
         "--distributed: this fuse was built without MPI. Build it with `cargo build --release --features mpi` \
          (needs an MPI library, e.g. Debian's libopenmpi-dev and openmpi-bin, and libclang-dev) and start it \
-         with `mpirun -n R fuse run SCRIPT --distributed`",
+         with `mpirun -n R {command} --distributed`"
     ))
 }
 
 #[cfg(feature = "mpi")]
-pub use with_mpi::{agree, on_ranks, run_script};
+pub use with_mpi::{agree, on_ranks, run_script, solve};
+
+/// A failure every rank has, said by rank 0 alone, before any rank exits: mpirun stops the
+/// other ranks once one exits with an error, so a message every rank printed came once per
+/// rank, or not at all.
+pub fn said_once(comm: &dyn Communicator, f: Failure) -> Failure {
+    if comm.rank() == 0 {
+        crate::failure::print(&f, Some(crate::failure::USE_THE_CPU));
+    }
+    // Standard error is unbuffered: rank 0's line is out when the others pass this.
+    let _ = comm.all_gather_byte(0);
+    Failure {
+        code: f.code,
+        message: String::new(),
+    }
+}
 
 #[cfg(feature = "mpi")]
 mod with_mpi {
     use std::collections::BTreeMap;
     use std::ops::Range;
     use std::path::PathBuf;
+    use std::sync::Arc;
 
     use fuse::distributed::{
         agree as agree_on, agree_on_facts, backend_fact, library_fact, script_fact, size_facts, Communicator, Fact,
@@ -35,10 +67,13 @@ mod with_mpi {
     use fuse::stages::fuse_core::data::try_random_input;
     use fuse::stages::fuse_core::distribute::distribute;
     use fuse::stages::fuse_core::wording::list_or_none;
-    use fuse::{CompileOptions, Error, Program, Sizes};
+    use fuse::stages::fuse_core::Precision;
+    use fuse::{CompileOptions, Error, Library, Program, Session, Sizes};
 
+    use super::said_once;
     use crate::failure::{failure, Failure};
     use crate::run::{check_input_files, check_random_names, output_options, report, RunOptions};
+    use crate::solve::{check_outputs, finish, read_system, SolveArgs};
     use crate::{npy, sizes};
 
     /// Input shapes by name.
@@ -78,19 +113,44 @@ mod with_mpi {
         body(&comm).map_err(|f| said_once(&comm, f))
     }
 
-    /// A failure every rank has, said by rank 0 alone, before any rank exits: mpirun stops the
-    /// other ranks once one exits with an error, so a message every rank printed came once per
-    /// rank, or not at all.
-    fn said_once(comm: &Mpi, f: Failure) -> Failure {
-        if comm.rank() == 0 {
-            crate::failure::print(&f, Some(crate::failure::USE_THE_CPU));
+    /// `fuse solve --distributed`: the ranks read their rows of the system (every file's
+    /// header checked first, on every rank: one rank's bad input is every rank's), rank 0
+    /// checks the output, then the solve runs on a session over the ranks.
+    pub fn solve(args: &SolveArgs, library: &Arc<Library>) -> Result<(), Failure> {
+        let comm = Mpi::init().map_err(failure)?;
+        let (rank, ranks) = (comm.rank(), comm.ranks());
+        let ready = agree(&comm, read_system(args, Some((rank, ranks))).map_err(|f| f.message)).and_then(|system| {
+            let checked = match rank {
+                0 => check_outputs(args, &system).map_err(|f| f.message),
+                _ => Ok(()),
+            };
+            agree(&comm, checked).map(|()| system)
+        });
+        let system = ready.map_err(|f| said_once(&comm, f))?;
+        let backend = args.backend.map_or(fuse::Backend::Cpu, fuse::Backend::from);
+        let options = CompileOptions::new().library(Arc::clone(library));
+        // The session takes the communicator: it says a failure once from here on; one making
+        // it (agreed on every rank) is said by rank 0 alone.
+        let once = |f: Failure| match rank {
+            0 => f,
+            _ => Failure {
+                code: f.code,
+                message: String::new(),
+            },
+        };
+        match system.precision {
+            Precision::F32 => finish(
+                args,
+                &system,
+                Session::<f32>::distributed_with_options(comm, backend, options),
+            ),
+            Precision::F64 => finish(
+                args,
+                &system,
+                Session::<f64>::distributed_with_options(comm, backend, options),
+            ),
         }
-        // Standard error is unbuffered: rank 0's line is out when the others pass this.
-        let _ = comm.all_gather_byte(0);
-        Failure {
-            code: f.code,
-            message: String::new(),
-        }
+        .map_err(once)
     }
 
     fn run_ranks(comm: &Mpi, program: Result<Program, Failure>, options: &RunOptions) -> Result<(), Failure> {
@@ -152,7 +212,7 @@ mod with_mpi {
             seed: options.seed,
             drawn,
         };
-        let compile = CompileOptions::new().library(std::sync::Arc::clone(options.library));
+        let compile = CompileOptions::new().library(Arc::clone(options.library));
         let program_here = fuse::distributed::compile(comm, plan, &sizes, &backend, &compile).map_err(failure)?;
         let (results, times) = program_here.run_timed(comm, &source).map_err(failure)?;
         if options.timing && comm.rank() == 0 {

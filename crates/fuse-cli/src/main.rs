@@ -73,11 +73,15 @@ GMRES: its column of the Hessenberg matrix, solved on the host as SciPy does). \
 The stopping test and return codes are SciPy's (scipy.sparse.linalg): converged where \
 ‖b − A·x‖ ≤ max(rtol·‖b‖, atol). A progress line (iteration, ‖r‖) shows on a terminal; the last line says \
 how the solve ended. Exit status 0 when converged, 1 when not (x is still written: the last iterate, never \
-a NaN one after a breakdown), 2 for bad input.",
+a NaN one after a breakdown), 2 for bad input. \
+With --distributed, under `mpirun -n R`, each rank reads its block of the rows of A, b and x0 and the ranks \
+solve together (the CPU unless --backend says otherwise); rank 0 shows the progress, says how it ended and \
+writes x, and a bad input on any rank makes every rank exit 2 with one message.",
         after_help = "Examples:\n  fuse solve bicg --inputs sys/ --outputs out/\n  \
 fuse solve cg --inputs sys/ --rtol 1e-8 --jacobi --backend cpu\n  \
 fuse solve bicgstab --inputs sys/ --maxiter 500 --check-every 10\n  \
-fuse solve gmres --inputs sys/ --restart 30"
+fuse solve gmres --inputs sys/ --restart 30\n  \
+mpirun -n 4 fuse solve cg --inputs sys/ --outputs out/ --distributed"
     )]
     Solve(solve::SolveArgs),
     /// Print how the rewrite stage rephrased a script before exploring it.

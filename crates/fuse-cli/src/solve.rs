@@ -1,6 +1,7 @@
 //! `fuse solve`: `A·x = b` from `.npy` files, by a Krylov method whose every iteration runs as
 //! one fused program (see `fuse::solvers`).
 
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -8,6 +9,7 @@ use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use fuse::solvers::{self, Options, Outcome, Solution};
+use fuse::stages::fuse_core::distribute::RowBlocks;
 use fuse::stages::fuse_core::{Bindings, HostArray, Precision};
 use fuse::{CompileOptions, Element, Library, Session};
 
@@ -51,9 +53,15 @@ pub struct SolveArgs {
     /// Precondition with the inverse of A's diagonal (Jacobi), applied on the device.
     #[arg(long)]
     jacobi: bool,
-    /// Where to run; without it, the GPU when there is one, else the CPU.
+    /// Where to run; without it, the GPU when there is one, else the CPU (with --distributed:
+    /// the CPU).
     #[arg(long, value_enum)]
-    backend: Option<Backend>,
+    pub backend: Option<Backend>,
+    /// Run as one rank of many, under `mpirun -n R`: each rank reads its block of the rows of
+    /// A, b and x0, an iteration exchanges the vector A multiplies and a few scalars, and rank 0
+    /// shows the progress and writes x. Needs a fuse built with the `mpi` feature.
+    #[arg(long)]
+    distributed: bool,
 }
 
 /// The Krylov methods.
@@ -71,6 +79,39 @@ enum Method {
 
 /// `fuse solve`, with the functions of `library` (`--library`).
 pub fn run(args: &SolveArgs, library: &Arc<Library>) -> Result<(), Failure> {
+    if args.distributed {
+        return crate::distributed::solve(args, library);
+    }
+    let system = read_system(args, None)?;
+    check_outputs(args, &system)?;
+    let backend = match args.backend {
+        Some(b) => fuse::Backend::from(b),
+        None => fuse::Backend::detect(),
+    };
+    let options = CompileOptions::new().library(Arc::clone(library));
+    match system.precision {
+        Precision::F32 => finish(args, &system, Session::<f32>::with_options(backend, options)),
+        Precision::F64 => finish(args, &system, Session::<f64>::with_options(backend, options)),
+    }
+}
+
+/// The system as this process holds it: its rows of A, b and x0.
+pub struct System {
+    pub precision: Precision,
+    /// The order of A.
+    n: usize,
+    /// This process's rows (all of them in one process).
+    rows: Range<usize>,
+    /// Its rows of `A`, `b` and (where given) `x0`.
+    arrays: Bindings,
+    /// The files read.
+    read: Vec<PathBuf>,
+}
+
+/// Reads the system from `--inputs`: all of it, or rank `part.0`'s block of rows of the order
+/// over `part.1` ranks. Every file is checked by its header first (one precision, A square,
+/// b and x0 of its order), so a rank reading rows knows what the whole is.
+pub fn read_system(args: &SolveArgs, part: Option<(usize, usize)>) -> Result<System, Failure> {
     let path = |name: &str| args.inputs.join(format!("{name}.npy"));
     let (shape, dtype) = npy::read_header(&path("A")).map_err(bad_input)?;
     let precision = match dtype.as_str() {
@@ -90,90 +131,158 @@ pub fn run(args: &SolveArgs, library: &Arc<Library>) -> Result<(), Failure> {
             npy::tuple(&shape)
         )));
     }
-    let mut system = Bindings::new();
+    let n = shape[0];
+    let rows = match part {
+        None => 0..n,
+        Some((rank, ranks)) => RowBlocks::new(n, ranks)
+            .ok_or_else(|| {
+                bad_input(format!(
+                    "{}: A has {n} rows, too few for {ranks} ranks: each rank needs at least one",
+                    path("A").display()
+                ))
+            })?
+            .range(rank),
+    };
+    let mut arrays = Bindings::new();
     for (name, required) in [("A", true), ("b", true), ("x0", false)] {
         if !required && !fuse::stages::fuse_core::file::is_there(&path(name)) {
             continue;
         }
-        check_dtype(&path(name), &dtype)?;
-        system.insert(
-            name.into(),
-            npy::read_rows(&path(name), precision, None).map_err(bad_input)?,
-        );
+        check_header(&path(name), name, &dtype, n)?;
+        let array = npy::read_rows(&path(name), precision, Some(rows.clone())).map_err(bad_input)?;
+        arrays.insert(name.into(), array);
     }
-    let read: Vec<PathBuf> = system.keys().map(|name| path(name)).collect();
-    if let Some(dir) = &args.outputs {
-        // Before the solve: a target in the way is found at once, not after minutes.
-        let never = || false;
-        let options = output_options(precision, &read, args.force, &never);
-        npy::check_outputs(&["x"], dir, &options).map_err(bad_input)?;
+    let read = arrays.keys().map(|name| path(name)).collect();
+    Ok(System {
+        precision,
+        n,
+        rows,
+        arrays,
+        read,
+    })
+}
+
+/// The file of `name` holds `dtype`, and a vector of length `n` where it is b or x0.
+fn check_header(path: &Path, name: &str, dtype: &str, n: usize) -> Result<(), Failure> {
+    let (shape, own) = npy::read_header(path).map_err(bad_input)?;
+    if own != dtype {
+        return Err(bad_input(format!(
+            "{}: {own}, but A is {dtype}: give the system in one precision",
+            path.display()
+        )));
     }
-    let backend = match args.backend {
-        Some(b) => fuse::Backend::from(b),
-        None => fuse::Backend::detect(),
+    match (name, shape.as_slice()) {
+        ("A", _) => Ok(()),
+        (_, &[len]) if len == n => Ok(()),
+        (_, &[len]) => Err(bad_input(format!(
+            "{}: {name} has length {len}, A is {n}×{n}",
+            path.display()
+        ))),
+        _ => Err(bad_input(format!(
+            "{}: {name} has shape {}: expected a vector of length {n}, A is {n}×{n}",
+            path.display(),
+            npy::tuple(&shape)
+        ))),
+    }
+}
+
+/// With --outputs: the target `x.npy` is fit to write, checked before the solve (a target in
+/// the way is found at once, not after minutes).
+pub fn check_outputs(args: &SolveArgs, system: &System) -> Result<(), Failure> {
+    let Some(dir) = &args.outputs else {
+        return Ok(());
     };
-    let (x, summary, converged) = match precision {
-        Precision::F32 => solve::<f32>(args, backend, library, &system)?,
-        Precision::F64 => solve::<f64>(args, backend, library, &system)?,
-    };
+    let never = || false;
+    let options = output_options(system.precision, &system.read, args.force, &never);
+    npy::check_outputs(&["x"], dir, &options).map_err(bad_input)
+}
+
+/// Solves `system` on `session` (made for its precision; over ranks with --distributed), then
+/// says how it ended and writes or prints x — rank 0 alone, for a distributed session, where
+/// a failure is every rank's, said once. Exit status 1 where it did not converge.
+pub fn finish<T: Element>(args: &SolveArgs, system: &System, session: fuse::Result<Session<T>>) -> Result<(), Failure> {
+    let session = session.map_err(failure)?;
+    let solved = solve(args, system, &session);
+    let rank = session.rank();
+    let reported = solved.and_then(|(x, summary, converged)| {
+        let written = match rank {
+            0 => report(args, system, x, &summary),
+            _ => Ok(()),
+        };
+        agree(&session, written)?;
+        match converged {
+            true => Ok(()),
+            false => Err(Failure {
+                code: 1,
+                message: format!("{}: not converged", method_name(args.method)),
+            }),
+        }
+    });
+    match session.communicator() {
+        Some(comm) => reported.map_err(|f| crate::distributed::said_once(comm, f)),
+        None => reported,
+    }
+}
+
+/// `result` on every rank of `session` where it is `Ok` on all, else the first failing rank's
+/// failure (as bad input).
+fn agree<T: Element>(session: &Session<T>, result: Result<(), Failure>) -> Result<(), Failure> {
+    match session.communicator() {
+        Some(comm) => {
+            fuse::distributed::agree(comm, result.map_err(|f| fuse::Error::Distribution(f.message))).map_err(|e| {
+                Failure {
+                    code: crate::failure::EXIT_BAD_INPUT,
+                    message: e.to_string(),
+                }
+            })
+        }
+        None => result,
+    }
+}
+
+/// Says how the solve ended, then writes x to --outputs or prints it.
+fn report(args: &SolveArgs, system: &System, x: HostArray, summary: &str) -> Result<(), Failure> {
     eprintln!("{summary}");
     match &args.outputs {
         Some(dir) => {
             let solution = Bindings::from([("x".to_string(), x)]);
-            for path in write_outputs(precision, &solution, dir, &read, args.force)? {
+            for path in write_outputs(system.precision, &solution, dir, &system.read, args.force)? {
                 println!("wrote {}", path.display());
             }
         }
         None => println!("x  {x}"),
     }
-    match converged {
-        true => Ok(()),
-        false => Err(Failure {
-            code: 1,
-            message: format!("{}: not converged", method_name(args.method)),
-        }),
-    }
+    Ok(())
 }
 
-/// Every file of the system holds `dtype`.
-fn check_dtype(path: &Path, dtype: &str) -> Result<(), Failure> {
-    let (_, own) = npy::read_header(path).map_err(bad_input)?;
-    match own == dtype {
-        true => Ok(()),
-        false => Err(bad_input(format!(
-            "{}: {own}, but A is {dtype}: give the system in one precision",
-            path.display()
-        ))),
-    }
-}
-
-/// Solves the system in precision `T`: the solution, the line saying how it ended, and
-/// whether it converged.
+/// Solves the system in precision `T`: the solution (whole, on every rank), the line saying
+/// how it ended, and whether it converged.
 fn solve<T: Element>(
     args: &SolveArgs,
-    backend: fuse::Backend,
-    library: &Arc<Library>,
-    system: &Bindings,
+    system: &System,
+    session: &Session<T>,
 ) -> Result<(HostArray, String, bool), Failure> {
-    let options = CompileOptions::new().library(Arc::clone(library));
-    let session = Session::<T>::with_options(backend, options).map_err(failure)?;
-    let values = |name: &str| -> Vec<T> { T::values(&system[name]).map(<[T]>::to_vec).unwrap_or_default() };
-    let n = system["b"].dims.first().copied().unwrap_or(0);
+    let values = |name: &str| -> Vec<T> { T::values(&system.arrays[name]).map(<[T]>::to_vec).unwrap_or_default() };
+    let n = system.n;
     let a_values = values("A");
+    let (start, local) = (system.rows.start, system.rows.len());
+    // Each row's diagonal element, at column start + k of local row k.
     let jacobi: Option<Vec<T>> = args.jacobi.then(|| {
-        (0..n)
-            .map(|i| T::from_f64(1.0 / a_values[i * n + i].to_f64()))
+        (0..local)
+            .map(|k| T::from_f64(1.0 / a_values[k * n + start + k].to_f64()))
             .collect()
     });
-    let a = session
-        .matrix(system["A"].dims[0], system["A"].dims[1], a_values)
-        .map_err(failure)?;
-    let b = session.vector(values("b")).map_err(failure)?;
-    let x0 = match system.contains_key("x0") {
-        true => Some(session.vector(values("x0")).map_err(failure)?),
+    let a = session.matrix_rows(n, n, a_values).map_err(failure)?;
+    let b = session.vector_rows(n, values("b")).map_err(failure)?;
+    let x0 = match system.arrays.contains_key("x0") {
+        true => Some(session.vector_rows(n, values("x0")).map_err(failure)?),
         false => None,
     };
-    let bar = ProgressBar::new_spinner();
+    // Progress on rank 0 alone (and only on a terminal).
+    let bar = match session.rank() {
+        0 => ProgressBar::new_spinner(),
+        _ => ProgressBar::hidden(),
+    };
     bar.set_style(
         ProgressStyle::with_template("{spinner} [{elapsed_precise}] {msg}")
             .unwrap_or_else(|_| ProgressStyle::default_spinner()),
@@ -185,7 +294,7 @@ fn solve<T: Element>(
         maxiter: args.maxiter,
         check_every: args.check_every,
         restart: args.restart,
-        jacobi: jacobi.map(|d| session.vector(d)).transpose().map_err(failure)?,
+        jacobi: jacobi.map(|d| session.vector_rows(n, d)).transpose().map_err(failure)?,
         callback: Some(Arc::new(
             move |_: &Session<T>, iteration, residual, _: &fuse::Vector<T>| {
                 shown.set_message(format!("iteration {iteration}: ‖r‖ = {residual:.3e}"));
@@ -200,9 +309,9 @@ fn solve<T: Element>(
         Method::Bicgstab => solvers::bicgstab,
         Method::Gmres => solvers::gmres,
     };
-    let solution = method(&session, &a, &b, x0.as_ref(), &options).map_err(failure)?;
+    let solution = method(session, &a, &b, x0.as_ref(), &options).map_err(failure)?;
     bar.finish_and_clear();
-    let x = session.read(&solution.x).map_err(failure)?;
+    let x = session.gather(&solution.x).map_err(failure)?;
     let summary = describe(args.method, &solution);
     let x = HostArray {
         dims: vec![n],

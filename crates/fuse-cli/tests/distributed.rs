@@ -1,7 +1,8 @@
 //! `mpirun -n R fuse run --distributed`: every bundled script over 1–3 ranks gives the outputs
 //! of a single-process run; inputs are read by rows from `.npy` files; a rank that fails makes
 //! every rank exit 2, its message said once, and nothing is written; ranks that disagree on
-//! what they run are told who has what before any data moves.
+//! what they run are told who has what before any data moves. `fuse solve --distributed` solves
+//! as one process does, and stops every rank alike.
 
 #![cfg(feature = "mpi")]
 
@@ -441,4 +442,141 @@ fn timing_says_where_rank_0_spent_its_run() {
     for part in ["read ", "compute ", "collectives "] {
         assert!(line.contains(part) && line.contains(" ms"), "{line}");
     }
+}
+
+/// A well-conditioned system of order `n` in f64 (A symmetric positive definite: CG's), with
+/// a starting guess, written to `dir` as A.npy, b.npy and x0.npy.
+fn f64_system(dir: &Path, n: usize) {
+    std::fs::create_dir_all(dir).unwrap();
+    let random = common::numbers(n * n + 2 * n, 11);
+    let mut a = vec![0.0f64; n * n];
+    for i in 0..n {
+        for j in 0..n {
+            a[i * n + j] = f64::from(random[i.min(j) * n + i.max(j)]);
+        }
+        a[i * n + i] += 2.0 * n as f64;
+    }
+    let write = |name: &str, shape: &[usize], data: &[f64]| {
+        let bytes: Vec<u8> = data.iter().flat_map(|x| x.to_le_bytes()).collect();
+        common::write_npy(&dir.join(format!("{name}.npy")), "<f8", shape, &bytes);
+    };
+    let vector = |k: usize| -> Vec<f64> { random[n * n + k * n..][..n].iter().map(|&v| f64::from(v)).collect() };
+    write("A", &[n, n], &a);
+    write("b", &[n], &vector(0));
+    write("x0", &[n], &vector(1));
+}
+
+/// The numbers of a float64 `.npy` file.
+fn read_f64(path: &Path) -> Vec<f64> {
+    let bytes = std::fs::read(path).unwrap();
+    let start = 10 + u16::from_le_bytes([bytes[8], bytes[9]]) as usize;
+    bytes[start..]
+        .chunks(8)
+        .map(|c| f64::from_le_bytes(c.try_into().unwrap()))
+        .collect()
+}
+
+/// `mpirun -n R fuse solve --distributed` over 1–3 ranks writes the x of the one-process
+/// `fuse solve` (CG with Jacobi from zeros, GMRES from x0.npy) to 1e-10, and says how it ended
+/// once, as that solve does.
+#[test]
+fn solve_over_ranks_writes_the_one_process_solution() {
+    let dir = tempfile::tempdir().unwrap();
+    let inputs = dir.path().join("in");
+    f64_system(&inputs, 37);
+    let cg_inputs = dir.path().join("cg-in");
+    std::fs::create_dir_all(&cg_inputs).unwrap();
+    for name in ["A", "b"] {
+        std::fs::copy(
+            inputs.join(format!("{name}.npy")),
+            cg_inputs.join(format!("{name}.npy")),
+        )
+        .unwrap();
+    }
+    for (method, inputs, extra) in [("cg", &cg_inputs, "--jacobi"), ("gmres", &inputs, "--restart=7")] {
+        let solve = |outputs: &Path| {
+            let (inputs, outputs) = (inputs.to_str().unwrap(), outputs.to_str().unwrap());
+            vec![
+                "solve",
+                method,
+                extra,
+                "--rtol",
+                "1e-10",
+                "--inputs",
+                inputs,
+                "--outputs",
+                outputs,
+            ]
+            .into_iter()
+            .map(String::from)
+            .collect::<Vec<_>>()
+        };
+        let want_dir = dir.path().join(format!("{method}-want"));
+        let args = [solve(&want_dir), vec!["--backend".into(), "cpu".into()]].concat();
+        let one = fuse(&args.iter().map(String::as_str).collect::<Vec<_>>());
+        assert!(one.status.success(), "{}", stderr(&one));
+        let said = |out: &Output| -> Vec<String> {
+            (stderr(out).lines())
+                .filter(|l| l.starts_with(&format!("{method}: ")))
+                .map(|l| l.split(';').next().unwrap().to_string())
+                .collect()
+        };
+        assert_eq!(said(&one).len(), 1, "{}", stderr(&one));
+        let want = read_f64(&want_dir.join("x.npy"));
+        for ranks in [1, 2, 3] {
+            let got_dir = dir.path().join(format!("{method}-got{ranks}"));
+            let args = [solve(&got_dir), vec!["--distributed".into()]].concat();
+            let out = mpirun(ranks, &args.iter().map(String::as_str).collect::<Vec<_>>());
+            assert!(out.status.success(), "{method} over {ranks}: {}", stderr(&out));
+            assert_eq!(
+                said(&out),
+                said(&one),
+                "{method} over {ranks}: said once, as one process"
+            );
+            let got = read_f64(&got_dir.join("x.npy"));
+            let diff: f64 = got.iter().zip(&want).map(|(g, w)| (g - w).powi(2)).sum();
+            let norm: f64 = want.iter().map(|w| w * w).sum();
+            let error = (diff / norm).sqrt();
+            assert!(error <= 1e-10, "{method} over {ranks} ranks: x off by {error:e}");
+        }
+    }
+}
+
+/// A b of the wrong length stops every rank with exit status 2 and one message naming the
+/// file; a solve out of iterations exits 1 on every rank, said once, x still written.
+#[test]
+fn solve_over_ranks_refuses_a_wrong_b_and_says_not_converged_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let inputs = dir.path().join("in");
+    f64_system(&inputs, 37);
+    let out_dir = dir.path().join("out");
+    let (i, o) = (inputs.to_str().unwrap(), out_dir.to_str().unwrap());
+    let out = mpirun(
+        2,
+        &[
+            "solve",
+            "cg",
+            "--distributed",
+            "--maxiter",
+            "2",
+            "--inputs",
+            i,
+            "--outputs",
+            o,
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert_eq!(the_error(&out), "error: cg: not converged");
+    assert_eq!(read_f64(&out_dir.join("x.npy")).len(), 37);
+    let b = inputs.join("b.npy");
+    common::write_npy(&b, "<f8", &[38], &[0u8; 38 * 8]);
+    let out_dir = dir.path().join("out-bad");
+    let o = out_dir.to_str().unwrap();
+    let out = mpirun(3, &["solve", "gmres", "--distributed", "--inputs", i, "--outputs", o]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert_eq!(
+        the_error(&out),
+        format!("error: rank 0 of 3: {}: b has length 38, A is 37×37", b.display())
+    );
+    assert!(!out_dir.exists(), "nothing is written");
 }

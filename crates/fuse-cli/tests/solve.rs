@@ -96,3 +96,17 @@ fn a_system_that_does_not_fit_is_refused_before_solving() {
     assert_eq!(run.status.code(), Some(2));
     assert!(stderr(&run).contains("b has length 4, A is 5×5"), "{}", stderr(&run));
 }
+
+#[cfg(not(feature = "mpi"))]
+#[test]
+fn distributed_without_mpi_says_how_to_build_it_and_start_the_solve() {
+    let dir = tempfile::tempdir().unwrap();
+    system(dir.path(), 5);
+    let run = fuse(&["solve", "cg", "--inputs", dir.path().to_str().unwrap(), "--distributed"]);
+    let err = stderr(&run);
+    assert_eq!(run.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("built without MPI") && err.contains("mpirun -n R fuse solve METHOD --distributed"),
+        "{err}"
+    );
+}

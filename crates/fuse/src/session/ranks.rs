@@ -62,6 +62,12 @@ impl<T: Element> Session<T> {
         self.comm.as_deref().map(|c| c as &dyn Communicator)
     }
 
+    /// The ranks of a distributed session (`None` in one process), for a caller's own
+    /// collectives between flushes: rank 0 saying that it wrote what the ranks computed.
+    pub fn communicator(&self) -> Option<&dyn Communicator> {
+        self.comm()
+    }
+
     /// This rank (0 in a session of one process).
     pub fn rank(&self) -> usize {
         self.comm().map_or(0, |c| c.rank())

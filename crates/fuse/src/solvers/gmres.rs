@@ -11,12 +11,12 @@ use crate::session::{Matrix, Session, Vector};
 /// at most n) from `x0` (zeros where `None`), with SciPy's outer loop: `maxiter` counts
 /// restart cycles, and its inner tolerance adapts as SciPy's does.
 ///
-/// The Krylov basis is a matrix V of `restart + 1` rows in the session. Orthogonalising a new
-/// vector w is classical Gram–Schmidt done twice, each time `h = V·w; w = w − Vᵀ·h`: a row walk
-/// of V and a column walk reading its finished row sums, so each pass reads V once (ATAX's
-/// fusion). The small Hessenberg least-squares problem is solved on the host, as SciPy does:
-/// an iteration reads back its column of H (`restart + 1` numbers and two norms), never a
-/// vector.
+/// The Krylov basis is a matrix V of `restart + 1` rows in the session (see [`Basis`] for a
+/// distributed session). Orthogonalising a new vector w is classical Gram–Schmidt done twice,
+/// each time `h = V·w; w = w − Vᵀ·h`: a row walk of V and a column walk reading its finished
+/// row sums, so each pass reads V once (ATAX's fusion). The small Hessenberg least-squares
+/// problem is solved on the host, as SciPy does: an iteration reads back its column of H
+/// (`restart + 1` numbers and two norms), never a vector.
 pub fn gmres<T: Element>(
     session: &Session<T>,
     a: &Matrix<T>,
@@ -53,22 +53,18 @@ pub fn gmres<T: Element>(
     let eps = epsilon::<T>();
     let mut ptol_max_factor: f64 = 1.0;
     let mut ptol = m_b_norm * ptol_max_factor.min(atol / b_norm);
-    let units = unit_vectors(session, restart + 1)?;
-    let empty = session.matrix(restart + 1, n, vec![T::from_f64(0.0); (restart + 1) * n])?;
+    let basis = Basis::new(session, n, restart + 1)?;
     let mut cycles = 0;
     while cycles < maxiter && r_norm > atol {
         cycles += 1;
-        let cycle = arnoldi(&ops, a, jacobi, &r, &empty, &units, ptol, eps)?;
+        let cycle = arnoldi(&ops, a, jacobi, &r, &basis, ptol, eps)?;
         residuals.extend(&cycle.estimates);
         let y: Vec<T> = (cycle.y.iter().copied().map(T::from_f64))
             .chain(std::iter::repeat(T::from_f64(0.0)))
             .take(restart + 1)
             .collect();
         let y = session.vector(y)?;
-        x = ops.vector(
-            "gemtv",
-            &[In::L(1.0), In::M(&cycle.basis), In::V(&y), In::L(1.0), In::V(&x)],
-        )?;
+        x = basis.combine(&ops, &cycle.basis, 1.0, &y, &x)?;
         r = ops.residual(a, &x, b)?;
         r_norm = read(&ops.nrm2(&r)?)?;
         if let Some(callback) = &options.callback {
@@ -97,7 +93,7 @@ pub fn gmres<T: Element>(
 
 /// What one restart cycle found.
 struct Cycle<T: Element> {
-    /// The basis V (rows v₀ … v_k, zeros after).
+    /// The basis (v₀ … v_k set, zeros after), held as [`Basis`] says.
     basis: Matrix<T>,
     /// The least-squares coefficients of the basis.
     y: Vec<f64>,
@@ -117,17 +113,16 @@ fn arnoldi<T: Element>(
     a: &Matrix<T>,
     jacobi: Option<&Vector<T>>,
     r: &Vector<T>,
-    empty: &Matrix<T>,
-    units: &[Vector<T>],
+    layout: &Basis<T>,
     ptol: f64,
     eps: f64,
 ) -> Result<Cycle<T>> {
     let session = ops.session;
-    let restart = units.len() - 1;
+    let restart = layout.units.len() - 1;
     let v0 = ops.precondition(jacobi, r)?;
     let v0_norm = ops.nrm2(&v0)?;
     let v0 = ops.vector("scal", &[In::S(&ops.scalar("recip", &[In::S(&v0_norm)])?), In::V(&v0)])?;
-    let mut basis = ops.matrix("ger", &[In::V(&units[0]), In::V(&v0), In::M(empty)])?;
+    let mut basis = layout.set(ops, &layout.empty, 0, &v0)?;
     let mut vectors = vec![v0];
     let mut s = vec![0.0; restart + 1];
     s[0] = session.read_scalar(&v0_norm)?.to_f64();
@@ -137,9 +132,9 @@ fn arnoldi<T: Element>(
     for col in 0..restart {
         let w = ops.precondition(jacobi, &ops.gemv(a, &vectors[col])?)?;
         let h0 = ops.nrm2(&w)?;
-        let (w, coefficients) = orthogonalise(ops, &basis, w)?;
+        let (w, coefficients) = orthogonalise(ops, layout, &basis, w)?;
         let h1 = ops.nrm2(&w)?;
-        let mut column: Vec<f64> = session.read(&coefficients)?.into_iter().map(T::to_f64).collect();
+        let mut column: Vec<f64> = layout.read(session, &coefficients)?;
         column.truncate(col + 1);
         let (h0, h1_value) = (session.read_scalar(&h0)?.to_f64(), session.read_scalar(&h1)?.to_f64());
         column.push(h1_value);
@@ -148,7 +143,7 @@ fn arnoldi<T: Element>(
             breakdown = true;
         } else {
             let next = ops.vector("scal", &[In::S(&ops.scalar("recip", &[In::S(&h1)])?), In::V(&w)])?;
-            basis = ops.matrix("ger", &[In::V(&units[col + 1]), In::V(&next), In::M(&basis)])?;
+            basis = layout.set(ops, &basis, col + 1, &next)?;
             vectors.push(next);
         }
         let presid = rotate(&mut column, &mut givens, &mut s, col);
@@ -169,14 +164,19 @@ fn arnoldi<T: Element>(
     })
 }
 
-/// `w` made orthogonal to the rows of `basis` by classical Gram–Schmidt twice
+/// `w` made orthogonal to the vectors of `basis` by classical Gram–Schmidt twice
 /// (`h = V·w; w = w − Vᵀ·h`, again, the coefficients added): the vector, and the coefficients.
-fn orthogonalise<T: Element>(ops: &Ops<'_, T>, basis: &Matrix<T>, w: Vector<T>) -> Result<(Vector<T>, Vector<T>)> {
+fn orthogonalise<T: Element>(
+    ops: &Ops<'_, T>,
+    layout: &Basis<T>,
+    basis: &Matrix<T>,
+    w: Vector<T>,
+) -> Result<(Vector<T>, Vector<T>)> {
     let mut w = w;
     let mut total: Option<Vector<T>> = None;
     for _ in 0..2 {
-        let h = ops.gemv(basis, &w)?;
-        w = ops.vector("gemtv", &[In::L(-1.0), In::M(basis), In::V(&h), In::L(1.0), In::V(&w)])?;
+        let h = layout.project(ops, basis, &w)?;
+        w = layout.combine(ops, basis, -1.0, &h, &w)?;
         total = Some(match total {
             Some(t) => ops.vector("add", &[In::V(&t), In::V(&h)])?,
             None => h,
@@ -227,6 +227,76 @@ fn back_substitute(h: &[Vec<f64>], s: &[f64]) -> Vec<f64> {
         }
     }
     y
+}
+
+/// How the Krylov basis V (vectors v₀ … v_{m−1}, each of length n) is held in the session.
+///
+/// In one process V is an m×n matrix, a vector a row. A distributed session splits every
+/// matrix of a flush by the same rows, A's (its planner refuses matrices of other row counts),
+/// so there the basis is Vᵀ, n×m, split by rows like A and the vectors: each rank holds its
+/// elements of every basis vector. Then `h = V·w` is each rank's partial sum combined by one
+/// all-reduce of m numbers, `w − Vᵀ·h` and x's update are local, and an iteration's only
+/// vector exchange is the gather of the v that A multiplies. (The price: a Gram–Schmidt pass
+/// reads a rank's rows of Vᵀ twice, the sum over all of them being due before the product.)
+struct Basis<T: Element> {
+    /// Held as Vᵀ.
+    transposed: bool,
+    /// The basis with no vector set: zeros.
+    empty: Matrix<T>,
+    /// e₀ … e_{m−1}, each of length m (a vector is set by `ger` with one).
+    units: Vec<Vector<T>>,
+}
+
+impl<T: Element> Basis<T> {
+    /// An empty basis of `m` vectors of length `n`.
+    fn new(session: &Session<T>, n: usize, m: usize) -> Result<Self> {
+        let transposed = session.communicator().is_some();
+        let (rows, cols) = if transposed { (n, m) } else { (m, n) };
+        let local = session.rows(rows)?.len();
+        Ok(Basis {
+            transposed,
+            empty: session.matrix_rows(rows, cols, vec![T::from_f64(0.0); local * cols])?,
+            units: unit_vectors(session, m)?,
+        })
+    }
+
+    /// `basis` with `v` as its vector `k`.
+    fn set(&self, ops: &Ops<'_, T>, basis: &Matrix<T>, k: usize, v: &Vector<T>) -> Result<Matrix<T>> {
+        let (x, y) = match self.transposed {
+            true => (v, &self.units[k]),
+            false => (&self.units[k], v),
+        };
+        ops.matrix("ger", &[In::V(x), In::V(y), In::M(basis)])
+    }
+
+    /// `V·w`: w's products with the basis vectors.
+    fn project(&self, ops: &Ops<'_, T>, basis: &Matrix<T>, w: &Vector<T>) -> Result<Vector<T>> {
+        ops.vector(self.product(false), &[In::M(basis), In::V(w)])
+    }
+
+    /// `a·Vᵀ·y + w`: the basis vectors weighted by `y`, times `a`, added to `w`.
+    fn combine(&self, ops: &Ops<'_, T>, basis: &Matrix<T>, a: f64, y: &Vector<T>, w: &Vector<T>) -> Result<Vector<T>> {
+        let args = [In::L(a), In::M(basis), In::V(y), In::L(1.0), In::V(w)];
+        ops.vector(self.product(true), &args)
+    }
+
+    /// The BLAS name of the product with V (with Vᵀ where `transpose`) as the basis is held.
+    fn product(&self, transpose: bool) -> &'static str {
+        match transpose != self.transposed {
+            false => "gemv",
+            true => "gemtv",
+        }
+    }
+
+    /// The elements of `coefficients` (a vector of length m), on every rank: held whole unless
+    /// m is n, whose symbol a distributed flush splits, and then gathered.
+    fn read(&self, session: &Session<T>, coefficients: &Vector<T>) -> Result<Vec<f64>> {
+        let values = match session.local_rows(coefficients)? {
+            Some(_) => session.gather(coefficients)?,
+            None => session.read(coefficients)?,
+        };
+        Ok(values.into_iter().map(T::to_f64).collect())
+    }
 }
 
 /// e₀ … e_{m−1}, each of length m, in the session (the basis's rows are set by `ger` with them).

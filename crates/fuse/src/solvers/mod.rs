@@ -7,6 +7,13 @@
 //! norms the stopping test reads: one per iteration (BiCGSTAB: two, its half-step residual
 //! too), or one per `check_every` iterations.
 //!
+//! On a distributed session ([`Session::distributed`](crate::Session::distributed)) the same
+//! calls run over the ranks, A given as each rank's rows ([`Session::matrix_rows`](crate::Session::matrix_rows)), b and x0 by
+//! rows or whole: each rank holds its rows of the vectors, an iteration gathers the vector A
+//! multiplies and reduces its scalars (‖r‖ one number combined, never a vector), and every
+//! rank reads the same residual, so all end alike — converged, out of iterations or broken
+//! down. Read x with [`Session::gather`](crate::Session::gather).
+//!
 //! Breakdowns are caught on the device too: each quantity SciPy tests (`|ρ| < ε²`, `ω`, a zero
 //! denominator) adds a *guard* to the residual the host reads — zero where the quantity is
 //! fine, NaN where it is not — so a breakdown makes that one read NaN. Only then are the

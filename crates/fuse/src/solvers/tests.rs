@@ -5,6 +5,7 @@
 use super::*;
 use std::sync::Arc;
 
+use crate::distributed::LocalRanks;
 use crate::{Backend, Element, Matrix, Precision, Result, Session, Vector};
 
 /// A random n×n matrix (row-major) made diagonally dominant, symmetric where `symmetric`.
@@ -119,7 +120,8 @@ fn solver<T: Element>(method: &str) -> Solver<T> {
     match method {
         "cg" => cg,
         "bicg" => bicg,
-        _ => bicgstab,
+        "bicgstab" => bicgstab,
+        _ => gmres,
     }
 }
 
@@ -395,5 +397,190 @@ fn the_callback_runs_once_an_iteration_as_scipys_never_past_the_solution() {
         if calls.len() == solution.iterations {
             assert_eq!(calls.last().unwrap().1, s.read(&solution.x).unwrap(), "{method}");
         }
+    }
+}
+
+/// What a solve over ranks gives one rank: info, iterations, x gathered, its row count, and
+/// per residual read after the first the collectives and bytes this rank took part in since
+/// the last.
+type RankSolve = (i64, usize, Vec<f64>, usize, Vec<(u64, u64)>);
+
+/// `method` on the system of order `n` over `ranks` ranks (threads), each holding its rows of
+/// A and b given by rows (or whole where `whole_b`), in precision `T` to `rtol`.
+fn solve_over_ranks<T: Element>(
+    method: &str,
+    backend: &Backend,
+    n: usize,
+    ranks: usize,
+    whole_b: bool,
+) -> Vec<RankSolve> {
+    let (a, b) = system(n, 13, method == "cg");
+    let cast = |v: &[f64]| -> Vec<T> { v.iter().map(|&x| T::from_f64(x)).collect() };
+    LocalRanks::new(ranks).run(|comm| {
+        let s = Session::<T>::distributed(comm, backend.clone()).unwrap();
+        let rows = s.rows(n).unwrap();
+        let am = s.matrix_rows(n, n, cast(&a[rows.start * n..rows.end * n])).unwrap();
+        let bv = match whole_b {
+            true => s.vector(cast(&b)).unwrap(),
+            false => s.vector_rows(n, cast(&b[rows.clone()])).unwrap(),
+        };
+        let steps = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = Arc::clone(&steps);
+        let options = Options {
+            callback: Some(Arc::new(move |s: &Session<T>, _, _, _: &Vector<T>| {
+                let stats = s.stats();
+                seen.lock().unwrap().push((stats.collectives, stats.communicated));
+                Ok(())
+            })),
+            ..ranks_options::<T>(method, n)
+        };
+        let solution = solver::<T>(method)(&s, &am, &bv, None, &options).unwrap();
+        let x = s.gather(&solution.x).unwrap().into_iter().map(T::to_f64).collect();
+        let steps = steps.lock().unwrap();
+        let per_read = steps.windows(2).map(|w| (w[1].0 - w[0].0, w[1].1 - w[0].1)).collect();
+        (solution.info(), solution.iterations, x, rows.len(), per_read)
+    })
+}
+
+/// GMRES restarts every 6 iterations, or every n − 1 (a basis of n vectors: the coefficients'
+/// length is the rows' there).
+fn ranks_options<T: Element>(method: &str, n: usize) -> Options<T> {
+    Options {
+        rtol: if T::PRECISION == Precision::F64 { 1e-10 } else { 1e-5 },
+        restart: (method == "gmres").then_some(if n == 37 { 36 } else { 6 }),
+        ..Options::default()
+    }
+}
+
+fn relative(got: &[f64], want: &[f64]) -> f64 {
+    let norm = |v: &[f64]| dot(v, v).sqrt();
+    norm(&axpy(-1.0, got, want)) / norm(want)
+}
+
+/// Each solver over 1–3 ranks against the single-process solve of the same system: every rank
+/// the same info, iterations and x, that solve's to `tol` (f64 1e-10; f32 1e-4 and an iteration
+/// more or less, its dot products summed in another order).
+fn over_ranks_as_in_one_process<T: Element>(method: &str, backend: &Backend, n: usize, tol: f64) {
+    let (a, b) = system(n, 13, method == "cg");
+    let cast = |v: &[f64]| -> Vec<T> { v.iter().map(|&x| T::from_f64(x)).collect() };
+    let s = Session::<T>::new(backend.clone()).unwrap();
+    let (am, bv) = (s.matrix(n, n, cast(&a)).unwrap(), s.vector(cast(&b)).unwrap());
+    let want = solver::<T>(method)(&s, &am, &bv, None, &ranks_options(method, n)).unwrap();
+    assert_eq!(want.outcome, Outcome::Converged, "{method}, n = {n}");
+    let want_x: Vec<f64> = s.read(&want.x).unwrap().into_iter().map(T::to_f64).collect();
+    let slack = usize::from(T::PRECISION == Precision::F32);
+    for ranks in [1, 2, 3] {
+        let results = solve_over_ranks::<T>(method, backend, n, ranks, n % 2 == 1 && ranks == 2);
+        let what = format!("{method} on {backend}, n = {n}, {} over {ranks} ranks", T::PRECISION);
+        for (rank, (info, iterations, x, rows, per_read)) in results.iter().enumerate() {
+            assert_eq!(*info, 0, "{what}, rank {rank}");
+            assert!(
+                iterations.abs_diff(want.iterations) <= slack,
+                "{what}, rank {rank}: {iterations} iterations, one process {}",
+                want.iterations
+            );
+            assert!(
+                (iterations, x) == (&results[0].1, &results[0].2),
+                "{what}: rank {rank} differs from rank 0"
+            );
+            let error = relative(x, &want_x);
+            assert!(error <= tol, "{what}, rank {rank}: x off by {error:e}");
+            for &read in per_read {
+                assert_eq!(
+                    read,
+                    exchanged::<T>(method, n, *rows, read.0),
+                    "{what}, rank {rank}: collectives and bytes"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn each_solver_over_ranks_gives_every_rank_the_single_process_solve() {
+    for method in ["cg", "bicg", "bicgstab", "gmres"] {
+        for backend in [Backend::Cpu, Backend::Reference] {
+            for n in [37, 53] {
+                over_ranks_as_in_one_process::<f64>(method, &backend, n, 1e-10);
+            }
+            over_ranks_as_in_one_process::<f32>(method, &backend, 37, 1e-4);
+        }
+    }
+}
+
+/// The collectives of a rank of `rows` rows between two residual reads, and the bytes it puts
+/// into them in precision `T` (a GMRES cycle of `collectives` of them): the gathers of the vectors A (and Aᵀ)
+/// multiply, BiCG's sum of Aᵀ·p̃'s partial vectors, and scalars. ‖r‖ is one of the scalars:
+/// each rank's norm, combined, never a vector.
+fn exchanged<T: Element>(method: &str, n: usize, rows: usize, collectives: u64) -> (u64, u64) {
+    let rows = rows as u64;
+    let (collectives, words) = match method {
+        // p gathered; ‖r‖, ρ = rᵀr, pᵀA·p.
+        "cg" => (4, rows + 3),
+        // Aᵀ·p̃ summed, p gathered; ‖r‖, ρ, p̃ᵀA·p.
+        "bicg" => (5, n as u64 + rows + 3),
+        // p̂ and ŝ gathered; ‖r‖, ρ, r̃ᵀv, ‖s‖, tᵀs, tᵀt.
+        "bicgstab" => (8, 2 * rows + 6),
+        // Each of k iterations: v gathered, V·w summed twice (7 numbers: restart 6), two norms;
+        // after the cycle: x gathered for b − A·x, ‖r‖, ‖v₀‖.
+        _ => {
+            let k = (collectives - 3) / 5;
+            (5 * k + 3, k * (rows + 2 * 7 + 2) + rows + 2)
+        }
+    };
+    (collectives, std::mem::size_of::<T>() as u64 * words)
+}
+
+/// A skew-symmetric system (xᵀA·x = 0 for every x) over 1–3 ranks: every rank sees the first
+/// denominator vanish, ends with SciPy's −11 and the iterate before it — none waits in a
+/// collective the others left.
+#[test]
+fn a_breakdown_over_ranks_ends_every_rank_alike() {
+    let n = 5;
+    // Whole numbers: pᵀA·p sums to exactly 0 in any order.
+    let a: Vec<f64> = (0..n * n).map(|k| (k % n) as f64 - (k / n) as f64).collect();
+    let b: Vec<f64> = (1..=n).map(|i| i as f64).collect();
+    for method in ["cg", "bicg", "bicgstab"] {
+        for ranks in [1, 2, 3] {
+            let results = LocalRanks::new(ranks).run(|comm| {
+                let s = Session::<f64>::distributed(comm, Backend::Cpu).unwrap();
+                let rows = s.rows(n).unwrap();
+                let am = s.matrix_rows(n, n, a[rows.start * n..rows.end * n].to_vec()).unwrap();
+                let bv = s.vector_rows(n, b[rows].to_vec()).unwrap();
+                let solution = solver::<f64>(method)(&s, &am, &bv, None, &Options::default()).unwrap();
+                (solution.outcome, solution.iterations, s.gather(&solution.x).unwrap())
+            });
+            for (rank, got) in results.into_iter().enumerate() {
+                let want = (Outcome::Breakdown(Breakdown::ZeroDenominator), 0, vec![0.0; n]);
+                assert_eq!(got, want, "{method} over {ranks} ranks, rank {rank}");
+            }
+        }
+    }
+}
+
+/// The start's checks read A's whole shape from a row block: every rank the same message.
+#[test]
+fn a_system_over_ranks_is_checked_by_its_whole_shape() {
+    let results = LocalRanks::new(2).run(|comm| {
+        let s = Session::<f64>::distributed(comm, Backend::Cpu).unwrap();
+        let rows = s.rows(5).unwrap().len();
+        let wide = s.matrix_rows(5, 6, vec![1.0; rows * 6]).unwrap();
+        let square = s.matrix_rows(5, 5, vec![1.0; rows * 5]).unwrap();
+        let b = s.vector_rows(5, vec![1.0; rows]).unwrap();
+        let long = s.vector(vec![1.0; 6]).unwrap();
+        let message = |r: Result<Solution<f64>>| r.unwrap_err().to_string();
+        (
+            message(gmres(&s, &wide, &b, None, &Options::default())),
+            message(cg(&s, &square, &long, None, &Options::default())),
+        )
+    });
+    for got in results {
+        assert_eq!(
+            got,
+            (
+                "A must be square: it is 5×6".to_string(),
+                "b has length 6, A is 5×5".to_string()
+            )
+        );
     }
 }
