@@ -607,8 +607,12 @@ impl<'a> Strips<'a> {
         );
         // Rows whose part of the strip lies wholly outside the kernel's triangle are not
         // walked: above a lower one's first diagonal, below an upper one's last (the first row
-        // kept a multiple of 32, as the blocks' own first rows are).
-        let band = self.band();
+        // kept a multiple of 32, as the blocks' own first rows are). A whole-row block walks
+        // them all: it stores each row's finished value, an empty sum's too (`x[i] + 0`).
+        let band = match k.whole_rows {
+            true => Diagonals::default(),
+            false => self.band(),
+        };
         if let Some(from) = band.from {
             let _ = writeln!(
                 s,
