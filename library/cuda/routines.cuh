@@ -133,6 +133,26 @@ template <typename T, int V> __device__ __forceinline__ bool fuse_vector_ok(cons
     return V > 1 && V * sizeof(T) <= 16 && reinterpret_cast<unsigned long long>(p) % (V * sizeof(T)) == 0;
 }
 
+// Whole-row blocks on a triangle. Thread rt of R holds the V-element vectors g·R + rt of a row,
+// element e of vector g its element g·V + e: how many of them lie before column col (≥ 0).
+template <int V, int R> __device__ __forceinline__ int fuse_elements_before(int col, int rt) {
+    const int d = col / V - rt;  // vectors of the row before col's, past the thread's first
+    if (d < 0) return 0;
+    return (d + R - 1) / R * V + (d % R == 0 ? col % V : 0);
+}
+
+// The thread's elements of a row that lie in columns [lo, hi) (clamped to the row's n), one
+// bit each: computed once per row, so that the hot loop loads only the vectors with a bit set
+// and tests one bit per element (kGroups·V ≤ 32).
+template <int V, int R>
+__device__ __forceinline__ unsigned fuse_row_mask(long long lo, long long hi, long long n, int rt) {
+    const auto below = [rt, n](long long col) {
+        const int k = fuse_elements_before<V, R>((int)(col < 0 ? 0 : col > n ? n : col), rt);
+        return k >= 32 ? ~0u : (1u << k) - 1;
+    };
+    return below(hi) & ~below(lo);
+}
+
 // Whether p is 16-byte aligned: with it, rows of a multiple of V elements start aligned.
 template <typename T> __device__ __forceinline__ bool fuse_aligned(const T* p) {
     return reinterpret_cast<unsigned long long>(p) % 16 == 0;

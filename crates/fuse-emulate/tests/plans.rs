@@ -6,7 +6,7 @@ use fuse_codegen::generate::{generate, KernelGroup, Serial, Walk};
 use fuse_core::data::{fill_random_inputs, relative_error};
 use fuse_core::reference::evaluate;
 use fuse_core::testing::{sequence as load, sizes_mn, SEQUENCES as ALL};
-use fuse_core::{explore, Bindings, Library, Limits, Precision, Program, TimingTable};
+use fuse_core::{explore, Bindings, HostArray, Library, Limits, Precision, Program, TimingTable};
 use fuse_emulate::EmulatedPlan;
 
 const SIZES: [(usize, usize); 4] = [(67, 45), (1, 300), (300, 1), (257, 513)];
@@ -253,6 +253,74 @@ fn norms_at_the_edges_of_the_range_match_the_reference() {
                 check_norms(precision, fused, |program, sizes, inputs| {
                     plan.run(program, sizes, inputs)
                 });
+            }
+        }
+    }
+}
+
+/// Whole-row blocks on a triangle: each triangular product alone, and ATAX on a triangle as
+/// one kernel, load and sum only each row's stored vectors under a per-row mask. A holds NaN
+/// wherever its band does not reach, so one element read outside it spoils an output; sizes
+/// put the diagonal at every position of a vector, and n = 2048 (f64) fills the block's row
+/// exactly (the interior body).
+#[test]
+fn whole_row_blocks_on_a_triangle_read_only_the_triangle() {
+    use fuse_core::explore::mapping::call_diagonals;
+    let library = Library::builtin().unwrap();
+    let mut scripts: Vec<Vec<String>> = Vec::new();
+    for product in ["trmv", "trmtv"] {
+        for form in ["upper", "lower", "upper_unit", "lower_unit"] {
+            scripts.push(vec![format!("y = {{p}}{product}_{form}(A, x)")]);
+        }
+    }
+    for form in ["upper", "lower"] {
+        scripts.push(vec![
+            format!("t = {{p}}trmv_{form}(A, x)"),
+            format!("y = {{p}}trmtv_{form}(A, t)"),
+        ]);
+    }
+    for (precision, p, sizes) in [
+        (Precision::F32, "s", &[1, 2, 5, 37, 130][..]),
+        (Precision::F64, "d", &[1, 3, 97, 2048][..]),
+    ] {
+        for calls in &scripts {
+            let calls: String = calls.iter().map(|c| format!("  - {}\n", c.replace("{p}", p))).collect();
+            let text = format!("name: tri\nprecision: {precision}\nsizes: {{n: 64}}\ninputs: {{A: [n, n], x: [n]}}\noutputs: [y]\ncalls:\n{calls}");
+            let program = fuse_core::script::parse("tri.yaml", &text, &library).unwrap();
+            // 8 vectors of 16 bytes per thread: rows of up to 2048 (f64) or 4096 (f32) columns.
+            let kernel = KernelGroup {
+                calls: (0..program.calls.len()).collect(),
+                block: 128,
+                width: 128 * 8 * (16 / precision.bytes() as u32) / 32,
+                whole_rows: true,
+                serial_iterations: Serial::Iterations(1),
+                walk: Walk::Rows,
+            };
+            let plan = EmulatedPlan::compile(generate(&program, &[kernel]).unwrap()).unwrap();
+            let band = (program.calls.iter())
+                .map(call_diagonals)
+                .reduce(|a, b| a.union(b))
+                .unwrap();
+            for &n in sizes {
+                let sizes = program.bind_sizes(&[("n".to_string(), n)]).unwrap();
+                let mut inputs = Bindings::new();
+                fill_random_inputs(&program, &sizes, n as u64, &mut inputs);
+                let mut a = inputs["A"].to_f64();
+                for (k, v) in a.iter_mut().enumerate() {
+                    if !band.columns(k / n, 0..n).contains(&(k % n)) {
+                        *v = f64::NAN;
+                    }
+                }
+                let a = match precision {
+                    Precision::F32 => HostArray::f32(vec![n, n], a.iter().map(|&v| v as f32).collect()),
+                    Precision::F64 => HostArray::f64(vec![n, n], a),
+                };
+                inputs.insert("A".into(), a);
+                let want = evaluate(&program, &sizes, &inputs).unwrap();
+                let got = plan.run(&program, &sizes, &inputs).unwrap();
+                let error = relative_error(&got["y"].to_f64(), &want["y"].to_f64());
+                let tolerance = if precision == Precision::F32 { 1e-4 } else { 1e-12 };
+                assert!(error < tolerance, "{calls} {precision} at {n}: error {error:e}");
             }
         }
     }

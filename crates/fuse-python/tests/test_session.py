@@ -59,6 +59,36 @@ def test_every_blas_call_matches_numpy(backend, dtype):
     assert np.asarray(vx, dtype=np.float64).dtype == np.float64
 
 
+@pytest.mark.parametrize("backend", backends())
+def test_matrices_from_vectors_and_triangular_products_match_numpy(backend):
+    rng = np.random.default_rng(12)
+    m, n = 37, 53
+    x, y, A = rng.uniform(-1, 1, m), rng.uniform(-1, 1, n), rng.uniform(-1, 1, (m, n))
+    s = fuseblas.Session(backend)
+    vx, vy, vA = s.array(x), s.array(y), s.array(A)
+    assert close(s.outer(vx, vy), np.outer(x, y), np.float64)
+    assert close(s.outer(vx, vy, alpha=-2.5), -2.5 * np.outer(x, y), np.float64)
+    assert close(s.mscal(0.75, vA), 0.75 * A, np.float64)
+    T = rng.uniform(-1, 1, (n, n))
+    for lower in (False, True):
+        for trans in (False, True):
+            for unitdiag in (False, True):
+                kept = np.tril(T) if lower else np.triu(T)
+                if unitdiag:
+                    kept = kept - np.diag(np.diag(kept)) + np.eye(n)
+                # What the product must not read is NaN.
+                poisoned = np.where(np.tril(np.ones((n, n))) if lower else np.triu(np.ones((n, n))), T, np.nan)
+                if unitdiag:
+                    np.fill_diagonal(poisoned, np.nan)
+                want = (kept.T if trans else kept) @ y
+                got = s.trmv(s.array(poisoned), vy, lower=lower, trans=trans, unitdiag=unitdiag)
+                assert close(got, want, np.float64), (lower, trans, unitdiag)
+    with pytest.raises(TypeError, match="Session.trmv: lower is a bool, not str"):
+        s.trmv(vA, vy, lower="L")
+    with pytest.raises(fuseblas.InputError):
+        s.trmv(vA, vy)  # A is not square
+
+
 def test_a_session_copies_what_it_is_given():
     s = fuseblas.Session("cpu")
     x = np.ones(5)

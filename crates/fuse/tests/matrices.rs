@@ -255,3 +255,59 @@ fn a_users_band_function_reads_only_its_band_on_every_backend() {
         }
     }
 }
+
+/// Deterministic values in [-1, 1) from `seed`.
+fn values(len: usize, seed: u64) -> Vec<f64> {
+    (0..len as u64)
+        .map(|k| ((k * 7919 + seed * 104_729) % 1999) as f64 / 999.5 - 1.0)
+        .collect()
+}
+
+#[test]
+fn session_methods_make_matrices_from_vectors_on_every_backend() {
+    let (m, n) = (37, 53);
+    let (x, y, a_m) = (values(m, 1), values(n, 2), values(m * n, 3));
+    let outer = |alpha: f64| -> Vec<f64> { (0..m * n).map(|k| alpha * x[k / n] * y[k % n]).collect() };
+    let scaled: Vec<f64> = a_m.iter().map(|v| -0.75 * v).collect();
+    for backend in backends() {
+        let s = fuse::Session::<f64>::new(backend.clone()).unwrap();
+        let (xv, yv) = (s.vector(x.clone()).unwrap(), s.vector(y.clone()).unwrap());
+        let a = s.matrix(m, n, a_m.clone()).unwrap();
+        let p = s.douter(&xv, &yv).unwrap();
+        let q = s.douter_a(2.5, &xv, &yv).unwrap();
+        let r = s.dmscal(-0.75, &a).unwrap();
+        assert_close(&s.read(&p).unwrap(), &outer(1.0), 1.0, &format!("{backend} douter"));
+        assert_close(&s.read(&q).unwrap(), &outer(2.5), 1.0, &format!("{backend} douter_a"));
+        assert_close(&s.read(&r).unwrap(), &scaled, 1.0, &format!("{backend} dmscal"));
+        // A shape that does not fit is refused when recorded.
+        assert!(s.dmscal(1.0, &a).is_ok() && s.dtrmv_upper(&a, &yv).is_err());
+    }
+}
+
+#[test]
+fn session_triangular_methods_read_only_their_triangle_on_every_backend() {
+    type Method = fn(&fuse::Session<f64>, &fuse::Matrix<f64>, &fuse::Vector<f64>) -> fuse::Result<fuse::Vector<f64>>;
+    let methods: [Method; 8] = [
+        fuse::Session::dtrmv_upper,
+        fuse::Session::dtrmv_lower,
+        fuse::Session::dtrmtv_upper,
+        fuse::Session::dtrmtv_lower,
+        fuse::Session::dtrmv_upper_unit,
+        fuse::Session::dtrmv_lower_unit,
+        fuse::Session::dtrmtv_upper_unit,
+        fuse::Session::dtrmtv_lower_unit,
+    ];
+    for ((name, upper, transposed, unit), method) in TRIANGULAR.into_iter().zip(methods) {
+        for n in [37, 130] {
+            let a = poisoned(values(n * n, 4), n, upper, unit);
+            let x = values(n, 5);
+            let want = triangular(&a, &x, n, (upper, transposed, unit));
+            for backend in backends() {
+                let s = fuse::Session::<f64>::new(backend.clone()).unwrap();
+                let (am, xv) = (s.matrix(n, n, a.clone()).unwrap(), s.vector(x.clone()).unwrap());
+                let got = s.read(&method(&s, &am, &xv).unwrap()).unwrap();
+                assert_close(&got, &want, n as f64, &format!("{backend} session d{name} at {n}"));
+            }
+        }
+    }
+}

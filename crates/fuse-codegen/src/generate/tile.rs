@@ -151,6 +151,10 @@ struct Strips<'a> {
     /// Whether triangular sums test each element's diagonal (off in rows whose part of the
     /// strip lies wholly inside the triangle).
     tested: std::cell::Cell<bool>,
+    /// A whole-row block on a triangle: the bands whose elements a per-row bit mask `live{i}`
+    /// selects — the kernel's band first (the vectors loaded), then each call's other band.
+    /// Empty elsewhere.
+    masks: Vec<Diagonals>,
 }
 
 impl<'a> Strips<'a> {
@@ -185,6 +189,10 @@ impl<'a> Strips<'a> {
                 STATIC_SHARED_LIMIT / 1024
             )));
         }
+        let masks = match k.whole_rows {
+            true => row_masks(k, &layout),
+            false => Vec::new(),
+        };
         Ok(Strips {
             k,
             layout,
@@ -198,6 +206,7 @@ impl<'a> Strips<'a> {
                 Walk::Columns => "[k]",
             },
             tested: std::cell::Cell::new(true),
+            masks,
         })
     }
 
@@ -238,14 +247,18 @@ impl<'a> Strips<'a> {
     }
 
     /// `{into}[g]` loaded for every matrix v (`{v}` in `into` standing for its number), from
-    /// the row starting at element `at`.
-    fn matrix_loads(&self, into: &str, at: &str, indent: &str) -> String {
+    /// the row starting at element `at`: only the vectors with a bit in mask `live` where
+    /// given (the others are never read).
+    fn matrix_loads(&self, into: &str, at: &str, live: Option<&str>, indent: &str) -> String {
         let ty = self.k.ty();
+        let only = live.map_or(String::new(), |live| {
+            format!("if (({live} >> (g * kVector)) & ((1u << kVector) - 1)) ")
+        });
         let mut s = String::new();
         for &v in &self.uses.matrices {
             let _ = writeln!(
                 s,
-                "{indent}#pragma unroll\n{indent}for (int g = 0; g < kGroups; ++g) {}[g] = fuse_load_vec<{ty}, kVector, kChecked>({} + {at}, col0 + (g * kRowThreads + rt) * kVector, {});",
+                "{indent}#pragma unroll\n{indent}for (int g = 0; g < kGroups; ++g) {only}{}[g] = fuse_load_vec<{ty}, kVector, kChecked>({} + {at}, col0 + (g * kRowThreads + rt) * kVector, {});",
                 into.replace("{v}", &v.to_string()),
                 pointer(self.k.program, v),
                 self.n
@@ -279,11 +292,14 @@ impl<'a> Strips<'a> {
             s,
             "{indent}    #pragma unroll\n{indent}    for (int e = 0; e < kVector; ++e) {{"
         );
-        let _ = writeln!(
-            s,
-            "{indent}        const bool ok = !kChecked || col0 + (g * kRowThreads + rt) * kVector + e < {};",
-            self.n
-        );
+        // A mask holds no column past the row's end.
+        if self.masks.is_empty() {
+            let _ = writeln!(
+                s,
+                "{indent}        const bool ok = !kChecked || col0 + (g * kRowThreads + rt) * kVector + e < {};",
+                self.n
+            );
+        }
         let inner = format!("{indent}        ");
         for &c in calls {
             s.push_str(&self.compute(&self.k.program.calls[c], &inner)?);
@@ -386,6 +402,13 @@ impl<'a> Strips<'a> {
             true => format!("acc{r}[g].e[e]"),
             false => format!("part{r}{}", self.row_index),
         };
+        // A whole row on a triangle: one bit of the row's mask for the call's band.
+        if let Some(i) = self.masks.iter().position(|&d| d == call_diagonals(call)) {
+            return Ok(format!(
+                "{indent}if ((live{i} >> (g * kVector + e)) & 1u) {target} += {term};  // {}\n",
+                call.text
+            ));
+        }
         // A triangle's elements are tested by their diagonal: the other triangle's numbers are
         // loaded with the strip but never reach a sum.
         let diagonals = match self.tested.get() {
@@ -403,14 +426,9 @@ impl<'a> Strips<'a> {
         ))
     }
 
-    /// The band of diagonals every call of the kernel stays in (all, unless each reads a
-    /// triangle).
+    /// [`kernel_band`] of this kernel.
     fn band(&self) -> Diagonals {
-        let k = self.k;
-        (k.calls.iter())
-            .map(|&c| call_diagonals(&k.program.calls[c]))
-            .reduce(Diagonals::union)
-            .unwrap_or_default()
+        kernel_band(self.k)
     }
 
     /// Row sums of one row: a warp sum, then one atomic — or, when `direct`, the finished
@@ -589,8 +607,12 @@ impl<'a> Strips<'a> {
         );
         // Rows whose part of the strip lies wholly outside the kernel's triangle are not
         // walked: above a lower one's first diagonal, below an upper one's last (the first row
-        // kept a multiple of 32, as the blocks' own first rows are).
-        let band = self.band();
+        // kept a multiple of 32, as the blocks' own first rows are). A whole-row block walks
+        // them all: it stores each row's finished value, an empty sum's too (`x[i] + 0`).
+        let band = match k.whole_rows {
+            true => Diagonals::default(),
+            false => self.band(),
+        };
         if let Some(from) = band.from {
             let _ = writeln!(
                 s,
@@ -715,7 +737,7 @@ impl<'a> Strips<'a> {
         for &v in &self.uses.matrices {
             let _ = writeln!(one_at_a_time, "            {vec} v{v}[kGroups];");
         }
-        one_at_a_time.push_str(&self.matrix_loads("v{v}", "at", "            "));
+        one_at_a_time.push_str(&self.matrix_loads("v{v}", "at", None, "            "));
         one_at_a_time.push_str(&row_values(&at_row));
         one_at_a_time.push_str(row);
         one_at_a_time.push_str("        }\n");
@@ -730,7 +752,7 @@ impl<'a> Strips<'a> {
             let _ = writeln!(s, "            {vec} rows{v}[kTrip][kGroups];");
         }
         s.push_str("            #pragma unroll\n            for (int u = 0; u < kTrip; ++u) {\n");
-        s.push_str(&self.matrix_loads("rows{v}[u]", &format!("(row + u) * {n}"), "                "));
+        s.push_str(&self.matrix_loads("rows{v}[u]", &format!("(row + u) * {n}"), None, "                "));
         s.push_str("            }\n");
         let in_vectors = self.row_values_in_vectors();
         if in_vectors {
@@ -776,30 +798,78 @@ impl<'a> Strips<'a> {
     /// block sums, so a row stays in flight across their barrier (the probes' register
     /// prefetch). A trip is two rows, the buffers' roles swapped by references in the second,
     /// so no registers are copied.
+    /// On a triangle, each row's masks travel with its registers (`live{i}` this row's,
+    /// `next_live{i}` the next's), computed where its loads are issued.
     fn prefetching_row_loop(&self, row: &str) -> String {
         let (vec, n) = (self.vec(), &self.n);
+        let live = (!self.masks.is_empty()).then_some("live0");
+        let next_live = live.map(|_| "next_live0");
         let mut step = String::from("            const long long at = row * ");
         let _ = writeln!(step, "{n};\n            if (row + kRowsAtOnce < row_end) {{");
-        step.push_str(&self.matrix_loads("next{v}", &format!("at + kRowsAtOnce * {n}"), "                "));
+        step.push_str(&self.row_masks("next_live{i}", "row + kRowsAtOnce", "                "));
+        step.push_str(&self.matrix_loads(
+            "next{v}",
+            &format!("at + kRowsAtOnce * {n}"),
+            next_live,
+            "                ",
+        ));
         step.push_str("            }\n");
         step.push_str(row);
         step.push_str("            row += kRowsAtOnce;\n");
+        // `this` and `other`: the buffers' names, `a` or `b`.
         let half = |this: &str, other: &str| {
-            let (this, other) = (self.aliases("v", this), self.aliases("next", other));
-            format!("        {{\n            {this} {other}\n{step}        }}\n")
+            let names = format!(
+                "{} {}{}{}",
+                self.aliases("v", &format!("{this}{{v}}")),
+                self.aliases("next", &format!("{other}{{v}}")),
+                self.mask_aliases("live", this),
+                self.mask_aliases("next_live", other)
+            );
+            format!("        {{\n            {names}\n{step}        }}\n")
         };
         let mut s = String::from("        long long row = row0 + row_slot;\n");
         for &v in &self.uses.matrices {
             let _ = writeln!(s, "        {vec} a{v}[kGroups], b{v}[kGroups];");
         }
+        for i in 0..self.masks.len() {
+            let _ = writeln!(s, "        unsigned live{i}_a = 0, live{i}_b = 0;");
+        }
         let _ = writeln!(s, "        if (row < row_end) {{");
-        s.push_str(&self.matrix_loads("a{v}", &format!("row * {n}"), "            "));
+        s.push_str(&self.row_masks("live{i}_a", "row", "            "));
+        s.push_str(&self.matrix_loads("a{v}", &format!("row * {n}"), live.map(|_| "live0_a"), "            "));
         s.push_str("        }\n        #pragma unroll 1\n        while (row < row_end) {\n");
-        s.push_str(&half("a{v}", "b{v}"));
+        s.push_str(&half("a", "b"));
         s.push_str("        if (row >= row_end) break;\n");
-        s.push_str(&half("b{v}", "a{v}"));
+        s.push_str(&half("b", "a"));
         s.push_str("        }\n");
         s
+    }
+
+    /// `{name}` (`{i}` in it standing for the mask's number) assigned every mask of row `row`:
+    /// the bits of the thread's elements in the mask's band, the band's columns of the row
+    /// computed once.
+    fn row_masks(&self, name: &str, row: &str, indent: &str) -> String {
+        let mut s = String::new();
+        for (i, band) in self.masks.iter().enumerate() {
+            let lo = band
+                .from
+                .map_or("0LL".to_string(), |from| format!("{row} + ({from}LL)"));
+            let hi = band.to.map_or(self.n.clone(), |to| format!("{row} + ({to}LL) + 1"));
+            let _ = writeln!(
+                s,
+                "{indent}{} = fuse_row_mask<kVector, kRowThreads>({lo}, {hi}, {}, rt);",
+                name.replace("{i}", &i.to_string()),
+                self.n
+            );
+        }
+        s
+    }
+
+    /// ` unsigned &{name}{i} = live{i}_{half};` for every mask: the masks of the buffer `half`.
+    fn mask_aliases(&self, name: &str, half: &str) -> String {
+        (0..self.masks.len())
+            .map(|i| format!(" unsigned &{name}{i} = live{i}_{half};"))
+            .collect()
     }
 
     /// `{name}{v}` declared for every matrix v as another name of the registers `of` (`{v}` in
@@ -941,7 +1011,7 @@ impl<'a> Strips<'a> {
             "            #pragma unroll\n            for (int k = 0; k < kRows; ++k) {{\n                const long long row = row_first + k * kWarps;\n                if (row < {m} && k * kWarps + warp < {ROWS_PER_STRIP_BLOCK}) {{\n"
         );
         strips.push_str(&each_row);
-        strips.push_str(&self.matrix_loads("rows{v}[k]", &format!("row * {n}"), "                    "));
+        strips.push_str(&self.matrix_loads("rows{v}[k]", &format!("row * {n}"), None, "                    "));
         strips.push_str("                }\n            }\n");
         strips.push_str(&each_row);
         let _ = writeln!(strips, "                    const long long at = row * {n};");
@@ -1001,6 +1071,31 @@ impl<'a> Strips<'a> {
         );
         s
     }
+}
+
+/// The masks of a whole-row kernel on a triangle ([`Strips::masks`]): none where some call
+/// reads the whole matrix, or where a thread's part of a row has more than 32 elements.
+fn row_masks(k: &KernelContext, layout: &StripLayout) -> Vec<Diagonals> {
+    let band = kernel_band(k);
+    if band.is_full() || layout.groups * layout.vector > 32 {
+        return Vec::new();
+    }
+    let mut masks = vec![band];
+    for &c in &k.calls {
+        let b = call_diagonals(&k.program.calls[c]);
+        if !masks.contains(&b) {
+            masks.push(b);
+        }
+    }
+    masks
+}
+
+/// The band of diagonals every call of kernel `k` stays in (all, unless each reads a triangle).
+fn kernel_band(k: &KernelContext) -> Diagonals {
+    (k.calls.iter())
+        .map(|&c| call_diagonals(&k.program.calls[c]))
+        .reduce(Diagonals::union)
+        .unwrap_or_default()
 }
 
 /// Whether `call` reads `value` element by element — anywhere in a map, inside the sum of a

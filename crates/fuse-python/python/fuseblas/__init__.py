@@ -572,6 +572,35 @@ class Session:
         """A + B."""
         return self.call("madd", A, B)
 
+    # Matrices from vectors, and triangular products
+    def outer(self, x: "_core.Value", y: "_core.Value", alpha: Optional[Operand] = None) -> "_core.Value":
+        """alpha·x·yᵀ: a new m×n matrix from x of length m and y of length n, reading no
+        matrix (``alpha`` defaults to 1)."""
+        return self.call("outer", x, y) if alpha is None else self.call("outer", alpha, x, y)
+
+    def mscal(self, a: Operand, A: "_core.Value") -> "_core.Value":
+        """a·A, a new matrix."""
+        return self.call("mscal", a, A)
+
+    def trmv(
+        self,
+        A: "_core.Value",
+        x: "_core.Value",
+        lower: bool = False,
+        trans: bool = False,
+        unitdiag: bool = False,
+    ) -> "_core.Value":
+        """T·x (Tᵀ·x where ``trans``), T the upper triangle of the n×n ``A`` (the lower where
+        ``lower``), its diagonal taken as ones where ``unitdiag`` — the options of
+        ``scipy.linalg.blas.dtrmv``. Only T's elements are read: the other triangle (and the
+        diagonal where ``unitdiag``) may hold anything, NaN included."""
+        for name, flag in (("lower", lower), ("trans", trans), ("unitdiag", unitdiag)):
+            if not isinstance(flag, (bool, np.bool_)):
+                raise TypeError(f"Session.trmv: {name} is a bool, not {_kind(flag)}")
+        product = "trmtv" if trans else "trmv"
+        function = f"{product}_{'lower' if lower else 'upper'}{'_unit' if unitdiag else ''}"
+        return self.call(function, A, x)
+
     # Scalar functions: recorded like the BLAS calls (computed on the device, read back only
     # when read). The operators + - * / and unary -, abs() of scalar values record plus, sub,
     # mul, div, neg and abs; these are the functions without an operator.

@@ -86,6 +86,23 @@ blas_calls! {
         = ger(x: Vector, y: Vector, a: Matrix) -> Matrix;
     sger_a dger_a (alpha, x, y, A) "A + alpha·x·yᵀ" = ger(alpha: Scalar, x: Vector, y: Vector, a: Matrix) -> Matrix;
     smadd dmadd (A, B) "A + B" = madd(a: Matrix, b: Matrix) -> Matrix;
+    souter douter (x, y) "x·yᵀ, for x of length m and y of length n: a new m×n matrix"
+        = outer(x: Vector, y: Vector) -> Matrix;
+    souter_a douter_a (alpha, x, y) "alpha·x·yᵀ" = outer(alpha: Scalar, x: Vector, y: Vector) -> Matrix;
+    smscal dmscal (alpha, A) "alpha·A, a new matrix" = mscal(alpha: Scalar, a: Matrix) -> Matrix;
+    strmv_upper dtrmv_upper (A, x) "U·x, U the upper triangle of the n×n A (the other never read)"
+        = trmv_upper(a: Matrix, x: Vector) -> Vector;
+    strmv_lower dtrmv_lower (A, x) "L·x, L the lower triangle of A" = trmv_lower(a: Matrix, x: Vector) -> Vector;
+    strmv_upper_unit dtrmv_upper_unit (A, x) "U·x, U the upper triangle of A with ones on its diagonal"
+        = trmv_upper_unit(a: Matrix, x: Vector) -> Vector;
+    strmv_lower_unit dtrmv_lower_unit (A, x) "L·x, L the lower triangle of A with ones on its diagonal"
+        = trmv_lower_unit(a: Matrix, x: Vector) -> Vector;
+    strmtv_upper dtrmtv_upper (A, x) "Uᵀ·x, U the upper triangle of A" = trmtv_upper(a: Matrix, x: Vector) -> Vector;
+    strmtv_lower dtrmtv_lower (A, x) "Lᵀ·x, L the lower triangle of A" = trmtv_lower(a: Matrix, x: Vector) -> Vector;
+    strmtv_upper_unit dtrmtv_upper_unit (A, x) "Uᵀ·x, U the upper triangle of A with ones on its diagonal"
+        = trmtv_upper_unit(a: Matrix, x: Vector) -> Vector;
+    strmtv_lower_unit dtrmtv_lower_unit (A, x) "Lᵀ·x, L the lower triangle of A with ones on its diagonal"
+        = trmtv_lower_unit(a: Matrix, x: Vector) -> Vector;
     splus dplus (a, b) "a + b, of scalars (computed on the device, where a later call reads it)"
         = plus(a: Scalar, b: Scalar) -> Scalar;
     ssub dsub (a, b) "a − b, of scalars" = sub(a: Scalar, b: Scalar) -> Scalar;
