@@ -18,16 +18,10 @@ pub fn run_script(program: Result<fuse::Program, Failure>, _: &crate::run::RunOp
     Err(without_mpi("fuse run SCRIPT"))
 }
 
-/// `fuse solve --distributed` in a fuse built without MPI: what to do instead.
-#[cfg(not(feature = "mpi"))]
-pub fn solve(_: &crate::solve::SolveArgs, _: &std::sync::Arc<fuse::Library>) -> Result<(), Failure> {
-    Err(without_mpi("fuse solve METHOD"))
-}
-
 /// --distributed in a fuse built without MPI: how to build one with it, and how to start
 /// `command` under mpirun.
 #[cfg(not(feature = "mpi"))]
-fn without_mpi(command: &str) -> Failure {
+pub fn without_mpi(command: &str) -> Failure {
     crate::failure::bad_input(format!(
         "--distributed: this fuse was built without MPI. Build it with `cargo build --release --features mpi` \
          (needs an MPI library, e.g. Debian's libopenmpi-dev and openmpi-bin, and libclang-dev) and start it \
@@ -36,7 +30,7 @@ fn without_mpi(command: &str) -> Failure {
 }
 
 #[cfg(feature = "mpi")]
-pub use with_mpi::{agree, on_ranks, run_script, solve};
+pub use with_mpi::{agree, on_ranks, run_script};
 
 /// A failure every rank has, said by rank 0 alone, before any rank exits: mpirun stops the
 /// other ranks once one exits with an error, so a message every rank printed came once per
@@ -67,13 +61,11 @@ mod with_mpi {
     use fuse::stages::fuse_core::data::try_random_input;
     use fuse::stages::fuse_core::distribute::distribute;
     use fuse::stages::fuse_core::wording::list_or_none;
-    use fuse::stages::fuse_core::Precision;
-    use fuse::{CompileOptions, Error, Library, Program, Session, Sizes};
+    use fuse::{CompileOptions, Error, Program, Sizes};
 
-    use super::said_once;
+    use crate::distributed::said_once;
     use crate::failure::{failure, Failure};
     use crate::run::{check_input_files, check_random_names, output_options, report, RunOptions};
-    use crate::solve::{check_outputs, finish, read_system, SolveArgs};
     use crate::{npy, sizes};
 
     /// Input shapes by name.
@@ -111,46 +103,6 @@ mod with_mpi {
     pub fn on_ranks(body: impl FnOnce(&Mpi) -> Result<(), Failure>) -> Result<(), Failure> {
         let comm = Mpi::init().map_err(failure)?;
         body(&comm).map_err(|f| said_once(&comm, f))
-    }
-
-    /// `fuse solve --distributed`: the ranks read their rows of the system (every file's
-    /// header checked first, on every rank: one rank's bad input is every rank's), rank 0
-    /// checks the output, then the solve runs on a session over the ranks.
-    pub fn solve(args: &SolveArgs, library: &Arc<Library>) -> Result<(), Failure> {
-        let comm = Mpi::init().map_err(failure)?;
-        let (rank, ranks) = (comm.rank(), comm.ranks());
-        let ready = agree(&comm, read_system(args, Some((rank, ranks))).map_err(|f| f.message)).and_then(|system| {
-            let checked = match rank {
-                0 => check_outputs(args, &system).map_err(|f| f.message),
-                _ => Ok(()),
-            };
-            agree(&comm, checked).map(|()| system)
-        });
-        let system = ready.map_err(|f| said_once(&comm, f))?;
-        let backend = args.backend.map_or(fuse::Backend::Cpu, fuse::Backend::from);
-        let options = CompileOptions::new().library(Arc::clone(library));
-        // The session takes the communicator: it says a failure once from here on; one making
-        // it (agreed on every rank) is said by rank 0 alone.
-        let once = |f: Failure| match rank {
-            0 => f,
-            _ => Failure {
-                code: f.code,
-                message: String::new(),
-            },
-        };
-        match system.precision {
-            Precision::F32 => finish(
-                args,
-                &system,
-                Session::<f32>::distributed_with_options(comm, backend, options),
-            ),
-            Precision::F64 => finish(
-                args,
-                &system,
-                Session::<f64>::distributed_with_options(comm, backend, options),
-            ),
-        }
-        .map_err(once)
     }
 
     fn run_ranks(comm: &Mpi, program: Result<Program, Failure>, options: &RunOptions) -> Result<(), Failure> {

@@ -80,7 +80,7 @@ enum Method {
 /// `fuse solve`, with the functions of `library` (`--library`).
 pub fn run(args: &SolveArgs, library: &Arc<Library>) -> Result<(), Failure> {
     if args.distributed {
-        return crate::distributed::solve(args, library);
+        return over_ranks(args, library);
     }
     let system = read_system(args, None)?;
     check_outputs(args, &system)?;
@@ -106,6 +106,56 @@ pub struct System {
     arrays: Bindings,
     /// The files read.
     read: Vec<PathBuf>,
+}
+
+/// `fuse solve --distributed`: the ranks read their rows of the system (every file's
+/// header checked first, on every rank: one rank's bad input is every rank's), rank 0
+/// checks the output, then the solve runs on a session over the ranks.
+#[cfg(feature = "mpi")]
+fn over_ranks(args: &SolveArgs, library: &Arc<Library>) -> Result<(), Failure> {
+    use crate::distributed::{agree, said_once};
+    use fuse::distributed::{Communicator, Mpi};
+
+    let comm = Mpi::init().map_err(failure)?;
+    let (rank, ranks) = (comm.rank(), comm.ranks());
+    let ready = agree(&comm, read_system(args, Some((rank, ranks))).map_err(|f| f.message)).and_then(|system| {
+        let checked = match rank {
+            0 => check_outputs(args, &system).map_err(|f| f.message),
+            _ => Ok(()),
+        };
+        agree(&comm, checked).map(|()| system)
+    });
+    let system = ready.map_err(|f| said_once(&comm, f))?;
+    let backend = args.backend.map_or(fuse::Backend::Cpu, fuse::Backend::from);
+    let options = CompileOptions::new().library(Arc::clone(library));
+    // The session takes the communicator: it says a failure once from here on; one making
+    // it (agreed on every rank) is said by rank 0 alone.
+    let once = |f: Failure| match rank {
+        0 => f,
+        _ => Failure {
+            code: f.code,
+            message: String::new(),
+        },
+    };
+    match system.precision {
+        Precision::F32 => finish(
+            args,
+            &system,
+            Session::<f32>::distributed_with_options(comm, backend, options),
+        ),
+        Precision::F64 => finish(
+            args,
+            &system,
+            Session::<f64>::distributed_with_options(comm, backend, options),
+        ),
+    }
+    .map_err(once)
+}
+
+/// `fuse solve --distributed` in a fuse built without MPI: what to do instead.
+#[cfg(not(feature = "mpi"))]
+fn over_ranks(_: &SolveArgs, _: &Arc<Library>) -> Result<(), Failure> {
+    Err(crate::distributed::without_mpi("fuse solve METHOD"))
 }
 
 /// Reads the system from `--inputs`: all of it, or rank `part.0`'s block of rows of the order

@@ -171,6 +171,11 @@ pub struct Model {
     /// kernel's estimated instructions are timed; absent: not counted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub warp_instructions_per_us: Option<f64>,
+    /// CPU: whether a walk through a matrix out of cache prefetches each step's next rows in
+    /// software, as measured on the CPU (it helps where the hardware's prefetchers lag, and costs
+    /// a few per cent where they keep up); absent: it does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefetch_ahead: Option<bool>,
 }
 
 /// A figure per precision.
@@ -502,6 +507,24 @@ mod tests {
             t.describe()
         );
         assert!(BUILTIN_TEXT.starts_with("# fuse timing table — ANALYTIC ESTIMATE, NOT MEASURED."));
+    }
+
+    /// A CPU table's measured choice of prefetching ahead is read and written; tables without
+    /// it (every GPU table, the shipped CPU ones) leave it unsaid.
+    #[test]
+    fn a_tables_prefetching_choice_is_optional_and_kept() {
+        assert_eq!(TimingTable::builtin().unwrap().model.prefetch_ahead, None);
+        let text = BUILTIN_TEXT.replace("atomic_cost: 16.0 ", "atomic_cost: 16.0\n  prefetch_ahead: false ");
+        let table = TimingTable::parse("t.yaml", &text).unwrap();
+        assert_eq!(table.model.prefetch_ahead, Some(false));
+        let again = serde_yaml::to_string(&table).unwrap();
+        assert_eq!(
+            TimingTable::parse("u.yaml", &again).unwrap().model.prefetch_ahead,
+            Some(false)
+        );
+        assert!(!serde_yaml::to_string(&TimingTable::builtin().unwrap())
+            .unwrap()
+            .contains("prefetch_ahead"));
     }
 
     #[test]

@@ -15,8 +15,9 @@ use fuse_core::explore::timing::{Hardware, Measurement, Model, Peaks, Source, Ti
 use fuse_core::library::{ElementaryFunction, Form};
 use fuse_core::{script, Bindings, HigherOrderKind, Library, Precision, Shape};
 
+use super::cache::{self, Caches};
 use super::cpu::{cpu_model, this_cpu};
-use super::{cache, unfused_plan, CpuError, FusedPlan, Real, Threads};
+use super::{unfused_plan, CpuError, FusedPlan, Real, Threads};
 use fuse_core::explore::CPU_COMPUTE_CAPABILITY;
 
 /// Bytes of each array of the copy measurement: far beyond any cache.
@@ -82,7 +83,7 @@ pub fn calibrate(library: &Library, budget: Budget, progress: &mut dyn FnMut(Ste
         .functions()
         .flat_map(|f| f.precisions.iter().map(move |&p| (f, p)))
         .collect();
-    let total = 3 + functions.len();
+    let total = 4 + functions.len();
     let mut step = |done: usize, what: &str| progress(Step { done, total, what });
     // On the threads plans run on (`FUSE_NUM_THREADS`).
     let threads = Threads::shared()?;
@@ -97,6 +98,16 @@ pub fn calibrate(library: &Library, budget: Budget, progress: &mut dyn FnMut(Ste
     let launch_us = parallel_section_us(&threads);
     let mut routines = Vec::new();
     let mut notes = Vec::new();
+    step(3, "prefetching ahead");
+    let bytes = (2 * Caches::here().last).max(PREFETCH_MIN_BYTES);
+    let rows = (bytes / (PREFETCH_COLS * 4)).min(PREFETCH_MAX_ROWS);
+    let prefetch_ahead = match prefetch_ahead(library, rows, budget.routine_reps.clamp(3, PREFETCH_REPS)) {
+        Ok(ahead) => Some(ahead),
+        Err(e) => {
+            notes.push(format!("prefetching ahead not measured: {e}"));
+            None
+        }
+    };
     for (k, (f, precision)) in functions.iter().enumerate() {
         let name = format!("{}{}", precision.prefix(), f.name);
         if budget.seconds.is_some_and(|s| start.elapsed().as_secs_f64() > s) {
@@ -106,7 +117,7 @@ pub fn calibrate(library: &Library, budget: Budget, progress: &mut dyn FnMut(Ste
             ));
             continue;
         }
-        step(3 + k, &name);
+        step(4 + k, &name);
         match compute_ns(library, f, *precision, launch_us, threads.count(), budget.routine_reps) {
             Ok(ns) => routines.push(measurement(f, *precision, ns)),
             Err(e) => notes.push(format!("{}{} not measured: {e}", precision.prefix(), f.name)),
@@ -125,6 +136,7 @@ pub fn calibrate(library: &Library, budget: Budget, progress: &mut dyn FnMut(Ste
             warps_to_saturate_compute: 1.0,
             atomic_cost: 1.0,
             warp_instructions_per_us: None,
+            prefetch_ahead,
         },
         routines,
         origin: String::new(),
@@ -139,7 +151,8 @@ pub fn to_yaml(table: &TimingTable, budget: Budget) -> String {
         "# fuse timing table — CPU, MEASURED by {}.\n\
          # {}: copy bandwidth {:.1} GB/s (bytes read + written by a parallel streaming copy of {} MiB arrays),\n\
          # arithmetic peak {:.0} / {:.0} GFLOP/s (f32 / f64), a parallel section {:.1} µs, and the compute\n\
-         # time of each library function on data in cache (ns per 32-element or 32×32 instance).\n\
+         # time of each library function on data in cache (ns per 32-element or 32×32 instance);\n\
+         # `prefetch_ahead`: whether walks out of cache ran faster prefetching rows in software.\n\
          # `sms` is the number of threads the backend runs on; `cpu` the key of the CPUs it is used on.\n{body}",
         budget.by,
         table.device.name,
@@ -169,6 +182,61 @@ fn hardware(threads: usize) -> Result<Hardware, CpuError> {
         row_barrier: true,
         cpu: Some(this_cpu()?),
     })
+}
+
+/// Most timed pairs of runs in the prefetching measurement.
+const PREFETCH_REPS: usize = 11;
+/// Columns of the prefetching measurement's matrices (16 KiB rows of f32).
+const PREFETCH_COLS: usize = 4096;
+/// Bytes of each matrix at least: out of any cache a machine of a few cores is really given
+/// (on the 2-vCPU Xeon, matrices of 64 MiB still came partly from its host's L3, and the two
+/// ways timed alike to within noise; from 128 MiB on, prefetching was 4–9 % slower each time).
+const PREFETCH_MIN_BYTES: usize = 128 << 20;
+/// Rows of them at most: 256 MiB a matrix, so that a machine with a vast cache still measures
+/// in a second.
+const PREFETCH_MAX_ROWS: usize = 16384;
+/// How much slower prefetching ahead may run before it is switched off: less is noise.
+const PREFETCH_MARGIN: f64 = 0.02;
+
+/// Whether walks out of cache run as fast prefetching each step's next rows in software as
+/// without: GESUMMV (two matrices walked in one kernel, where the choice shows most — 5–7 %
+/// slower with it on the 2-vCPU Xeon of 2026-11-28, up to 8 % faster on the EPYC it was tuned
+/// on) on matrices of `rows` rows (each at least twice the cache a run counts on, to walk them
+/// out of cache), the two ways in alternating pairs.
+fn prefetch_ahead(library: &Library, rows: usize, reps: usize) -> Result<bool, CpuError> {
+    let text = format!(
+        "name: calibrate_prefetch\nprecision: f32\nsizes: {{m: {rows}, n: {PREFETCH_COLS}}}\n\
+         inputs: {{A: [m, n], B: [m, n], x: [n]}}\noutputs: [y]\n\
+         calls:\n  - t = sgemv(A, x)\n  - y = sgemv(1.0, B, x, 1.0, t)\n"
+    );
+    let program =
+        script::parse("calibrate-prefetch.yaml", &text, library).map_err(|e| CpuError::InvalidPlan(e.to_string()))?;
+    let sizes = program.sizes.clone();
+    let mut plan = unfused_plan(&program, &sizes);
+    let calls = plan.kernels.iter().flat_map(|k| k.calls.clone()).collect();
+    plan.kernels.truncate(1);
+    plan.kernels[0].calls = calls;
+    let with = FusedPlan::new(program.clone(), &sizes, &plan)?.with_prefetch_ahead(true);
+    let without = FusedPlan::new(program.clone(), &sizes, &plan)?.with_prefetch_ahead(false);
+    let mut inputs = Bindings::new();
+    fill_random_inputs(&program, &sizes, 1, &mut inputs);
+    let mut workspace = with.workspace()?;
+    let (mut on, mut off) = (Vec::new(), Vec::new());
+    for k in 0..=reps {
+        for (fused, times) in [(&with, &mut on), (&without, &mut off)] {
+            let start = Instant::now();
+            fused.run_in(&inputs, &mut workspace)?;
+            // The first pair only warms up.
+            if k > 0 {
+                times.push(start.elapsed().as_secs_f64());
+            }
+        }
+    }
+    let median = |times: &mut Vec<f64>| {
+        times.sort_by(f64::total_cmp);
+        times[times.len() / 2]
+    };
+    Ok(median(&mut on) <= median(&mut off) * (1.0 + PREFETCH_MARGIN))
 }
 
 /// The median of `reps` timings of `f`, in seconds, after one untimed run.
@@ -401,6 +469,14 @@ mod tests {
                 assert!(instances >= 1);
             }
         }
+    }
+
+    /// The prefetching measurement runs GESUMMV as one kernel, both ways, on the outputs of
+    /// the same plan (here in cache, where the two are the same walk).
+    #[test]
+    fn prefetching_ahead_is_measured_on_one_gesummv_kernel() {
+        let library = Library::builtin().unwrap();
+        prefetch_ahead(&library, 64, 3).unwrap();
     }
 
     #[test]

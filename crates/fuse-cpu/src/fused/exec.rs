@@ -193,7 +193,7 @@ impl KernelRun<'_> {
             kernel: self.kernel,
             locs: &locs,
             dests: &dests,
-            tile: tile::<T>(self.kernel, &Caches::here()),
+            tile: tile::<T>(self.kernel, &Caches::here(), self.prepared.prefetch_ahead),
             threads: self.threads,
         };
         let partials = shared.run_parts(&mut parted);
@@ -281,7 +281,7 @@ impl KernelRun<'_> {
 /// walked again from cache; from the last-level cache they only cost their instructions
 /// (ATAX on two threads, f32: at 4096², 1.58 ms a run → 1.37 pulling; at 2048², in cache,
 /// 236–263 µs → 282–291), and there the blocks are larger ([`cached_block_bytes`]). All sizes follow `caches`.
-fn tile<T>(kernel: &KernelPlan, caches: &Caches) -> Tile {
+fn tile<T>(kernel: &KernelPlan, caches: &Caches, prefetch_ahead: bool) -> Tile {
     let size = mem::size_of::<T>();
     let stream = kernel.bytes > (caches.last / STREAM_SHARE) as u64;
     match kernel.space {
@@ -312,7 +312,11 @@ fn tile<T>(kernel: &KernelPlan, caches: &Caches) -> Tile {
                 rows: (rows / loops::ROWS * loops::ROWS).min(all.next_multiple_of(loops::ROWS).max(loops::ROWS)),
                 cols: run,
                 pull,
-                step_ahead: out_of_cache && kernel.walks == 1 && !kernel.backward && kernel.shared_rows.is_empty(),
+                step_ahead: prefetch_ahead
+                    && out_of_cache
+                    && kernel.walks == 1
+                    && !kernel.backward
+                    && kernel.shared_rows.is_empty(),
                 stream,
             }
         }
@@ -328,8 +332,8 @@ fn even_runs(cols: usize, most: usize) -> usize {
 }
 
 /// How `kernel` runs, in one line: threads, parts, tiles and walks over each tile.
-pub(crate) fn layout<T>(kernel: &KernelPlan, threads: usize) -> String {
-    let tile = tile::<T>(kernel, &Caches::here());
+pub(crate) fn layout<T>(kernel: &KernelPlan, threads: usize, prefetch_ahead: bool) -> String {
+    let tile = tile::<T>(kernel, &Caches::here(), prefetch_ahead);
     let (extent, per_tile, tiles) = match kernel.space {
         Space::Vector(len) => (len, tile.cols, format!("chunks of {} elements", tile.cols.min(len))),
         Space::Matrix(rows, _) => (
@@ -856,7 +860,7 @@ mod tests {
         ] {
             let kernel = first_calls_in_one_kernel(name, calls);
             assert_eq!(kernel.walks, want, "{name}");
-            let rows = tile::<f32>(&kernel, &Caches::here()).rows;
+            let rows = tile::<f32>(&kernel, &Caches::here(), true).rows;
             assert_eq!(rows == WALK_ROWS, want == 1, "{name}: tiles of {rows} rows");
         }
     }
@@ -873,7 +877,7 @@ mod tests {
         let mut gemver = first_calls_in_one_kernel("gemver", 3);
         gemver.space = Space::Matrix(8192, 8192);
         let shape = |caches: &Caches| {
-            let tile = tile::<f32>(&gemver, caches);
+            let tile = tile::<f32>(&gemver, caches, true);
             (tile.rows, tile.cols)
         };
         assert_eq!(shape(&epyc), (8, 4096), "16 KiB runs of 8 rows in 128 KiB");
@@ -886,16 +890,32 @@ mod tests {
         let mut atax = first_calls_in_one_kernel("atax", 2);
         atax.space = Space::Matrix(8192, 8192);
         assert!(
-            tile::<f32>(&atax, &xeon).pull,
+            tile::<f32>(&atax, &xeon, true).pull,
             "256 MiB is out of a 2-vCPU share of 480 MiB"
         );
         atax.space = Space::Matrix(2048, 2048);
-        assert!(!tile::<f32>(&atax, &xeon).pull, "16 MiB is in it");
+        assert!(!tile::<f32>(&atax, &xeon, true).pull, "16 MiB is in it");
+        let mut gesummv = first_calls_in_one_kernel("gesummv", 2);
+        gesummv.space = Space::Matrix(8192, 8192);
+        assert!(tile::<f32>(&gesummv, &xeon, true).step_ahead);
+        assert!(
+            !tile::<f32>(&gesummv, &xeon, false).step_ahead,
+            "as this CPU's table measured"
+        );
+        assert!(!layout::<f32>(&gesummv, 2, false).contains("prefetching"));
         let mut sgemv = first_calls_in_one_kernel("gesummv", 2);
         sgemv.space = Space::Matrix(8192, 8192);
-        assert_eq!(tile::<f32>(&sgemv, &epyc).cols, 8192, "runs of 32 KiB: whole rows");
-        assert_eq!(tile::<f64>(&sgemv, &xeon).cols, 4096, "two even runs of at most 48 KiB");
-        assert_eq!(tile::<f32>(&sgemv, &xeon).cols, 8192, "whole rows of 32 KiB");
+        assert_eq!(
+            tile::<f32>(&sgemv, &epyc, true).cols,
+            8192,
+            "runs of 32 KiB: whole rows"
+        );
+        assert_eq!(
+            tile::<f64>(&sgemv, &xeon, true).cols,
+            4096,
+            "two even runs of at most 48 KiB"
+        );
+        assert_eq!(tile::<f32>(&sgemv, &xeon, true).cols, 8192, "whole rows of 32 KiB");
     }
 
     #[test]
@@ -923,10 +943,10 @@ mod tests {
             assert_eq!(kernel.passes, passes, "{name}");
             for (rows, cols, large) in [(side, side, true), (side / 2, side, false), (8, 1000, false)] {
                 kernel.space = Space::Matrix(rows, cols);
-                let tile = tile::<f32>(&kernel, &Caches::here());
+                let tile = tile::<f32>(&kernel, &Caches::here(), true);
                 assert_eq!(tile.pull, large && passes > 1, "{name} at {rows} × {cols}");
                 assert_eq!(tile.step_ahead, large && ahead, "{name} at {rows} × {cols}");
-                let text = layout::<f32>(&kernel, 2);
+                let text = layout::<f32>(&kernel, 2, true);
                 assert_eq!(text.contains("pulling"), tile.pull, "{name} at {rows} × {cols}");
                 assert_eq!(text.contains("prefetching"), tile.step_ahead, "{name}: {text}");
             }
@@ -954,7 +974,10 @@ mod tests {
             let fused = FusedPlan::new(program.clone(), &sizes, &unfused_plan(&program, &sizes)).unwrap();
             let first = &fused.prepared.kernels[0];
             assert_eq!(first.streamable.len(), 1, "{name}");
-            assert!(layout::<f32>(first, 2).contains("past the caches"), "{name} at {sizes}");
+            assert!(
+                layout::<f32>(first, 2, true).contains("past the caches"),
+                "{name} at {sizes}"
+            );
             let mut inputs = Bindings::new();
             fill_random_inputs(&program, &sizes, 3, &mut inputs);
             let (want, got) = (

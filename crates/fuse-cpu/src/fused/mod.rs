@@ -53,6 +53,7 @@ mod error;
 mod eval;
 mod exec;
 mod loops;
+mod measured;
 mod memory;
 mod norm;
 mod prepare;
@@ -117,8 +118,10 @@ impl FusedPlan {
     pub fn new(program: impl Into<Arc<Program>>, sizes: &Sizes, plan: &Plan) -> Result<Self, CpuError> {
         let program = program.into();
         SimdLevel::shared()?;
+        let mut prepared = prepare::prepare(&program, sizes, plan)?;
+        prepared.prefetch_ahead = measured::prefetch_ahead();
         Ok(FusedPlan {
-            prepared: prepare::prepare(&program, sizes, plan)?,
+            prepared,
             inline: program.compulsory_bytes(sizes) < INLINE_BYTES,
             input_extents: input_extents(&program, sizes),
             program,
@@ -130,6 +133,13 @@ impl FusedPlan {
     /// The same plan run on `threads`.
     pub fn with_threads(mut self, threads: Threads) -> Self {
         self.threads = threads;
+        self
+    }
+
+    /// The same plan with its walks out of cache prefetching each step's next rows in software
+    /// or not, whatever this CPU's timing table says (what calibration compares).
+    pub fn with_prefetch_ahead(mut self, ahead: bool) -> Self {
+        self.prepared.prefetch_ahead = ahead;
         self
     }
 
@@ -295,8 +305,8 @@ impl Layout for FusedPlan {
         let kernel = &self.prepared.kernels[index];
         let threads = self.threads.count();
         match self.program.precision {
-            Precision::F32 => exec::layout::<f32>(kernel, threads),
-            Precision::F64 => exec::layout::<f64>(kernel, threads),
+            Precision::F32 => exec::layout::<f32>(kernel, threads, self.prepared.prefetch_ahead),
+            Precision::F64 => exec::layout::<f64>(kernel, threads, self.prepared.prefetch_ahead),
         }
     }
 

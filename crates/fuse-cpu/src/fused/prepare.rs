@@ -135,6 +135,9 @@ pub(crate) struct Prepared {
     pub slot_lens: Vec<usize>,
     /// The row length of each value that is a matrix (1 for the others), by value.
     pub row_lens: Vec<usize>,
+    /// Whether walks through a matrix out of cache prefetch each step's next rows in software
+    /// (what this CPU's timing table measured; see `Model::prefetch_ahead`).
+    pub prefetch_ahead: bool,
 }
 
 /// Checks `plan` against `program` and lowers it.
@@ -178,6 +181,7 @@ pub(crate) fn prepare(program: &Program, sizes: &Sizes, plan: &Plan) -> Result<P
         slots,
         slot_lens,
         row_lens,
+        prefetch_ahead: true,
     })
 }
 

@@ -44,12 +44,10 @@ use super::cpu::f32_lanes;
 pub use super::cpu::{cpu_model, describe, this_cpu};
 use super::error::CpuError;
 
-/// Environment variable naming a CPU timing table to use instead of the shipped ones.
-pub const ENV: &str = "FUSE_CPU_TIMINGS";
-
-/// Environment variable that, set to `0`, keeps fuse from measuring this CPU or using a table
-/// measured on it unless named (`1`, or unset: it may).
-pub const CALIBRATE_ENV: &str = "FUSE_CPU_CALIBRATE";
+#[cfg(test)]
+use super::measured::file_stem;
+use super::measured::{calibration_on, installed};
+pub use super::measured::{CALIBRATE_ENV, ENV};
 
 pub use fuse_core::explore::CPU_COMPUTE_CAPABILITY;
 
@@ -132,22 +130,6 @@ fn estimated(key: &CpuKey, why: String) -> Result<Selected, CpuError> {
         note: Some(format!("{why} — plans are ranked by {}", table.describe())),
         table,
     })
-}
-
-/// Whether self-calibration (and the tables it and `fuse calibrate` install) may be used.
-fn calibration_on() -> Result<bool, CpuError> {
-    match std::env::var(CALIBRATE_ENV).as_deref() {
-        Err(_) | Ok("") | Ok("1") => Ok(true),
-        Ok("0") => Ok(false),
-        Ok(other) => Err(CpuError::Setting(format!(
-            "{CALIBRATE_ENV}={other:?}: expected 0 (never measure this CPU) or 1"
-        ))),
-    }
-}
-
-/// Where the table calibrated for a CPU of `key` is installed.
-fn installed(key: &CpuKey) -> CacheFile {
-    CacheFile::new("timings", &format!("{}.yaml", file_stem(key)))
 }
 
 /// Installs `yaml`, a table measured on this CPU, where [`select`] finds it; its path.
@@ -252,18 +234,6 @@ pub fn matches(table: &CpuKey, cpu: &CpuKey) -> bool {
         && near(table.l1d_bytes, cpu.l1d_bytes)
         && near(table.l2_bytes, cpu.l2_bytes)
         && near(table.llc_bytes, cpu.llc_bytes)
-}
-
-/// The file name (without `.yaml`) of the table installed for `key`.
-fn file_stem(key: &CpuKey) -> String {
-    format!(
-        "cpu-{}-l1d-{}k-l2-{}k-llc-{}k-{}t",
-        key.isa.replace('+', "-"),
-        key.l1d_bytes >> 10,
-        key.l2_bytes >> 10,
-        key.llc_bytes >> 10,
-        key.threads
-    )
 }
 
 /// Refuses a table measured on another library.

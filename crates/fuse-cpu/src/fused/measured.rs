@@ -1,0 +1,67 @@
+//! Where the timing table measured on this CPU is (named by [`ENV`], else installed in the
+//! cache for the CPU's key, where [`CALIBRATE_ENV`] allows), and what the kernels themselves
+//! take from it: whether walks out of cache prefetch in software ([`prefetch_ahead`]). A leaf
+//! below both the kernels and the table selection ([`super::timings`]), which calibrates.
+
+use std::path::Path;
+use std::sync::OnceLock;
+
+use fuse_core::cache::CacheFile;
+use fuse_core::explore::{CpuKey, TimingTable};
+
+use super::cpu::this_cpu;
+use super::error::CpuError;
+
+/// Environment variable naming a CPU timing table to use instead of the shipped ones.
+pub const ENV: &str = "FUSE_CPU_TIMINGS";
+
+/// Environment variable that, set to `0`, keeps fuse from measuring this CPU or using a table
+/// measured on it unless named (`1`, or unset: it may).
+pub const CALIBRATE_ENV: &str = "FUSE_CPU_CALIBRATE";
+
+/// Whether self-calibration (and the tables it and `fuse calibrate` install) may be used.
+pub(crate) fn calibration_on() -> Result<bool, CpuError> {
+    match std::env::var(CALIBRATE_ENV).as_deref() {
+        Err(_) | Ok("") | Ok("1") => Ok(true),
+        Ok("0") => Ok(false),
+        Ok(other) => Err(CpuError::Setting(format!(
+            "{CALIBRATE_ENV}={other:?}: expected 0 (never measure this CPU) or 1"
+        ))),
+    }
+}
+
+/// Where the table calibrated for a CPU of `key` is installed.
+pub(crate) fn installed(key: &CpuKey) -> CacheFile {
+    CacheFile::new("timings", &format!("{}.yaml", file_stem(key)))
+}
+
+/// The file name (without `.yaml`) of the table installed for `key`.
+pub(crate) fn file_stem(key: &CpuKey) -> String {
+    format!(
+        "cpu-{}-l1d-{}k-l2-{}k-llc-{}k-{}t",
+        key.isa.replace('+', "-"),
+        key.l1d_bytes >> 10,
+        key.l2_bytes >> 10,
+        key.llc_bytes >> 10,
+        key.threads
+    )
+}
+
+/// Whether walks out of cache prefetch each step's next rows in software on this CPU: as the
+/// table measured here says, read once a process; yes where none says otherwise (the shipped
+/// tables and the estimate say nothing, and the kernels were tuned with it on).
+pub(crate) fn prefetch_ahead() -> bool {
+    static AHEAD: OnceLock<bool> = OnceLock::new();
+    *AHEAD.get_or_init(|| measured_here().and_then(|t| t.model.prefetch_ahead).unwrap_or(true))
+}
+
+/// The table named by [`ENV`], else the one installed for this CPU, if either reads.
+fn measured_here() -> Option<TimingTable> {
+    if let Some(path) = std::env::var_os(ENV).filter(|v| !v.is_empty()) {
+        return TimingTable::load(Path::new(&path)).ok();
+    }
+    calibration_on().ok()?.then_some(())?;
+    let file = installed(&this_cpu().ok()?);
+    let text = String::from_utf8(file.read().ok()??).ok()?;
+    TimingTable::parse(&file.path().ok()?.display().to_string(), &text).ok()
+}
