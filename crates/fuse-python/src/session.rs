@@ -5,6 +5,7 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use fuse::stages::fuse_core::DataView;
 use fuse::{AnyHandle, Backend, CallArg, CompileOptions, Forecast, Handle, Precision, Stats};
 use numpy::{PyArrayDescrMethods, PyArrayDyn, PyArrayMethods, PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::exceptions::PyTypeError;
@@ -30,6 +31,7 @@ pub(crate) struct Sessions {
 pub(crate) trait Precise: Real + Into<f64> {
     fn session(sessions: &mut Sessions) -> fuse::Result<&fuse::Session<Self>>;
     fn wrap(handle: AnyHandle<Self>) -> Handles;
+    fn data_view(elements: &[Self]) -> DataView<'_>;
 }
 
 macro_rules! precise {
@@ -46,12 +48,57 @@ macro_rules! precise {
             fn wrap(handle: AnyHandle<$t>) -> Handles {
                 Handles::$variant(handle)
             }
+
+            fn data_view(elements: &[$t]) -> DataView<'_> {
+                DataView::$variant(elements)
+            }
         }
     };
 }
 
 precise!(f32, f32, F32);
 precise!(f64, f64, F64);
+
+/// A numpy array's elements, read in place by a session ([`fuse::InPlace`]): the array is
+/// kept alive by the reference held here, its buffer C-contiguous. Python code writing into it
+/// while a session reads it is the caller's mistake, as with SciPy's solvers, which read the
+/// array in place too.
+struct InNumpy<T> {
+    _array: Py<PyArrayDyn<T>>,
+    data: *const T,
+    len: usize,
+}
+
+impl<T: Precise> InNumpy<T> {
+    fn new(array: &Bound<'_, PyArrayDyn<T>>) -> PyResult<Self> {
+        if !array.is_c_contiguous() {
+            return Err(input_error(
+                "copy=False reads an array in place: it must be C-contiguous (np.ascontiguousarray)",
+            ));
+        }
+        let readonly = array.readonly();
+        let slice = readonly.as_slice().map_err(|e| input_error(e.to_string()))?;
+        Ok(InNumpy {
+            _array: array.clone().unbind(),
+            data: slice.as_ptr(),
+            len: slice.len(),
+        })
+    }
+}
+
+// SAFETY: the pointer is into the buffer of the array referenced by `_array`, which numpy
+// keeps (and does not move: an array with other references cannot be resized) while it lives.
+unsafe impl<T: Precise> Send for InNumpy<T> {}
+// SAFETY: as for `Send`; the elements are only read.
+unsafe impl<T: Precise> Sync for InNumpy<T> {}
+
+// SAFETY: `elements` is the same C-contiguous buffer each time, alive as long as `self`.
+unsafe impl<T: Precise> fuse::InPlace for InNumpy<T> {
+    fn elements(&self) -> DataView<'_> {
+        // SAFETY: `data` and `len` describe the array's contiguous buffer (see `new`).
+        T::data_view(unsafe { std::slice::from_raw_parts(self.data, self.len) })
+    }
+}
 
 /// A value's handle, in its precision.
 #[derive(Clone)]
@@ -148,13 +195,15 @@ impl Session {
     }
 
     /// A value holding a copy of `array` (float32 or float64, 0 to 2 dimensions): values never
-    /// change, and a numpy array may.
-    fn array(&self, array: &Bound<'_, PyAny>) -> PyResult<Value> {
+    /// change, and a numpy array may. With `copy=False`, a C-contiguous matrix is read in place
+    /// instead — no copy, no fresh memory — and must not change while the value lives.
+    #[pyo3(signature = (array, copy = true))]
+    fn array(&self, array: &Bound<'_, PyAny>, copy: bool) -> PyResult<Value> {
         if let Ok(a) = array.cast::<PyArrayDyn<f32>>() {
-            return self.array_as(a);
+            return self.array_as(a, copy);
         }
         match array.cast::<PyArrayDyn<f64>>() {
-            Ok(a) => self.array_as(a),
+            Ok(a) => self.array_as(a, copy),
             Err(_) => Err(input_error("a session holds float32 or float64 numpy arrays")),
         }
     }
@@ -286,8 +335,19 @@ impl Session {
         }
     }
 
-    fn array_as<T: Precise>(&self, array: &Bound<'_, PyArrayDyn<T>>) -> PyResult<Value> {
+    fn array_as<T: Precise>(&self, array: &Bound<'_, PyArrayDyn<T>>, copy: bool) -> PyResult<Value> {
         let dims = array.shape().to_vec();
+        if !copy {
+            let [rows, cols] = dims[..] else {
+                return Err(input_error(format!(
+                    "copy=False reads a matrix in place: an array of shape {dims:?} is not one"
+                )));
+            };
+            let memory = Arc::new(InNumpy::new(array)?);
+            let mut sessions = lock(&self.shared);
+            let matrix = T::session(&mut sessions).py_err()?.matrix_in_place(rows, cols, memory);
+            return Ok(self.value(T::wrap(AnyHandle::Matrix(matrix.py_err()?))));
+        }
         // In logical (C) order whatever the layout: this is the one copy a session makes, made
         // only where the host can give the memory.
         let readonly = array.readonly();

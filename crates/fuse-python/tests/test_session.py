@@ -100,6 +100,27 @@ def test_a_session_copies_what_it_is_given():
     assert s.array(np.arange(6, dtype=np.float32).reshape(2, 3)[:, ::2]).shape == [2, 2]
 
 
+@pytest.mark.parametrize("backend", backends())
+def test_a_matrix_given_with_copy_false_is_read_in_place(backend):
+    rng = np.random.default_rng(5)
+    A, x = rng.uniform(-1, 1, (37, 53)), rng.uniform(-1, 1, 53)
+    s = fuseblas.Session(backend)
+    vA, vx = s.array(A, copy=False), s.array(x)
+    assert close(s.gemv(vA, vx), A @ x, np.float64)
+    assert np.array_equal(np.asarray(vA), A), "read back as a copy"
+    if backend in ("reference", "cpu"):
+        # Read in place on the host: a later computation sees a change (which a caller must not
+        # make); a device backend's upload is its copy.
+        A[0, :] = 2.0
+        assert close(s.gemv(vA, vx), A @ x, np.float64)
+    # Another dtype, or a strided view, is read from the one copy that converts it.
+    strided = rng.uniform(-1, 1, (37, 106))[:, ::2]
+    vs = s.array(strided, dtype=np.float32, copy=False)
+    assert close(s.gemv(vs, s.array(x, dtype=np.float32)), strided @ x, np.float32)
+    with pytest.raises(fuseblas.InputError, match="copy=False reads a matrix in place"):
+        s.array(x, copy=False)
+
+
 def test_session_errors_say_what_is_wrong():
     s, other = fuseblas.Session("cpu"), fuseblas.Session("cpu")
     A, x = s.array(np.zeros((3, 2))), s.array(np.zeros(3))

@@ -20,7 +20,7 @@ pub use error::{Error, Result};
 pub use io::{Inputs, Outputs};
 pub use memory::{available_host_memory, check_host_memory, try_collect, try_to_owned};
 pub use script::{bind_sizes, Script, SizeSource};
-pub use session::{AnyHandle, CallArg, Forecast, Handle, Matrix, Scalar, ScalarArg, Session, Stats, Vector};
+pub use session::{AnyHandle, CallArg, Forecast, Handle, InPlace, Matrix, Scalar, ScalarArg, Session, Stats, Vector};
 
 pub use fuse_core::{
     ArrayView, Bindings, DataView, HostArray, HostData, Library, Plan, Precision, Program, Sizes, Views,

@@ -448,11 +448,18 @@ class Session:
         """The backend the session runs on."""
         return self._native.backend
 
-    def array(self, data: object, dtype: object = None) -> "_core.Value":
+    def array(self, data: object, dtype: object = None, copy: bool = True) -> "_core.Value":
         """A value holding a copy of ``data`` (a scalar, vector or matrix), in ``dtype`` if
         given, else ``data``'s own dtype (float64 for Python numbers and lists). On a session on
         a GPU, ``data`` may be a GPU array of that GPU (CuPy, PyTorch, JAX: float32 or float64,
-        C-contiguous, taken through DLPack; ``dtype`` must then be None): the copy is made there."""
+        C-contiguous, taken through DLPack; ``dtype`` must then be None): the copy is made there.
+
+        ``copy=False`` reads a matrix in place rather than copying it — no copy and no fresh
+        memory for a large A, as ``scipy.sparse.linalg`` reads it — where ``data`` is a
+        C-contiguous float32 or float64 numpy matrix of the dtype asked for (else the one copy
+        converting it is read; on a GPU, the upload is the one copy). The array must then not
+        change while the value lives: a value never changes, and its computations on the host
+        read the array whenever they run."""
         if (_dlpack_device(data) or (1, 0))[0] == 2 and dtype is None:
             return self._native.array_from_gpu(data)
         array = _host_array("the array", data)
@@ -467,7 +474,11 @@ class Session:
             raise InputError(f"the array is {array.dtype}: give dtype=numpy.float64 or numpy.float32 to round it")
         if target not in (np.float32, np.float64):
             raise InputError(f"a session computes in float32 or float64, not {target}")
-        return self._native.array(array if array.dtype == target else _converted("the array", array, target))
+        if not copy and array.ndim != 2:
+            raise InputError(f"copy=False reads a matrix in place: the array has shape {array.shape}")
+        converted = array if array.dtype == target and (copy or array.flags.c_contiguous) else \
+            _converted("the array", array, target)
+        return self._native.array(converted, copy=copy)
 
     def scalar(self, value: float, dtype: object = np.float64) -> "_core.Value":
         """A run-time scalar value: a new number never compiles anew (a Python float passed as

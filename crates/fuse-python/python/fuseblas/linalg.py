@@ -217,7 +217,8 @@ def _on_host(method, A, b, x0, M, backend):
     n = A.shape[0]
     session = _core.Session(backend=backend or "auto", threads=None)
     upload = lambda what, v: session.array(_vector(method, what, v, n, dtype))  # noqa: E731
-    a = session.array(_converted("A", A, dtype))
+    # Read in place, as SciPy reads it: no copy of a large A, no fresh pages to fault in.
+    a = session.array(_converted("A", A, dtype), copy=False)
     bv = upload("b", b_array)
     jacobi = _jacobi(method, M)
     if jacobi is not None:

@@ -41,17 +41,17 @@ use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use fuse_core::{Diagnostic, Form, HostArray, Library, Location};
+use fuse_core::{DataView, Diagnostic, Form, HostArray, Library, Location, Precision};
 
 use crate::backend::{Backend, CompileOptions};
 use crate::distributed::Communicator;
-use crate::element::{checked_array, Element};
+use crate::element::{checked_array, checked_len, Element};
 use crate::error::{Error, Result};
 use crate::memory::try_collect;
 use crate::select::builtin_library;
 use canonical::PendingArg;
 use state::{not_computed, Copies, Data, State};
-pub use state::{Forecast, Stats};
+pub use state::{Forecast, InPlace, Stats};
 
 use handle::{sealed::Sealed, Token};
 pub use handle::{AnyHandle, CallArg, Handle, Matrix, Scalar, ScalarArg, Vector};
@@ -155,6 +155,32 @@ impl<T: Element> Session<T> {
     /// A `rows × cols` matrix of row-major `data`, which must hold `rows · cols` elements.
     pub fn matrix(&self, rows: usize, cols: usize, data: Vec<T>) -> Result<Matrix<T>> {
         self.host("matrix", vec![rows, cols], data).map(Matrix::new)
+    }
+
+    /// A `rows × cols` matrix read in place from `memory` (row-major, `rows · cols` elements of
+    /// this session's precision) rather than copied: a large input the caller keeps, such as a
+    /// numpy array, costs no copy and no fresh pages. Reading the value back copies it; a
+    /// device backend uploads from it.
+    pub fn matrix_in_place(&self, rows: usize, cols: usize, memory: Arc<dyn InPlace>) -> Result<Matrix<T>> {
+        let len = match memory.elements() {
+            DataView::F32(v) if T::PRECISION == Precision::F32 => v.len(),
+            DataView::F64(v) if T::PRECISION == Precision::F64 => v.len(),
+            other => {
+                return Err(Error::Precision {
+                    name: "a matrix read in place".into(),
+                    got: other.precision(),
+                    want: T::PRECISION,
+                })
+            }
+        };
+        checked_len("matrix", &[rows, cols], len)?;
+        let copies = Copies {
+            in_place: Some(memory),
+            ..Copies::default()
+        };
+        Ok(Matrix::new(
+            self.state.borrow_mut().insert(vec![rows, cols], Data::Ready(copies)),
+        ))
     }
 
     /// A vector of `data` (non-empty).

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
-use fuse_core::{Bindings, HostArray, Library, Precision, ValueId, Views};
+use fuse_core::{ArrayView, Bindings, DataView, HostArray, Library, Precision, ValueId, Views};
 
 use super::canonical::{self, Canonical, PendingArg, PendingCall};
 use super::handle::Token;
@@ -113,9 +113,24 @@ pub(super) enum Data {
 #[derive(Default)]
 pub(super) struct Copies {
     pub(super) host: Option<HostArray>,
+    /// The caller's memory, read in place ([`Session::matrix_in_place`](super::Session::matrix_in_place)).
+    pub(super) in_place: Option<Arc<dyn InPlace>>,
     pub(super) device: Option<Buffer>,
     /// In a distributed session: the copies hold this rank's block of rows, not all of it.
     pub(super) by_rows: bool,
+}
+
+/// Memory a session reads in place without owning it — a numpy array's buffer, kept alive by
+/// the object that implements this — instead of a copy of its own.
+///
+/// # Safety
+///
+/// [`InPlace::elements`] must return the same elements, in memory that stays valid and that
+/// nothing writes, for as long as the implementing value lives: the session reads them from
+/// any thread, at any flush, without a lock.
+pub unsafe trait InPlace: Send + Sync {
+    /// The elements, row-major.
+    fn elements(&self) -> DataView<'_>;
 }
 
 impl Copies {
@@ -515,8 +530,12 @@ impl State {
         if let Some(buffer) = copies.device.take() {
             return Ok(buffer);
         }
-        let host = copies.host.as_ref().ok_or_else(|| not_computed(id))?;
-        let buffer = pool.upload(host.data.view())?;
+        let elements = match (&copies.in_place, &copies.host) {
+            (Some(memory), _) => memory.elements(),
+            (None, Some(host)) => host.data.view(),
+            (None, None) => return Err(not_computed(id)),
+        };
+        let buffer = pool.upload(elements)?;
         self.stats.to_device += buffer.bytes();
         if buffer.fresh() {
             self.stats.device_allocations += 1;
@@ -549,9 +568,14 @@ impl State {
             _ => return Err(not_computed(id)),
         };
         if copies.host.is_none() {
-            let buffer = copies.device.as_ref().ok_or_else(|| not_computed(id))?;
-            let data = buffer.download()?;
-            self.stats.from_device += buffer.bytes();
+            let data = match &copies.in_place {
+                Some(memory) => memory.elements().to_owned(),
+                None => {
+                    let buffer = copies.device.as_ref().ok_or_else(|| not_computed(id))?;
+                    self.stats.from_device += buffer.bytes();
+                    buffer.download()?
+                }
+            };
             copies.host = Some(HostArray { dims, data });
         }
         copies.host.as_ref().ok_or_else(|| not_computed(id))
@@ -578,15 +602,26 @@ impl State {
     /// The input values of a run on the host, borrowed where they are (no copy).
     pub(super) fn host_views(&mut self, inputs: &[(u64, String)]) -> Result<Views<'_>> {
         for (id, _) in inputs {
-            self.host_value(*id)?; // copied from the device first where it is only there
+            if !matches!(self.data(*id), Some(Data::Ready(Copies { in_place: Some(_), .. }))) {
+                self.host_value(*id)?; // copied from the device first where it is only there
+            }
         }
         let mut views = Views::new();
         for (id, name) in inputs {
-            let host = match self.data(*id) {
-                Some(Data::Ready(Copies { host: Some(host), .. })) => host,
+            let view = match (self.data(*id), self.slots.get(id)) {
+                (
+                    Some(Data::Ready(Copies {
+                        in_place: Some(memory), ..
+                    })),
+                    Some(slot),
+                ) => ArrayView {
+                    dims: slot.dims.clone(),
+                    data: memory.elements(),
+                },
+                (Some(Data::Ready(Copies { host: Some(host), .. })), _) => host.view(),
                 _ => return Err(not_computed(*id)),
             };
-            views.insert(name.clone(), host.view());
+            views.insert(name.clone(), view);
         }
         Ok(views)
     }
