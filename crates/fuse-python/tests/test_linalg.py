@@ -183,6 +183,19 @@ def test_a_session_matrix_stays_resident_and_x_comes_back_as_a_value():
         fla.bicg(Av, fuseblas.Session(backend="cpu").array(b))
 
 
+def test_a_numpy_a_is_read_in_place_and_a_second_solve_compiles_nothing():
+    A, b = system(41, "float64", symmetric=True)
+    want = np.linalg.solve(A, b)
+    x, info = fla.cg(A, b, rtol=1e-12, backend="cpu")
+    assert info == 0 and np.abs(x - want).max() <= 1e-9
+    compiled = fla._host_session("cpu").stats()["compilations"]
+    # A Fortran-ordered A is read from its one C-ordered copy; the programs are the same.
+    x, info = fla.cg(np.asfortranarray(A), b, rtol=1e-12, backend="cpu")
+    assert info == 0 and np.abs(x - want).max() <= 1e-9
+    assert fla._host_session("cpu").stats()["compilations"] == compiled
+    assert np.array_equal(A, system(41, "float64", symmetric=True)[0]), "A is not written"
+
+
 def test_what_is_not_supported_is_a_clear_error():
     A, b = system(6, "float64", symmetric=True)
     for M in (np.eye(6), LinearOperator((6, 6), matvec=lambda v: v), lambda v: v, scipy.sparse.eye(6)):

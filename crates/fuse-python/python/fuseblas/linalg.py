@@ -215,7 +215,7 @@ def _on_host(method, A, b, x0, M, backend):
     if A.ndim != 2 or A.shape[0] != A.shape[1]:
         raise ValueError(f"{method}: A must be a square matrix, not of shape {A.shape}")
     n = A.shape[0]
-    session = _core.Session(backend=backend or "auto", threads=None)
+    session = _host_session(backend)
     upload = lambda what, v: session.array(_vector(method, what, v, n, dtype))  # noqa: E731
     # Read in place, as SciPy reads it: no copy of a large A, no fresh pages to fault in.
     a = session.array(_converted("A", A, dtype), copy=False)
@@ -225,6 +225,20 @@ def _on_host(method, A, b, x0, M, backend):
         jacobi = upload("M", jacobi)
     x0v = _start(method, x0, bv, jacobi, upload, session)
     return session, a, bv, x0v, jacobi, lambda _, x: x.read()
+
+
+# One session per backend name for the solves of host arrays, so that a solve after the first
+# of its kind finds its programs compiled (a new session compiles each anew: about 10 ms a
+# solve at n = 2048, as long as the solve itself there).
+_HOST_SESSIONS = {}
+
+
+def _host_session(backend):
+    """The session host systems on ``backend`` are solved in."""
+    name = backend or "auto"
+    if name not in _HOST_SESSIONS:
+        _HOST_SESSIONS[name] = _core.Session(backend=name, threads=None)
+    return _HOST_SESSIONS[name]
 
 
 def _on_gpu(method, A, b, x0, M, backend):
