@@ -27,17 +27,10 @@ import numpy as np
 
 import fuseblas
 import fuseblas.linalg as fla
+from spd_system import system
 
 TINY_RTOL = 1e-30  # never met: every solve runs its iterations, so per-iteration times compare
 GMRES_RESTART = 30
-
-
-def system(n, dtype, seed=1):
-    rng = np.random.default_rng(seed)
-    a = rng.uniform(-1, 1, (n, n))
-    a = (a + a.T) / 2
-    a[np.diag_indices(n)] += 1.1 * 2 * np.sqrt(n / 3) / np.sqrt(2)
-    return a.astype(dtype), rng.uniform(-1, 1, n).astype(dtype)
 
 
 def fuse_solve(backend, method, a, b, iterations):

@@ -24,16 +24,9 @@ import scipy.sparse.linalg as sla
 
 import fuseblas
 import fuseblas.linalg as fla
+from spd_system import system
 
 QUIET_S = 0.2  # seconds of quiet before each timing (OpenBLAS's threads wait up to ~0.1 s)
-
-
-def system(n, dtype, seed=1):
-    rng = np.random.default_rng(seed)
-    A = rng.uniform(-1, 1, (n, n))
-    A = (A + A.T) / 2
-    A[np.diag_indices(n)] += 1.1 * 2 * np.sqrt(n / 3) / np.sqrt(2)
-    return A.astype(dtype), rng.uniform(-1, 1, n).astype(dtype)
 
 
 def iterations_of(method, A, b, kwargs):
