@@ -280,7 +280,9 @@ impl KernelRun<'_> {
 /// larger than the last-level cache: from memory, the pulls keep it busy while a block is
 /// walked again from cache; from the last-level cache they only cost their instructions
 /// (ATAX on two threads, f32: at 4096², 1.58 ms a run → 1.37 pulling; at 2048², in cache,
-/// 236–263 µs → 282–291), and there the blocks are larger ([`cached_block_bytes`]). All sizes follow `caches`.
+/// 236–263 µs → 282–291), and there the blocks are larger ([`cached_block_bytes`]). All the
+/// sizes follow `caches`; a walk out of cache prefetches its next step only where
+/// `prefetch_ahead` (this CPU's measurement) says so.
 fn tile<T>(kernel: &KernelPlan, caches: &Caches, prefetch_ahead: bool) -> Tile {
     let size = mem::size_of::<T>();
     let stream = kernel.bytes > (caches.last / STREAM_SHARE) as u64;

@@ -15,6 +15,7 @@ use crate::backend::{Backend, CompileOptions, Compiled};
 use crate::device::{resident, Buffer, DevicePlan, Pool};
 use crate::distributed::{Communicator, Link, RankProgram};
 use crate::error::{Error, Result};
+use crate::memory::try_to_owned;
 
 /// What a session has done so far. Counts add up over the session's life: the difference of
 /// two snapshots ([`Stats::since`]) is what happened in between, e.g. in one solver iteration.
@@ -569,7 +570,7 @@ impl State {
         };
         if copies.host.is_none() {
             let data = match &copies.in_place {
-                Some(memory) => memory.elements().to_owned(),
+                Some(memory) => try_to_owned(memory.elements(), || format!("a copy of value v{id} read back"))?,
                 None => {
                     let buffer = copies.device.as_ref().ok_or_else(|| not_computed(id))?;
                     self.stats.from_device += buffer.bytes();
