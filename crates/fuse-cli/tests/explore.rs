@@ -233,7 +233,7 @@ fn on_the_cpu_plans_are_passes_of_threads_over_tiles() {
     assert!(cpu.contains("best plan: 1 pass,"), "{cpu}");
     assert!(cpu.contains("share A, t: fused in pass 1"), "{cpu}");
     assert!(cpu.contains(" thread"), "{cpu}");
-    let rows = (cache_bytes("2", 1 << 20) / 4 / 4000).clamp(8, 64) / 8 * 8;
+    let rows = (this_cpu().l2_bytes as usize / 4 / 4000).clamp(8, 64) / 8 * 8;
     let tiles = format!("tiles of {rows} rows × 1000 columns, each tile walked twice");
     assert!(cpu.contains(&tiles), "{cpu}");
     assert!(cpu.contains("in cache t"), "{cpu}");
@@ -282,7 +282,7 @@ fn explore_ranks_the_cpu_plans_by_the_cpu_table_at_the_sizes_given() {
     ]));
     assert!(text.contains("plan 1: ") && text.contains(", 1 pass\n"), "{text}");
     // f32 chunks of half the L1d: 4096 elements with 32 KiB, 6144 with 48.
-    let chunk = cache_bytes("1", 32 << 10) / 2 / 4;
+    let chunk = this_cpu().l1d_bytes as usize / 2 / 4;
     assert!(text.contains(&format!("in chunks of {chunk} elements")), "{text}");
     assert!(text.contains("in cache t"), "{text}");
     for word in GPU_WORDS {
@@ -534,20 +534,7 @@ fn rewrite_check_and_explore_show_the_rewritten_calls() {
     assert!(text.contains("no rewrite: the calls are fused as written"), "{text}");
 }
 
-/// CPU 0's cache of `level` holding data, as sysfs lists it (`default` where it does not say,
-/// as the CPU backend assumes).
-fn cache_bytes(level: &str, default: usize) -> usize {
-    let dir = std::path::Path::new("/sys/devices/system/cpu/cpu0/cache");
-    let read = |path: std::path::PathBuf| std::fs::read_to_string(path).unwrap_or_default().trim().to_string();
-    let size = std::fs::read_dir(dir)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .find_map(|entry| {
-            let path = entry.path();
-            (read(path.join("level")) == level && read(path.join("type")) != "Instruction")
-                .then(|| read(path.join("size")))
-        });
-    size.and_then(|s| s.strip_suffix('K')?.parse::<usize>().ok())
-        .map_or(default, |k| k << 10)
+/// This CPU's key as the CPU backend reads it (its L1d and L2 shape the tiles).
+fn this_cpu() -> fuse::stages::fuse_core::explore::CpuKey {
+    fuse::stages::fuse_cpu::fused::timings::this_cpu().expect("this CPU's key")
 }

@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::sync::OnceLock;
 
-use fuse_core::cache::CacheFile;
+use fuse_core::cache::{CacheError, CacheFile};
 use fuse_core::explore::{CpuKey, TimingTable};
 
 use super::cpu::this_cpu;
@@ -61,7 +61,16 @@ fn measured_here() -> Option<TimingTable> {
         return TimingTable::load(Path::new(&path)).ok();
     }
     calibration_on().ok()?.then_some(())?;
-    let file = installed(&this_cpu().ok()?);
-    let text = String::from_utf8(file.read().ok()??).ok()?;
-    TimingTable::parse(&file.path().ok()?.display().to_string(), &text).ok()
+    read_table(&installed(&this_cpu().ok()?)).ok()?
+}
+
+/// The table in `file`, where there is one that parses.
+pub(crate) fn read_table(file: &CacheFile) -> Result<Option<TimingTable>, CacheError> {
+    let Some(bytes) = file.read()? else {
+        return Ok(None);
+    };
+    let path = file.path()?.display().to_string();
+    Ok(String::from_utf8(bytes)
+        .ok()
+        .and_then(|text| TimingTable::parse(&path, &text).ok()))
 }

@@ -46,7 +46,7 @@ use super::error::CpuError;
 
 #[cfg(test)]
 use super::measured::file_stem;
-use super::measured::{calibration_on, installed};
+use super::measured::{calibration_on, installed, read_table};
 pub use super::measured::{CALIBRATE_ENV, ENV};
 
 pub use fuse_core::explore::CPU_COMPUTE_CAPABILITY;
@@ -143,16 +143,9 @@ pub fn install(yaml: &str) -> Result<PathBuf, CpuError> {
 /// The table installed in `file` if it is a fresh table of `key` (one that does not parse, of
 /// another key or library, is measured again); an error where the cache folder is refused.
 fn installed_table(file: &CacheFile, key: &CpuKey, checksum: &str) -> Result<Option<TimingTable>, CacheError> {
-    let Some(bytes) = file.read()? else {
-        return Ok(None);
-    };
-    let path = file.path()?.display().to_string();
-    let parsed = String::from_utf8(bytes)
-        .ok()
-        .and_then(|text| TimingTable::parse(&path, &text).ok());
     let ours =
         |t: &TimingTable| t.device.is_cpu() && t.device.cpu.as_ref() == Some(key) && check_fresh(t, checksum).is_ok();
-    Ok(parsed.filter(ours))
+    Ok(read_table(file)?.filter(ours))
 }
 
 /// Measures this CPU within [`Budget::QUICK`] and installs the table in `file`; where it cannot
