@@ -161,7 +161,7 @@ fn over_ranks(_: &SolveArgs, _: &Arc<Library>) -> Result<(), Failure> {
 /// Reads the system from `--inputs`: all of it, or rank `part.0`'s block of rows of the order
 /// over `part.1` ranks. Every file is checked by its header first (one precision, A square,
 /// b and x0 of its order), so a rank reading rows knows what the whole is.
-pub fn read_system(args: &SolveArgs, part: Option<(usize, usize)>) -> Result<System, Failure> {
+fn read_system(args: &SolveArgs, part: Option<(usize, usize)>) -> Result<System, Failure> {
     let path = |name: &str| args.inputs.join(format!("{name}.npy"));
     let (shape, dtype) = npy::read_header(&path("A")).map_err(bad_input)?;
     let precision = match dtype.as_str() {
@@ -238,7 +238,7 @@ fn check_header(path: &Path, name: &str, dtype: &str, n: usize) -> Result<(), Fa
 
 /// With --outputs: the target `x.npy` is fit to write, checked before the solve (a target in
 /// the way is found at once, not after minutes).
-pub fn check_outputs(args: &SolveArgs, system: &System) -> Result<(), Failure> {
+fn check_outputs(args: &SolveArgs, system: &System) -> Result<(), Failure> {
     let Some(dir) = &args.outputs else {
         return Ok(());
     };
@@ -250,7 +250,7 @@ pub fn check_outputs(args: &SolveArgs, system: &System) -> Result<(), Failure> {
 /// Solves `system` on `session` (made for its precision; over ranks with --distributed), then
 /// says how it ended and writes or prints x — rank 0 alone, for a distributed session, where
 /// a failure is every rank's, said once. Exit status 1 where it did not converge.
-pub fn finish<T: Element>(args: &SolveArgs, system: &System, session: fuse::Result<Session<T>>) -> Result<(), Failure> {
+fn finish<T: Element>(args: &SolveArgs, system: &System, session: fuse::Result<Session<T>>) -> Result<(), Failure> {
     let session = session.map_err(failure)?;
     let solved = solve(args, system, &session);
     let rank = session.rank();
