@@ -391,37 +391,44 @@ fn compute_ns(
 }
 
 /// A script calling `form` of `f` once, with in-cache sizes for every dimension symbol, and
-/// the number of instances (32-element sub-vectors or 32×32 tiles) the call has.
+/// the number of instances (32-element sub-vectors or 32×32 tiles) the call has: as many as
+/// the explorer charges the compute routine for at these sizes.
 fn one_call_script(f: &ElementaryFunction, form: &Form, precision: Precision, threads: usize) -> (String, u64) {
-    let nested = matches!(f.kind, HigherOrderKind::NestedMap | HigherOrderKind::NestedReduce);
-    // A matrix of 256·threads rows of 1024 columns holds as many elements per thread as a vector.
-    let extent = |position: usize| match (nested, position) {
-        (true, 0) => ROUTINE_ELEMENTS_PER_THREAD / 1024 * threads,
-        (true, _) => 1024,
-        (false, _) => ROUTINE_ELEMENTS_PER_THREAD * threads,
+    let elements = ROUTINE_ELEMENTS_PER_THREAD * threads;
+    let shapes: Vec<(&str, &Shape)> = (form.signature.params.iter())
+        .map(|p| (p.name.as_str(), &p.shape))
+        .chain(std::iter::once(("", &form.signature.result)))
+        .collect();
+    let matrix = match f.kind {
+        HigherOrderKind::NestedMap | HigherOrderKind::NestedReduce => {
+            shapes.iter().map(|(_, s)| s.dims()).find(|d| d.len() == 2)
+        }
+        _ => None,
     };
-    let mut symbols: Vec<String> = Vec::new();
+    let extent = |symbol: &str| match matrix.as_deref() {
+        // A square of one symbol (a triangle or band): its side from the elements of a
+        // square, so that its triangle holds no more than the others' matrices.
+        Some([rows, cols]) if rows == cols => square_side(elements),
+        Some([rows, _]) if *rows == symbol => elements / MATRIX_COLS,
+        Some(_) => MATRIX_COLS,
+        None => elements,
+    };
+    let mut symbols: Vec<&str> = Vec::new();
     let mut inputs = Vec::new();
-    let shapes = form.signature.params.iter().map(|p| (&p.name, &p.shape));
-    for (name, shape) in shapes.chain(std::iter::once((&String::new(), &form.signature.result))) {
+    for &(name, shape) in &shapes {
         for d in shape.dims() {
-            if !symbols.iter().any(|s| s == d) {
-                symbols.push(d.to_string());
+            if !symbols.contains(&d) {
+                symbols.push(d);
             }
         }
         if !name.is_empty() {
-            let dims = shape.dims().join(", ");
             inputs.push(match shape {
                 Shape::Scalar => format!("{name}: scalar"),
-                _ => format!("{name}: [{dims}]"),
+                _ => format!("{name}: [{}]", shape.dims().join(", ")),
             });
         }
     }
-    let sizes: Vec<String> = symbols
-        .iter()
-        .enumerate()
-        .map(|(k, s)| format!("{s}: {}", extent(k)))
-        .collect();
+    let sizes: Vec<String> = symbols.iter().map(|s| format!("{s}: {}", extent(s))).collect();
     let args: Vec<&str> = form.signature.params.iter().map(|p| p.name.as_str()).collect();
     let result = (0..)
         .map(|k| format!("out{k}"))
@@ -435,10 +442,21 @@ fn one_call_script(f: &ElementaryFunction, form: &Form, precision: Precision, th
         f.name,
         args.join(", ")
     );
-    let instances: u64 = (0..symbols.len().min(2))
-        .map(|k| (extent(k) as u64).div_ceil(ELEMENT_SIDE))
-        .product();
+    let tiles = |symbol: &str| (extent(symbol) as u64).div_ceil(ELEMENT_SIDE);
+    let instances = match &matrix {
+        Some(dims) => dims.iter().map(|d| tiles(d)).product(),
+        None => symbols.first().map_or(1, |s| tiles(s)),
+    };
     (text, instances.max(1))
+}
+
+/// Columns of a measured matrix with a symbol for each dimension.
+const MATRIX_COLS: usize = 1024;
+
+/// The side of a square of at most `2 · elements` elements, a multiple of 32.
+fn square_side(elements: usize) -> usize {
+    let side = (2 * elements).isqrt() as u64;
+    (side / ELEMENT_SIDE * ELEMENT_SIDE).max(ELEMENT_SIDE) as usize
 }
 
 fn measurement(f: &ElementaryFunction, precision: Precision, ns: f64) -> Measurement {
@@ -470,6 +488,33 @@ mod tests {
                 assert!(instances >= 1);
             }
         }
+    }
+
+    /// The instances a measurement divides by are the tiles of the call's matrix, both of its
+    /// dimensions — a triangle's square of one symbol too (it was counted along one side, so
+    /// a new CPU's table had every triangular product 16 times too slow and fused none).
+    #[test]
+    fn a_measurement_counts_every_tile_of_its_matrix() {
+        let library = Library::builtin().unwrap();
+        let instances = |name: &str| {
+            let f = library.functions().find(|f| f.name == name).unwrap();
+            let form = f.forms.iter().max_by_key(|form| form.signature.params.len()).unwrap();
+            let (text, instances) = one_call_script(f, form, Precision::F64, 2);
+            let program = script::parse("t.yaml", &text, &library).unwrap();
+            let dims: Vec<u64> = program.sizes.iter().map(|(_, v)| v as u64).collect();
+            (dims, instances)
+        };
+        let (gemv, gemv_tiles) = instances("gemv");
+        assert_eq!(gemv_tiles, gemv.iter().map(|d| d / 32).product::<u64>(), "{gemv:?}");
+        let (trmv, trmv_tiles) = instances("trmv_upper");
+        assert_eq!(
+            trmv,
+            [1024],
+            "a triangle's side holds twice the elements, as its square"
+        );
+        assert_eq!(trmv_tiles, 32 * 32);
+        let (dot, dot_tiles) = instances("dot");
+        assert_eq!(dot_tiles, dot[0] / 32);
     }
 
     /// The prefetching measurement runs GESUMMV as one kernel, both ways, on the outputs of

@@ -344,7 +344,7 @@ pub(crate) fn layout<T>(kernel: &KernelPlan, threads: usize, prefetch_ahead: boo
             format!("tiles of {} rows × {} columns", tile.rows.min(rows), tile.cols),
         ),
     };
-    let parts = part_bounds(extent, per_tile, threads).len();
+    let parts = part_bounds(kernel, extent, per_tile, threads).len();
     let walks = match kernel.passes {
         1 => String::new(),
         2 => ", each tile walked twice (its row sums finished in the first walk)".to_string(),
@@ -371,20 +371,44 @@ pub(crate) fn layout<T>(kernel: &KernelPlan, threads: usize, prefetch_ahead: boo
     )
 }
 
-/// Splits `0..extent`, in whole tiles of `per_tile`, into contiguous parts for `threads`: one
-/// each, more where there are tiles enough.
-fn part_bounds(extent: usize, per_tile: usize, threads: usize) -> Vec<(usize, usize)> {
+/// Splits `0..extent`, in whole tiles of `per_tile`, into contiguous parts for `threads` of
+/// about equal work: one each, more where there are tiles enough. A tile's work is the
+/// columns its rows read: the row blocks of a triangle read from one to every column, so equal
+/// numbers of rows would leave the thread with the first rows of an upper triangle three
+/// quarters of it, and the other idle for half the kernel.
+fn part_bounds(kernel: &KernelPlan, extent: usize, per_tile: usize, threads: usize) -> Vec<(usize, usize)> {
     let tiles = extent.div_ceil(per_tile);
     let parts = (tiles / MIN_PART_TILES)
         .clamp(threads, threads * PARTS_PER_THREAD)
         .clamp(1, tiles.max(1));
-    (0..parts)
-        .map(|p| {
-            let start = (p * tiles / parts * per_tile).min(extent);
-            let end = ((p + 1) * tiles / parts * per_tile).min(extent);
-            (start, end)
-        })
-        .collect()
+    let work = |t: usize| match kernel.space {
+        Space::Vector(_) => 1,
+        Space::Matrix(_, cols) => {
+            let rows = t * per_tile..((t + 1) * per_tile).min(extent);
+            (0..kernel.passes)
+                .map(|pass| columns_read(kernel, pass, rows.clone(), cols).len())
+                .sum::<usize>()
+                .max(1)
+        }
+    };
+    let mut done = vec![0usize; tiles + 1];
+    for t in 0..tiles {
+        done[t + 1] = done[t] + work(t);
+    }
+    let total = done[tiles];
+    // Part p starts at the first tile boundary with p / parts of the work before it.
+    let start = |p: usize| done.partition_point(|&w| w * parts < p * total).min(tiles) * per_tile;
+    let bounds = (0..parts).map(|p| (start(p).min(extent), start(p + 1).min(extent)));
+    bounds.filter(|(start, end)| start < end).collect()
+}
+
+/// The columns of rows `rows` that the calls of `kernel`'s pass `pass` read: all of them unless
+/// every call reads a triangle (tiles wholly outside it are not walked).
+fn columns_read(kernel: &KernelPlan, pass: usize, rows: std::ops::Range<usize>, cols: usize) -> std::ops::Range<usize> {
+    let calls = kernel.calls.iter().filter(|call| call.pass == pass);
+    let band = calls.map(|c| c.diagonals).reduce(Diagonals::union).unwrap_or_default();
+    let (first, last) = (band.columns(rows.start, 0..cols), band.columns(rows.end - 1, 0..cols));
+    first.start..last.end.max(first.start)
 }
 
 impl<'a, T: Real> Shared<'_, 'a, T> {
@@ -394,7 +418,7 @@ impl<'a, T: Real> Shared<'_, 'a, T> {
             Space::Vector(len) => (len, self.tile.cols),
             Space::Matrix(rows, _) => (rows, self.tile.rows),
         };
-        let bounds = part_bounds(extent, per_tile, self.threads.map_or(1, Threads::count));
+        let bounds = part_bounds(self.kernel, extent, per_tile, self.threads.map_or(1, Threads::count));
         let mut pieces: Vec<Vec<(usize, &mut [T])>> = bounds.iter().map(|_| Vec::new()).collect();
         for (c, buffer) in parted.iter_mut() {
             // A matrix splits by rows of `cols` elements; row sums and vectors by elements.
@@ -465,7 +489,7 @@ impl<'a, T: Real> Shared<'_, 'a, T> {
                     for pass in 0..self.kernel.passes {
                         work.rows.iter_mut().for_each(|a| a.fill(T::ZERO));
                         let next = self.next_block(pass, (start, end), r0);
-                        let read = self.columns_read(pass, r0..r1, cols);
+                        let read = columns_read(self.kernel, pass, r0..r1, cols);
                         let first = read.start - read.start % self.tile.cols;
                         for c0 in (first..read.end).step_by(self.tile.cols) {
                             let w = self.tile.cols.min(cols - c0);
@@ -486,15 +510,6 @@ impl<'a, T: Real> Shared<'_, 'a, T> {
             scalars: work.scalars,
             norms: work.norms,
         }
-    }
-
-    /// The columns of rows `rows` that the calls of `pass` read: all of them unless every call
-    /// reads a triangle (tiles wholly outside it are not walked).
-    fn columns_read(&self, pass: usize, rows: std::ops::Range<usize>, cols: usize) -> std::ops::Range<usize> {
-        let band = self.calls_of(pass).map(|(_, c)| c.diagonals).reduce(Diagonals::union);
-        let band = band.unwrap_or_default();
-        let (first, last) = (band.columns(rows.start, 0..cols), band.columns(rows.end - 1, 0..cols));
-        first.start..last.end.max(first.start)
     }
 
     /// What the walk of `pass` over the row block from row `r0` pulls in of the next block
@@ -864,6 +879,43 @@ mod tests {
             assert_eq!(kernel.walks, want, "{name}");
             let rows = tile::<f32>(&kernel, &Caches::here(), true).rows;
             assert_eq!(rows == WALK_ROWS, want == 1, "{name}: tiles of {rows} rows");
+        }
+    }
+
+    /// A triangle's row blocks are shared by the columns they read, not by their rows: each
+    /// of two threads gets half of an upper or lower triangle's elements, and a full matrix
+    /// splits by rows as before.
+    #[test]
+    fn parts_of_a_triangle_share_its_elements_evenly() {
+        let library = fuse_core::Library::builtin().unwrap();
+        for (function, even_rows) in [("trmv_upper", false), ("trmtv_lower", false), ("gemv", true)] {
+            let text = format!(
+                "precision: f64\nsizes: {{n: 8192}}\ninputs: {{A: [n, n], x: [n]}}\noutputs: [y]\ncalls:\n  - y = d{function}(A, x)\n"
+            );
+            let program = fuse_core::script::parse("t.yaml", &text, &library).unwrap();
+            let plan = unfused_plan(&program, &program.sizes);
+            let kernel = crate::fused::prepare::prepare(&program, &program.sizes, &plan)
+                .unwrap()
+                .kernels
+                .swap_remove(0);
+            let bounds = part_bounds(&kernel, 8192, 128, 2);
+            let elements = |(start, end): (usize, usize)| -> usize {
+                (start..end)
+                    .step_by(128)
+                    .map(|r0| columns_read(&kernel, 0, r0..(r0 + 128).min(end), 8192).len() * 128)
+                    .sum()
+            };
+            let work: Vec<usize> = bounds.iter().map(|&b| elements(b)).collect();
+            let (least, most) = (*work.iter().min().unwrap(), *work.iter().max().unwrap());
+            assert!(
+                most as f64 <= 1.1 * least as f64,
+                "{function}: {bounds:?} read {work:?}"
+            );
+            assert_eq!(bounds.first().unwrap().0, 0);
+            assert_eq!(bounds.last().unwrap().1, 8192);
+            assert!(bounds.windows(2).all(|w| w[0].1 == w[1].0), "{function}: {bounds:?}");
+            let rows: Vec<usize> = bounds.iter().map(|(start, end)| end - start).collect();
+            assert_eq!(rows.windows(2).all(|w| w[0] == w[1]), even_rows, "{function}: {rows:?}");
         }
     }
 
