@@ -53,6 +53,10 @@ pub struct SolveArgs {
     /// Precondition with the inverse of A's diagonal (Jacobi), applied on the device.
     #[arg(long)]
     jacobi: bool,
+    /// Multiply by all of A even where it is exactly symmetric. By default a symmetric A (checked
+    /// once, in one pass) is multiplied by its upper triangle only: half the bytes a product reads.
+    #[arg(long)]
+    no_symmetry: bool,
     /// Where to run; without it, the GPU when there is one, else the CPU (with --distributed:
     /// the CPU).
     #[arg(long, value_enum)]
@@ -352,6 +356,7 @@ fn solve<T: Element>(
                 Ok(())
             },
         )),
+        use_symmetry: !args.no_symmetry,
     };
     let method = match args.method {
         Method::Cg => solvers::cg,

@@ -171,6 +171,7 @@ fn run<T: Precise>(
         jacobi,
         restart: settings.restart,
         callback: Some(hook.into_callback()),
+        ..Options::default()
     };
     let mut sessions = lock(shared);
     let session = T::session(&mut sessions)?;

@@ -35,6 +35,7 @@ mod literals;
 mod ranks;
 mod record;
 mod state;
+mod symmetry;
 
 use std::cell::RefCell;
 use std::marker::PhantomData;
@@ -218,6 +219,27 @@ impl<T: Element> Session<T> {
                 format!("a copy of a value of {} elements", values.len())
             })
         })?
+    }
+
+    /// The diagonal of `a` where `a` is square and exactly symmetric and its elements are on
+    /// the host — given, read in place or computed there — in a session of one process:
+    /// checked in one pass over them, without running anything or copying A. `None` where it
+    /// is not symmetric, not computed yet, only on a device or split over ranks.
+    pub(crate) fn symmetric_diagonal(&self, a: &Matrix<T>) -> Result<Option<Vec<T>>> {
+        self.check_owner("symmetric_diagonal", "A", a.token())?;
+        if self.comm.is_some() || a.rows() != a.cols() {
+            return Ok(None);
+        }
+        let state = self.state.borrow();
+        let Some(Data::Ready(copies)) = state.data(a.token().id) else {
+            return Ok(None);
+        };
+        let view = match (&copies.host, &copies.in_place) {
+            (Some(host), _) => host.data.view(),
+            (None, Some(memory)) => memory.elements(),
+            (None, None) => return Ok(None),
+        };
+        Ok(T::elements(view).and_then(|values| symmetry::symmetric_diagonal(values, a.rows())))
     }
 
     /// The value of `scalar`, running the recorded calls first if it is not computed yet.

@@ -25,6 +25,7 @@ pub fn bicg<T: Element>(
         mut r,
         atol,
         maxiter,
+        product,
         ..
     }) = start(&ops, a, b, x0, options)?
     else {
@@ -51,8 +52,8 @@ pub fn bicg<T: Element>(
             }
             None => (z, z_shadow),
         };
-        let q = ops.gemv(a, &p)?;
-        let q_shadow = ops.gemtv(a, &p_shadow)?;
+        let q = product.times(&ops, &p)?;
+        let q_shadow = product.transposed_times(&ops, &p_shadow)?;
         let rv = ops.dot(&p_shadow, &q)?;
         monitor.test(&rv, 0.0, Breakdown::ZeroDenominator)?;
         let alpha = ops.div(&rho, &rv)?;

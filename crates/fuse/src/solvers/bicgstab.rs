@@ -26,6 +26,7 @@ pub fn bicgstab<T: Element>(
         mut r,
         atol,
         maxiter,
+        product,
         ..
     }) = start(&ops, a, b, x0, options)?
     else {
@@ -50,7 +51,7 @@ pub fn bicgstab<T: Element>(
             None => r.clone(),
         };
         let p_hat = ops.precondition(jacobi, &p)?;
-        let v = ops.gemv(a, &p_hat)?;
+        let v = product.times(&ops, &p_hat)?;
         let rv = ops.dot(&shadow, &v)?;
         monitor.test(&rv, 0.0, Breakdown::ZeroDenominator)?;
         let alpha = ops.div(&rho, &rv)?;
@@ -58,7 +59,7 @@ pub fn bicgstab<T: Element>(
         let x_half = ops.axpy(In::S(&alpha), &p_hat, &x)?;
         monitor.early(ops.nrm2(&s)?, &x_half);
         let s_hat = ops.precondition(jacobi, &s)?;
-        let t = ops.gemv(a, &s_hat)?;
+        let t = product.times(&ops, &s_hat)?;
         let omega = ops.div(&ops.dot(&t, &s)?, &ops.dot(&t, &t)?)?;
         x = ops.axpy(In::S(&omega), &s_hat, &x_half)?;
         r = ops.axpy(In::S(&ops.neg(&omega)?), &t, &s)?;

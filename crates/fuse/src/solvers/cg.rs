@@ -24,6 +24,7 @@ pub fn cg<T: Element>(
         mut r,
         atol,
         maxiter,
+        product,
         ..
     }) = start(&ops, a, b, x0, options)?
     else {
@@ -40,7 +41,7 @@ pub fn cg<T: Element>(
             Some((p, rho_previous)) => ops.axpy(In::S(&ops.div(&rho, rho_previous)?), p, &z)?,
             None => z,
         };
-        let q = ops.gemv(a, &p)?;
+        let q = product.times(&ops, &p)?;
         let pq = ops.dot(&p, &q)?;
         monitor.test(&pq, 0.0, Breakdown::ZeroDenominator)?;
         let alpha = ops.div(&rho, &pq)?;

@@ -1,6 +1,7 @@
 //! Restarted GMRES (SciPy's `gmres`), its Gram–Schmidt as products with the Krylov basis.
 
 use super::ops::{In, Ops};
+use super::product::Product;
 use super::solution::{Options, Outcome, Solution};
 use super::start::{epsilon, start, Start};
 use crate::element::Element;
@@ -31,6 +32,7 @@ pub fn gmres<T: Element>(
         b_norm,
         atol,
         maxiter,
+        product,
     }) = start(&ops, a, b, x0, options)?
     else {
         return Ok(Solution::of_zero(b));
@@ -57,7 +59,7 @@ pub fn gmres<T: Element>(
     let mut cycles = 0;
     while cycles < maxiter && r_norm > atol {
         cycles += 1;
-        let cycle = arnoldi(&ops, a, jacobi, &r, &basis, ptol, eps)?;
+        let cycle = arnoldi(&ops, &product, jacobi, &r, &basis, ptol, eps)?;
         residuals.extend(&cycle.estimates);
         let y: Vec<T> = (cycle.y.iter().copied().map(T::from_f64))
             .chain(std::iter::repeat(T::from_f64(0.0)))
@@ -110,7 +112,7 @@ struct Cycle<T: Element> {
 #[allow(clippy::too_many_arguments)]
 fn arnoldi<T: Element>(
     ops: &Ops<'_, T>,
-    a: &Matrix<T>,
+    product: &Product<T>,
     jacobi: Option<&Vector<T>>,
     r: &Vector<T>,
     layout: &Basis<T>,
@@ -130,7 +132,7 @@ fn arnoldi<T: Element>(
     let mut givens: Vec<(f64, f64)> = Vec::new();
     let (mut estimates, mut breakdown) = (Vec::new(), false);
     for col in 0..restart {
-        let w = ops.precondition(jacobi, &ops.gemv(a, &vectors[col])?)?;
+        let w = ops.precondition(jacobi, &product.times(ops, &vectors[col])?)?;
         let h0 = ops.nrm2(&w)?;
         let (w, coefficients) = orthogonalise(ops, layout, &basis, w)?;
         let h1 = ops.nrm2(&w)?;

@@ -40,6 +40,7 @@ mod cg;
 mod gmres;
 mod monitor;
 mod ops;
+mod product;
 mod solution;
 mod start;
 

@@ -31,6 +31,10 @@ pub struct Options<T: Element> {
     pub restart: Option<usize>,
     /// Progress: called at each residual read; an error it returns ends the solve with it.
     pub callback: Option<Callback<T>>,
+    /// Where A is exactly symmetric and on the host (checked once a solve, in one pass over
+    /// it), the iterations' products read its upper triangle only: half the bytes each.
+    /// On by default; off, every product reads all of A.
+    pub use_symmetry: bool,
 }
 
 impl<T: Element> fmt::Debug for Options<T> {
@@ -43,6 +47,7 @@ impl<T: Element> fmt::Debug for Options<T> {
             .field("jacobi", &self.jacobi)
             .field("restart", &self.restart)
             .field("callback", &self.callback.as_ref().map(|_| "…"))
+            .field("use_symmetry", &self.use_symmetry)
             .finish()
     }
 }
@@ -57,6 +62,7 @@ impl<T: Element> Default for Options<T> {
             jacobi: None,
             restart: None,
             callback: None,
+            use_symmetry: true,
         }
     }
 }

@@ -3,6 +3,7 @@
 use fuse_core::Precision;
 
 use super::ops::{In, Ops};
+use super::product::Product;
 use super::solution::Options;
 use crate::element::Element;
 use crate::error::{Error, Result};
@@ -20,6 +21,8 @@ pub(super) struct Start<T: Element> {
     pub atol: f64,
     /// The iteration limit: 10·n unless given.
     pub maxiter: usize,
+    /// The iterations' products with A.
+    pub product: Product<T>,
 }
 
 /// A solve's checks, then its start — unless ‖b‖ = 0, where the solution is 0. The one read
@@ -47,6 +50,7 @@ pub(super) fn start<T: Element>(
         b_norm,
         atol: options.atol.max(options.rtol * b_norm),
         maxiter: options.maxiter.unwrap_or(10 * b.len()),
+        product: Product::of(ops, a, options)?,
     }))
 }
 

@@ -584,3 +584,88 @@ fn a_system_over_ranks_is_checked_by_its_whole_shape() {
         );
     }
 }
+
+/// A symmetric A is found symmetric and its products read its upper triangle only (the
+/// recorded calls say so); with one element off its mirror, or the option switched off, they
+/// read all of A.
+#[test]
+fn a_symmetric_matrix_is_multiplied_by_its_upper_triangle_only() {
+    use super::ops::Ops;
+    use super::product::Product;
+    let n = 37;
+    let (a, _) = system(n, 5, true);
+    let s = Session::<f64>::new(Backend::Reference).unwrap();
+    let products = |a: &[f64], options: &Options<f64>| {
+        let am = s.matrix(n, n, a.to_vec()).unwrap();
+        let ops = Ops { session: &s };
+        let product = Product::of(&ops, &am, options).unwrap();
+        let _q = product.times(&ops, &s.vector(vec![1.0; n]).unwrap()).unwrap();
+        let script = s.pending_script().unwrap();
+        s.flush().unwrap();
+        (product.is_symmetric(), script)
+    };
+    let (symmetric, script) = products(&a, &Options::default());
+    assert!(symmetric);
+    assert!(
+        script.contains("trmv_upper") && script.contains("trmtv_upper") && !script.contains("gemv"),
+        "{script}"
+    );
+    let mut off = a.clone();
+    off[3 * n + 30] += 1e-12;
+    assert!(!products(&off, &Options::default()).0, "one element off its mirror");
+    let general = Options {
+        use_symmetry: false,
+        ..Options::default()
+    };
+    let (symmetric, script) = products(&a, &general);
+    assert!(!symmetric && script.contains("gemv"), "{script}");
+}
+
+/// Every solver on a symmetric system takes the triangle's products and follows the same
+/// iteration as with all of A: the same count, residual histories equal within rounding, on
+/// the reference and the CPU backend in f64 and f32 at odd orders, and on the emulated GPU.
+#[test]
+fn each_solver_on_a_symmetric_system_follows_its_iteration_on_all_of_a() {
+    fn both<T: Element>(method: &str, backend: &str, n: usize, rtol: f64, tol: f64) {
+        let (a, b) = system(n, 11 + n as u64, true);
+        let s = Session::<T>::new(backend.parse().unwrap()).unwrap();
+        let am = s.matrix(n, n, a.iter().map(|&v| T::from_f64(v)).collect()).unwrap();
+        let bv = s.vector(b.iter().map(|&v| T::from_f64(v)).collect()).unwrap();
+        let run = |use_symmetry: bool| {
+            let options = Options {
+                rtol,
+                restart: Some(7),
+                use_symmetry,
+                ..Options::default()
+            };
+            solver::<T>(method)(&s, &am, &bv, None, &options).unwrap()
+        };
+        let (triangle, whole) = (run(true), run(false));
+        let what = format!("{method} on {backend}, n = {n}, {:?}", T::PRECISION);
+        assert_eq!(triangle.outcome, Outcome::Converged, "{what}");
+        let slack = usize::from(T::PRECISION == Precision::F32);
+        assert!(triangle.iterations.abs_diff(whole.iterations) <= slack, "{what}");
+        for (got, want) in triangle.residuals.iter().zip(&whole.residuals) {
+            assert!(
+                (got - want).abs() <= tol * want.max(1e-300),
+                "{what}: ‖r‖ {got} against {want}"
+            );
+        }
+        let x: Vec<f64> = s.read(&triangle.x).unwrap().into_iter().map(T::to_f64).collect();
+        let residual = axpy(-1.0, &matvec(&a, &x, false), &b);
+        assert!(
+            dot(&residual, &residual).sqrt() <= 2.0 * rtol * dot(&b, &b).sqrt(),
+            "{what}"
+        );
+    }
+    for method in ["cg", "bicg", "bicgstab", "gmres"] {
+        for backend in ["reference", "cpu"] {
+            both::<f64>(method, backend, 37, 1e-10, 1e-6);
+            both::<f32>(method, backend, 53, 1e-5, 1e-3);
+        }
+    }
+    // Each emulated flush compiles its kernels with the host compiler: two methods there.
+    for method in ["cg", "bicg"] {
+        both::<f64>(method, "emulate", 29, 1e-10, 1e-6);
+    }
+}
