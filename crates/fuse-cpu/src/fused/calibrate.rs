@@ -10,10 +10,10 @@ use std::time::Instant;
 
 use fuse_core::data::{fill_random_inputs, try_fill_random_inputs, try_vec, try_zeroed_vec};
 use fuse_core::explore::library_checksum;
-use fuse_core::explore::mapping::ELEMENT_SIDE;
+use fuse_core::explore::mapping::{call_diagonals, ELEMENT_SIDE};
 use fuse_core::explore::timing::{Hardware, Measurement, Model, Peaks, Source, TimingTable, FORMAT};
 use fuse_core::library::{ElementaryFunction, Form};
-use fuse_core::{script, Bindings, HigherOrderKind, Library, Precision, Shape};
+use fuse_core::{script, Bindings, HigherOrderKind, Library, Precision, Program, Shape, Sizes};
 
 use super::cache::{self, Caches};
 use super::cpu::{cpu_model, this_cpu};
@@ -356,7 +356,13 @@ fn parallel_section_us(threads: &Threads) -> f64 {
 }
 
 /// ns per instance of `f`'s compute routine: its largest form run alone on operands in the
-/// last-level cache, the parallel section's cost taken off.
+/// last-level cache, the parallel section's cost taken off. A call on a triangle (or band)
+/// pays per row for its ragged edge and per element for the rest, and the rest is nearly all
+/// of a large one: it is timed at two sides, `n` and `2n`, and charged what grows with the
+/// elements (`t(n) = a·n² + b·n`, so `a·n² = (t(2n) − 2·t(n)) / 2`). Timed at one side, the
+/// edge of a 1024² triangle made a triangular product's bytes cost nearly five times a full
+/// product's, and an 8192² one was predicted compute-bound, where it is memory-bound like the
+/// full one, so that no plan fused two products on one triangle.
 fn compute_ns(
     library: &Library,
     f: &ElementaryFunction,
@@ -373,10 +379,26 @@ fn compute_ns(
     let (text, instances) = one_call_script(f, form, precision, threads);
     let program = script::parse(&format!("calibrate-{}.yaml", f.name), &text, library)
         .map_err(|e| CpuError::InvalidPlan(e.to_string()))?;
-    let sizes = program.sizes.clone();
-    let fused = FusedPlan::new(program.clone(), &sizes, &unfused_plan(&program, &sizes))?;
+    let once = run_us(&program, &program.sizes, reps)? - launch_us;
+    let per_instance = match call_diagonals(&program.calls[0]).is_full() {
+        true => once / instances as f64,
+        false => {
+            let mut twice = program.sizes.clone();
+            for (symbol, side) in program.sizes.iter() {
+                twice.set(symbol, 2 * side);
+            }
+            let whole = (run_us(&program, &twice, reps)? - launch_us) / (4 * instances) as f64;
+            ((whole * 4.0 - 2.0 * once / instances as f64) / 2.0).clamp(whole / 4.0, whole)
+        }
+    };
+    Ok((per_instance * 1e3).max(0.0))
+}
+
+/// µs a run of `program`'s unfused plan at `sizes` takes (median of `reps`).
+fn run_us(program: &Program, sizes: &Sizes, reps: usize) -> Result<f64, CpuError> {
+    let fused = FusedPlan::new(program.clone(), sizes, &unfused_plan(program, sizes))?;
     let mut inputs = Bindings::new();
-    fill_random_inputs(&program, &sizes, 1, &mut inputs);
+    fill_random_inputs(program, sizes, 1, &mut inputs);
     let mut workspace = fused.workspace()?;
     let mut failed = None;
     let seconds = median_seconds(reps, || {
@@ -384,10 +406,10 @@ fn compute_ns(
             failed = Some(e);
         }
     });
-    if let Some(e) = failed {
-        return Err(e);
+    match failed {
+        Some(e) => Err(e),
+        None => Ok(seconds * 1e6),
     }
-    Ok(((seconds * 1e6 - launch_us).max(0.0) * 1e3 / instances as f64).max(0.0))
 }
 
 /// A script calling `form` of `f` once, with in-cache sizes for every dimension symbol, and
