@@ -2,7 +2,7 @@
 
 use std::fmt::{Debug, Display};
 
-use fuse_core::{DataView, HostArray, HostData, Precision};
+use fuse_core::{HostArray, HostData, Precision};
 
 use crate::error::{Error, Result};
 
@@ -36,9 +36,6 @@ pub trait Element:
     /// The elements of `array` if it has this precision.
     fn values(array: &HostArray) -> Option<&[Self]>;
 
-    /// The elements of `view` if it has this precision.
-    fn elements<'a>(view: DataView<'a>) -> Option<&'a [Self]>;
-
     /// The value widened to f64 (exact).
     fn to_f64(self) -> f64;
 
@@ -59,13 +56,6 @@ macro_rules! element {
             fn values(array: &HostArray) -> Option<&[Self]> {
                 match &array.data {
                     HostData::$variant(v) => Some(v),
-                    _ => None,
-                }
-            }
-
-            fn elements<'a>(view: DataView<'a>) -> Option<&'a [Self]> {
-                match view {
-                    DataView::$variant(v) => Some(v),
                     _ => None,
                 }
             }

@@ -239,7 +239,12 @@ impl<T: Element> Session<T> {
             (None, Some(memory)) => memory.elements(),
             (None, None) => return Ok(None),
         };
-        Ok(T::elements(view).and_then(|values| symmetry::symmetric_diagonal(values, a.rows())))
+        let n = a.rows();
+        let diagonal: Option<Vec<f64>> = match view {
+            DataView::F32(v) => symmetry::symmetric_diagonal(v, n).map(|d| d.into_iter().map(f64::from).collect()),
+            DataView::F64(v) => symmetry::symmetric_diagonal(v, n),
+        };
+        Ok(diagonal.map(|d| d.into_iter().map(T::from_f64).collect()))
     }
 
     /// The value of `scalar`, running the recorded calls first if it is not computed yet.
