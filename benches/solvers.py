@@ -6,11 +6,13 @@ each the same tolerance from the same start. Prints each round, then the medians
 (> 1: fuseblas faster).
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python3 benches/solvers.py [--n 8192] [--rounds 3]
-        [--methods bicg,cg,bicgstab,gmres] [--dtypes float64,float32]
+        [--methods bicg,cg,bicgstab,gmres] [--dtypes float64,float32] [--general]
 
 The system: A = S + c·I with S symmetric, uniform in [-1, 1], c 1.1 times S's spectral radius
 estimate 2·√(n/3) (symmetric positive definite, so every method applies; condition number about
-20); b uniform in [-1, 1]; rtol 1e-6, GMRES restart 30. Needs a release build of fuseblas
+20); b uniform in [-1, 1]; rtol 1e-6, GMRES restart 30. fuseblas multiplies a symmetric A by its
+upper triangle only; `--general` adds a skew-symmetric part, so that A is not symmetric and every
+product reads all of it (CG, for symmetric systems, is then left out). Needs a release build of fuseblas
 (`pip install ./crates/fuse-python`); the numpy BLAS and its threads are printed (threadpoolctl).
 """
 import argparse
@@ -71,7 +73,11 @@ def main():
     parser.add_argument("--methods", default="bicg,cg,bicgstab,gmres")
     parser.add_argument("--dtypes", default="float64,float32")
     parser.add_argument("--rtol", type=float, default=1e-6)
+    parser.add_argument("--general", action="store_true",
+                        help="a system that is not symmetric (see spd_system.py); CG is left out")
     args = parser.parse_args()
+    if args.general:
+        args.methods = ",".join(m for m in args.methods.split(",") if m != "cg")
     if fuseblas.build_profile != "release":
         raise SystemExit("fuseblas is a dev build: install a release one (pip install ./crates/fuse-python)")
     try:
@@ -83,10 +89,11 @@ def main():
         blas = "unknown (install threadpoolctl)"
     print(f"numpy {np.__version__} BLAS: {blas}; scipy {scipy.__version__}; fuseblas {fuseblas.__version__} "
           f"({fuseblas.build_profile}), FUSE_NUM_THREADS={os.environ.get('FUSE_NUM_THREADS', 'all cores')}, "
-          f"{os.cpu_count()} CPUs; n = {args.n}, rtol = {args.rtol}")
+          f"{os.cpu_count()} CPUs; n = {args.n}, rtol = {args.rtol}, "
+          f"A {'not symmetric' if args.general else 'symmetric positive definite'}")
     print(f"uptime: {os.getloadavg()}")
     for dtype in args.dtypes.split(","):
-        A, b = system(args.n, dtype)
+        A, b = system(args.n, dtype, general=args.general)
         session = fuseblas.Session(backend="cpu")
         A_resident = session.array(A)
         print(f"{dtype} products alone (ms): {products(A, session, A_resident)} (load {os.getloadavg()[0]:.2f})",
