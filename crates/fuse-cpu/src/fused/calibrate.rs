@@ -358,11 +358,11 @@ fn parallel_section_us(threads: &Threads) -> f64 {
 /// ns per instance of `f`'s compute routine: its largest form run alone on operands in the
 /// last-level cache, the parallel section's cost taken off. A call on a triangle (or band)
 /// pays per row for its ragged edge and per element for the rest, and the rest is nearly all
-/// of a large one: it is timed at two sides, `n` and `2n`, and charged what grows with the
-/// elements (`t(n) = a·n² + b·n`, so `a·n² = (t(2n) − 2·t(n)) / 2`). Timed at one side, the
-/// edge of a 1024² triangle made a triangular product's bytes cost nearly five times a full
-/// product's, and an 8192² one was predicted compute-bound, where it is memory-bound like the
-/// full one, so that no plan fused two products on one triangle.
+/// of a large one: it is timed at two sides in cache, `n` and `n/2`, and charged what grows
+/// with the elements (`t(n) = a·n² + b·n`, so `a·n² = 2·(t(n) − 2·t(n/2))`). Timed at one side,
+/// the edge of a 1024² triangle made a triangular product's bytes cost nearly five times a
+/// full product's, and an 8192² one was predicted compute-bound, where it is memory-bound like
+/// the full one, so that no plan fused two products on one triangle.
 fn compute_ns(
     library: &Library,
     f: &ElementaryFunction,
@@ -383,12 +383,13 @@ fn compute_ns(
     let per_instance = match call_diagonals(&program.calls[0]).is_full() {
         true => once / instances as f64,
         false => {
-            let mut twice = program.sizes.clone();
+            let mut half = program.sizes.clone();
             for (symbol, side) in program.sizes.iter() {
-                twice.set(symbol, 2 * side);
+                half.set(symbol, side / 2);
             }
-            let whole = (run_us(&program, &twice, reps)? - launch_us) / (4 * instances) as f64;
-            ((whole * 4.0 - 2.0 * once / instances as f64) / 2.0).clamp(whole / 4.0, whole)
+            let half = run_us(&program, &half, reps)? - launch_us;
+            let whole = once / instances as f64;
+            (2.0 * (once - 2.0 * half) / instances as f64).clamp(whole / 4.0, whole)
         }
     };
     Ok((per_instance * 1e3).max(0.0))
