@@ -289,10 +289,10 @@ fn library_with_bands() -> Library {
 /// vectors inside every call's band loaded and summed as on a full matrix, the ragged columns
 /// beside the band's edges one element at a time. A holds NaN wherever no call's band reaches,
 /// so one element read outside it spoils an output. Sizes put the diagonal and the rows' end
-/// at every position of a vector and a tile, and n = 2048 (f64, 128 threads) fills the block's
-/// row exactly (the interior body); blocks of one tile of 32 rows, of 96 rows in three tiles, of
-/// 5 rows (odd, the last row of a trip alone) and one block for all rows (column sums stored
-/// directly) — in f64 the first and the last.
+/// at every position of a vector and a tile; rows of a multiple of the vector take the interior
+/// body (n = 2048 in f64 fills the block's row), the others the edge body; blocks of one tile of
+/// 32 rows, of 96 rows in three tiles, of 5 rows (odd, the last row of a trip alone) and one
+/// block for all rows (column sums stored directly) — in f64 the first and the last.
 #[test]
 fn whole_row_blocks_on_a_triangle_read_only_the_triangle() {
     use fuse_core::explore::mapping::call_diagonals;
@@ -324,11 +324,11 @@ fn whole_row_blocks_on_a_triangle_read_only_the_triangle() {
         (64, Serial::Whole),
     ];
     for (precision, p, sizes, layouts) in [
-        (Precision::F32, "s", &[1, 2, 5, 37, 130][..], &layouts[..]),
+        (Precision::F32, "s", &[1, 2, 5, 36, 37, 128, 130][..], &layouts[..]),
         (
             Precision::F64,
             "d",
-            &[1, 3, 97, 2048][..],
+            &[1, 3, 96, 97, 2048][..],
             &[layouts[0], layouts[3]][..],
         ),
     ] {

@@ -669,7 +669,13 @@ impl<'a> Strips<'a> {
         // Once per block, before the loop: checked.
         s.push_str(&self.column_vector_loads("true", "    "));
         s.push_str(&self.column_sum_clear("    "));
-        s.push_str(&self.interior("col0 + kColumns <= ", "    "));
+        // A band's tiles load no vector past the row's end (none is steady): a row of any
+        // multiple of the vector takes the interior body.
+        let within = match self.tiles {
+            Some(_) => "",
+            None => "col0 + kColumns <= ",
+        };
+        s.push_str(&self.interior(within, "    "));
         if k.whole_rows {
             let _ = writeln!(s, "    int turn = 0;  // calls of fuse_block_sums");
         }
