@@ -672,8 +672,8 @@ impl<'a> Strips<'a> {
         // A band's tiles load no vector past the row's end (none is steady): a row of any
         // multiple of the vector takes the interior body.
         let within = match self.tiles {
-            Some(_) => "",
-            None => "col0 + kColumns <= ",
+            Some(_) => None,
+            None => Some("col0 + kColumns <= "),
         };
         s.push_str(&self.interior(within, "    "));
         if k.whole_rows {
@@ -945,10 +945,10 @@ impl<'a> Strips<'a> {
     }
 
     /// `interior`: whether every vector access of the block's strip is inside its row and
-    /// 16-byte aligned — the strip `{within}` the row length, rows a multiple of the vector, and
-    /// every matrix and column vector it moves aligned. The same for the whole block, so it
-    /// selects the loop body once.
-    fn interior(&self, within: &str, indent: &str) -> String {
+    /// 16-byte aligned — the strip `{within}` the row length (where given), rows a multiple of
+    /// the vector, and every matrix and column vector it moves aligned. The same for the whole
+    /// block, so it selects the loop body once.
+    fn interior(&self, within: Option<&str>, indent: &str) -> String {
         let k = self.k;
         let row_vectors = match self.row_values_in_vectors() {
             true => self.uses.row_vectors.as_slice(),
@@ -960,10 +960,9 @@ impl<'a> Strips<'a> {
             .chain(k.stored())
             .map(|v| format!(" && fuse_aligned({})", pointer(k.program, v)))
             .collect::<String>();
-        format!(
-            "{indent}const bool interior = {within}{n} && {n} % kVector == 0{aligned};\n",
-            n = self.n
-        )
+        let n = &self.n;
+        let within = within.map_or(String::new(), |within| format!("{within}{n} && "));
+        format!("{indent}const bool interior = {within}{n} % kVector == 0{aligned};\n")
     }
 
     /// The walk of 32 rows along their strips.
@@ -997,7 +996,7 @@ impl<'a> Strips<'a> {
             "    const long long strips = {};",
             k.iterations(n, "(long long)kColumns")
         );
-        s.push_str(&self.interior("((long long)blockIdx.x + 1) * strips * kColumns <= ", "    "));
+        s.push_str(&self.interior(Some("((long long)blockIdx.x + 1) * strips * kColumns <= "), "    "));
         let band = self.band();
         let block_row = format!("(long long)blockIdx.y * {ROWS_PER_STRIP_BLOCK}");
         let walk = |tested: bool| -> Result<String, GenerateError> {

@@ -123,6 +123,18 @@ impl Strips<'_> {
             s,
             "            const long long last = (first + kTile < row_end ? first + kTile : row_end) - 1;"
         );
+        let band = |d: Diagonals| match (d.from, d.to) {
+            (Some(from), Some(to)) => format!("{from} to {to}"),
+            (Some(from), None) => format!("{from} and above"),
+            (None, Some(to)) => format!("{to} and below"),
+            (None, None) => "all".to_string(),
+        };
+        let _ = writeln!(
+            s,
+            "            // the diagonals some call reads ({}), and those all read ({})",
+            band(tiles.union),
+            band(tiles.inner)
+        );
         let _ = writeln!(
             s,
             "            return fuse_band_edges<kVector>(first, last, {}, {}, {}, {}, {});",
