@@ -133,25 +133,97 @@ template <typename T, int V> __device__ __forceinline__ bool fuse_vector_ok(cons
     return V > 1 && V * sizeof(T) <= 16 && reinterpret_cast<unsigned long long>(p) % (V * sizeof(T)) == 0;
 }
 
-// Whole-row blocks on a triangle. Thread rt of R holds the V-element vectors g·R + rt of a row,
-// element e of vector g its element g·V + e: how many of them lie before column col (≥ 0).
-template <int V, int R> __device__ __forceinline__ int fuse_elements_before(int col, int rt) {
-    const int d = col / V - rt;  // vectors of the row before col's, past the thread's first
-    if (d < 0) return 0;
-    return (d + R - 1) / R * V + (d % R == 0 ? col % V : 0);
+// x, kept in a register where it is made: ptxas otherwise rebuilds it where it is used — a
+// row's address from the kernel parameter for each (predicated) load (a constant load and two
+// address instructions where one register with an immediate offset per load does), a tile's
+// steady bits from their comparisons in every row.
+template <typename T> __device__ __forceinline__ const T* fuse_in_register(const T* p) {
+#ifdef __CUDA_ARCH__
+    asm("mov.b64 %0, %0;" : "+l"(p));
+#endif
+    return p;
+}
+__device__ __forceinline__ unsigned fuse_in_register(unsigned x) {
+#ifdef __CUDA_ARCH__
+    asm("mov.b32 %0, %0;" : "+r"(x));
+#endif
+    return x;
 }
 
-// The thread's elements of a row that lie in columns [lo, hi) (clamped to the row's n), one
-// bit each: computed once per row, so that the hot loop loads only the vectors with a bit set
-// and tests one bit per element (kGroups·V ≤ 32).
-template <int V, int R>
-__device__ __forceinline__ unsigned fuse_row_mask(long long lo, long long hi, long long n, int rt) {
-    const auto below = [rt, n](long long col) {
-        const int k = fuse_elements_before<V, R>((int)(col < 0 ? 0 : col > n ? n : col), rt);
-        return k >= 32 ? ~0u : (1u << k) - 1;
-    };
-    return below(hi) & ~below(lo);
-}
+// Whole-row blocks on a band of diagonals (column − row; a triangle bounds one side). A block
+// walks its rows in tiles of a few rows. In one tile each of a thread's G vector groups (thread
+// rt of R holds vectors g·R + rt of a row) is either steady — inside every call's band in every
+// row of the tile: loaded and summed as on a full matrix, under bit g of `steady` — or never read
+// as a vector. The tile's ragged columns, where the band's edges cross its rows (at most
+// rows + V − 1 of them beside each edge, plus how far the calls' bands differ there), are
+// spread over the threads one column per slot — slot s of thread rt takes the (rt + s·R)-th —
+// and read and summed element by element, each tested by its diagonal. The band comes twice:
+// the union of the calls' bands (what may be read) and their intersection (what every call
+// sums); an unbounded side is ±kFuseUnbounded.
+constexpr long long kFuseUnbounded = 1LL << 40;
+
+// The tile of rows first..last in rows of n columns (fewer than 2³¹): where its steady vectors
+// begin and end, and its ragged columns, [lower, lower_end) beside the band's first diagonal
+// and [upper, upper_end) beside its last.
+template <int V> struct fuse_band_edges {
+    long long steady_lo, steady_hi;
+    int lower, lower_end, upper, upper_end;
+    int dead;  // a diagonal outside every band
+
+    __device__ __forceinline__ fuse_band_edges(long long first, long long last, long long n, long long from,
+                                               long long to, long long inner_from, long long inner_to) {
+        const auto clamp = [n](long long c) { return (int)(c < 0 ? 0 : c > n ? n : c); };
+        const auto max = [](int a, int b) { return a > b ? a : b; };
+        // From the first vector at or past the last row's first inner diagonal to the last one
+        // ending at or before the first row's last inner diagonal.
+        steady_lo = (last + inner_from + V - 1) & -(long long)V;
+        steady_hi = (first + inner_to + 1) & -(long long)V;
+        lower = clamp(first + from);
+        lower_end = max(lower, clamp(steady_lo));
+        upper = max(lower_end, clamp(steady_hi));
+        upper_end = max(upper, clamp(last + to + 1));
+        dead = from > -kFuseUnbounded ? -(1 << 30) : 1 << 30;
+    }
+
+    // The ragged columns, one after the other: how many, the k-th, and which one col is (or -1).
+    __device__ __forceinline__ int columns() const { return lower_end - lower + upper_end - upper; }
+    __device__ __forceinline__ int column(int k) const {
+        return k < lower_end - lower ? lower + k : upper + k - (lower_end - lower);
+    }
+    __device__ __forceinline__ int slot(int col) const {
+        if ((unsigned)(col - lower) < (unsigned)(lower_end - lower)) return col - lower;
+        if ((unsigned)(col - upper) < (unsigned)(upper_end - upper)) return lower_end - lower + col - upper;
+        return -1;
+    }
+};
+
+template <int V, int R, int G, int S> struct fuse_band_tile {
+    unsigned steady;
+    // Slot s's column, from the thread's first (col0 + rt·V): where its element lies from the
+    // thread's vectors.
+    int offset[S];
+    // Slot s's column − the tile's first row; an empty slot's lies outside every band.
+    int diagonal[S];
+
+    // The tile from row `first` with edges `edges`, its rows n columns from col0 (a multiple of V).
+    __device__ __forceinline__ fuse_band_tile(const fuse_band_edges<V>& edges, long long first, long long col0,
+                                              long long n, int rt) {
+        steady = 0;
+#pragma unroll
+        for (int g = 0; g < G; ++g) {
+            const long long col = col0 + (long long)(g * R + rt) * V;
+            if (col >= edges.steady_lo && col + V <= edges.steady_hi && col < n) steady |= 1u << g;
+        }
+        steady = fuse_in_register(steady);
+#pragma unroll
+        for (int s = 0; s < S; ++s) {
+            const int k = rt + s * R;
+            const bool used = k < edges.columns();
+            offset[s] = used ? edges.column(k) - (int)col0 - rt * V : 0;
+            diagonal[s] = used ? (int)(edges.column(k) - first) : edges.dead;
+        }
+    }
+};
 
 // Whether p is 16-byte aligned: with it, rows of a multiple of V elements start aligned.
 template <typename T> __device__ __forceinline__ bool fuse_aligned(const T* p) {

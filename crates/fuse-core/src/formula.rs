@@ -219,6 +219,18 @@ impl Diagonals {
             to: both(self.to, other.to, i64::max),
         }
     }
+
+    /// The largest band inside both (empty where they do not overlap: `from` past `to`).
+    pub fn intersection(self, other: Diagonals) -> Diagonals {
+        let either = |a: Option<i64>, b: Option<i64>, pick: fn(i64, i64) -> i64| match (a, b) {
+            (Some(a), Some(b)) => Some(pick(a, b)),
+            (a, b) => a.or(b),
+        };
+        Diagonals {
+            from: either(self.from, other.from, i64::max),
+            to: either(self.to, other.to, i64::min),
+        }
+    }
 }
 
 /// How a reduction combines its terms.
@@ -308,6 +320,18 @@ impl Expr {
             Expr::Neg(a) => a.scalar_factors(),
             Expr::Binary(BinOp::Mul, a, b) => [a.scalar_factors(), b.scalar_factors()].concat(),
             _ => Vec::new(),
+        }
+    }
+
+    /// Whether the expression is a product (a chain of `*` and `-`) with a matrix element (an
+    /// element of two indices) among its factors: zero where that element is, the other
+    /// factors finite.
+    pub fn has_matrix_factor(&self) -> bool {
+        match self {
+            Expr::Element { index, .. } => index.len() == 2,
+            Expr::Neg(a) => a.has_matrix_factor(),
+            Expr::Binary(BinOp::Mul, a, b) => a.has_matrix_factor() || b.has_matrix_factor(),
+            _ => false,
         }
     }
 
@@ -1126,12 +1150,47 @@ mod tests {
             5..5
         );
         assert!(range("out[i] = sum(j, A[i,j] * x[j])").is_whole());
+        let term = |text: &str| match parse_formula(text, &s).unwrap().body {
+            Expr::Reduce { body, .. } => *body,
+            other => panic!("{other:?}"),
+        };
+        assert!(term("out[i] = sum(j, -(2 * A[i,j]) * x[j])").has_matrix_factor());
+        assert!(!term("out[i] = sum(j, A[i,j] + x[j])").has_matrix_factor());
+        assert!(!term("out[i] = sum(j, x[j] / A[i,j])").has_matrix_factor());
         let d = Diagonals {
             from: Some(1),
             to: None,
         };
         assert_eq!(d.columns(2, 0..8), 3..8);
         assert_eq!(d.columns(9, 0..8), 8..8);
+        // An upper triangle and its strict part: the union reads the diagonal, the
+        // intersection does not; with a band, the band's other side bounds the intersection.
+        let (upper, band) = (
+            Diagonals {
+                from: Some(0),
+                to: None,
+            },
+            Diagonals {
+                from: Some(-1),
+                to: Some(2),
+            },
+        );
+        assert_eq!(upper.union(d), upper);
+        assert_eq!(upper.intersection(d), d);
+        assert_eq!(
+            upper.union(band),
+            Diagonals {
+                from: Some(-1),
+                to: None
+            }
+        );
+        assert_eq!(
+            upper.intersection(band),
+            Diagonals {
+                from: Some(0),
+                to: Some(2)
+            }
+        );
         // An upper triangle of 4×4 tiles touches 10 of them; a strictly lower one 6 + the
         // diagonal tiles' lower halves (4) = 10; a tridiagonal band 4 + 3 + 3.
         let upper = Diagonals {

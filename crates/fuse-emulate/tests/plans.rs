@@ -258,69 +258,127 @@ fn norms_at_the_edges_of_the_range_match_the_reference() {
     }
 }
 
-/// Whole-row blocks on a triangle: each triangular product alone, and ATAX on a triangle as
-/// one kernel, load and sum only each row's stored vectors under a per-row mask. A holds NaN
-/// wherever its band does not reach, so one element read outside it spoils an output; sizes
-/// put the diagonal at every position of a vector, and n = 2048 (f64) fills the block's row
-/// exactly (the interior body).
+/// Functions on bands the library has no example of: both sides bounded (`tbmv`, `tbmtv`: one
+/// diagonal below the main one to two above), and an upper triangle whose term is not zero
+/// where the matrix element is (`trdist`).
+const BANDS: [(&str, &str); 3] = [
+    ("tbmv", "out[i] = sum(j in i-1..i+3, A[i,j] * x[j])"),
+    ("tbmtv", "out[j] = sum(i in j-1..j+3, A[i,j] * x[i])"),
+    ("trdist", "out[i] = sum(j in i..n, abs(A[i,j] - x[j]))"),
+];
+
+/// The built-in library with [`BANDS`].
+fn library_with_bands() -> Library {
+    let mut files: Vec<(String, String)> = (std::fs::read_dir("../../library").unwrap())
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|e| e == "yaml"))
+        .map(|path| (path.display().to_string(), std::fs::read_to_string(&path).unwrap()))
+        .collect();
+    files.extend(BANDS.iter().map(|(name, formula)| {
+        let text = format!(
+            "name: {name}\ndescription: a test band\nkind: nested_reduce\nforms:\n  - signature: (A[n,n], x[n]) -> [n]\n    formula: {formula}\n"
+        );
+        (format!("{name}.yaml"), text)
+    }));
+    Library::from_sources(files, "library and test bands").unwrap()
+}
+
+/// Whole-row blocks on a band of diagonals — each triangular product alone; ATAX on a triangle,
+/// with its two calls on the same diagonal or one unit; BiCGK on a triangle; a band bounded on
+/// both sides; a term that is not zero where A is — one kernel walking its rows in tiles: the
+/// vectors inside every call's band loaded and summed as on a full matrix, the ragged columns
+/// beside the band's edges one element at a time. A holds NaN wherever no call's band reaches,
+/// so one element read outside it spoils an output. Sizes put the diagonal and the rows' end
+/// at every position of a vector and a tile; rows of a multiple of the vector take the interior
+/// body (n = 2048 in f64 fills the block's row), the others the edge body; blocks of one tile of
+/// 32 rows, of 96 rows in three tiles, of 5 rows (odd, the last row of a trip alone) and one
+/// block for all rows (column sums stored directly) — in f64 the first and the last.
 #[test]
 fn whole_row_blocks_on_a_triangle_read_only_the_triangle() {
     use fuse_core::explore::mapping::call_diagonals;
-    let library = Library::builtin().unwrap();
-    let mut scripts: Vec<Vec<String>> = Vec::new();
+    let library = library_with_bands();
+    let mut scripts: Vec<(Vec<String>, &str)> = Vec::new();
     for product in ["trmv", "trmtv"] {
         for form in ["upper", "lower", "upper_unit", "lower_unit"] {
-            scripts.push(vec![format!("y = {{p}}{product}_{form}(A, x)")]);
+            scripts.push((vec![format!("y = {{p}}{product}_{form}(A, x)")], "[y]"));
         }
     }
-    for form in ["upper", "lower"] {
-        scripts.push(vec![
-            format!("t = {{p}}trmv_{form}(A, x)"),
-            format!("y = {{p}}trmtv_{form}(A, t)"),
-        ]);
+    for (first, second) in [("upper", "upper"), ("lower", "lower"), ("upper_unit", "upper")] {
+        let calls = vec![
+            format!("t = {{p}}trmv_{first}(A, x)"),
+            format!("y = {{p}}trmtv_{second}(A, t)"),
+        ];
+        scripts.push((calls, "[y]"));
     }
-    for (precision, p, sizes) in [
-        (Precision::F32, "s", &[1, 2, 5, 37, 130][..]),
-        (Precision::F64, "d", &[1, 3, 97, 2048][..]),
+    let bicgk = ["q = {p}trmv_lower(A, x)", "y = {p}trmtv_lower(A, x)"];
+    scripts.push((bicgk.map(String::from).to_vec(), "[q, y]"));
+    scripts.push((vec!["t = {p}tbmv(A, x)".into(), "y = {p}tbmtv(A, t)".into()], "[y]"));
+    scripts.push((
+        vec!["t = {p}trdist(A, x)".into(), "y = {p}trmtv_upper(A, t)".into()],
+        "[t, y]",
+    ));
+    let layouts = [
+        (128, Serial::Iterations(1)),
+        (64, Serial::Iterations(3)),
+        (128, Serial::Rows(5)),
+        (64, Serial::Whole),
+    ];
+    for (precision, p, sizes, layouts) in [
+        (Precision::F32, "s", &[1, 2, 5, 36, 37, 128, 130][..], &layouts[..]),
+        (
+            Precision::F64,
+            "d",
+            &[1, 3, 96, 97, 2048][..],
+            &[layouts[0], layouts[3]][..],
+        ),
     ] {
-        for calls in &scripts {
+        for (calls, outputs) in &scripts {
             let calls: String = calls.iter().map(|c| format!("  - {}\n", c.replace("{p}", p))).collect();
-            let text = format!("name: tri\nprecision: {precision}\nsizes: {{n: 64}}\ninputs: {{A: [n, n], x: [n]}}\noutputs: [y]\ncalls:\n{calls}");
+            let text = format!("name: tri\nprecision: {precision}\nsizes: {{n: 64}}\ninputs: {{A: [n, n], x: [n]}}\noutputs: {outputs}\ncalls:\n{calls}");
             let program = fuse_core::script::parse("tri.yaml", &text, &library).unwrap();
-            // 8 vectors of 16 bytes per thread: rows of up to 2048 (f64) or 4096 (f32) columns.
-            let kernel = KernelGroup {
-                calls: (0..program.calls.len()).collect(),
-                block: 128,
-                width: 128 * 8 * (16 / precision.bytes() as u32) / 32,
-                whole_rows: true,
-                serial_iterations: Serial::Iterations(1),
-                walk: Walk::Rows,
-            };
-            let plan = EmulatedPlan::compile(generate(&program, &[kernel]).unwrap()).unwrap();
             let band = (program.calls.iter())
                 .map(call_diagonals)
                 .reduce(|a, b| a.union(b))
                 .unwrap();
-            for &n in sizes {
-                let sizes = program.bind_sizes(&[("n".to_string(), n)]).unwrap();
-                let mut inputs = Bindings::new();
-                fill_random_inputs(&program, &sizes, n as u64, &mut inputs);
-                let mut a = inputs["A"].to_f64();
-                for (k, v) in a.iter_mut().enumerate() {
-                    if !band.columns(k / n, 0..n).contains(&(k % n)) {
-                        *v = f64::NAN;
+            for &(threads, serial) in layouts {
+                // 8 vectors of 16 bytes per thread: rows of up to 8·16·threads bytes.
+                let per_vector = 16 / precision.bytes() as usize;
+                let kernel = KernelGroup {
+                    calls: (0..program.calls.len()).collect(),
+                    block: threads,
+                    width: threads * 8 * per_vector as u32 / 32,
+                    whole_rows: true,
+                    serial_iterations: serial,
+                    walk: Walk::Rows,
+                };
+                let plan = EmulatedPlan::compile(generate(&program, &[kernel]).unwrap()).unwrap();
+                for &n in sizes.iter().filter(|&&n| n <= threads as usize * 8 * per_vector) {
+                    let sizes = program.bind_sizes(&[("n".to_string(), n)]).unwrap();
+                    let mut inputs = Bindings::new();
+                    fill_random_inputs(&program, &sizes, n as u64, &mut inputs);
+                    let mut a = inputs["A"].to_f64();
+                    for (k, v) in a.iter_mut().enumerate() {
+                        if !band.columns(k / n, 0..n).contains(&(k % n)) {
+                            *v = f64::NAN;
+                        }
+                    }
+                    let a = match precision {
+                        Precision::F32 => HostArray::f32(vec![n, n], a.iter().map(|&v| v as f32).collect()),
+                        Precision::F64 => HostArray::f64(vec![n, n], a),
+                    };
+                    inputs.insert("A".into(), a);
+                    let want = evaluate(&program, &sizes, &inputs).unwrap();
+                    let got = plan.run(&program, &sizes, &inputs).unwrap();
+                    for output in &program.outputs {
+                        let name = &program.values[*output].name;
+                        let error = relative_error(&got[name].to_f64(), &want[name].to_f64());
+                        let tolerance = if precision == Precision::F32 { 1e-4 } else { 1e-12 };
+                        assert!(
+                            error < tolerance,
+                            "{calls} {precision} at {n}, {threads} threads, {serial:?}: {name} error {error:e}"
+                        );
                     }
                 }
-                let a = match precision {
-                    Precision::F32 => HostArray::f32(vec![n, n], a.iter().map(|&v| v as f32).collect()),
-                    Precision::F64 => HostArray::f64(vec![n, n], a),
-                };
-                inputs.insert("A".into(), a);
-                let want = evaluate(&program, &sizes, &inputs).unwrap();
-                let got = plan.run(&program, &sizes, &inputs).unwrap();
-                let error = relative_error(&got["y"].to_f64(), &want["y"].to_f64());
-                let tolerance = if precision == Precision::F32 { 1e-4 } else { 1e-12 };
-                assert!(error < tolerance, "{calls} {precision} at {n}: error {error:e}");
             }
         }
     }

@@ -35,6 +35,9 @@ use super::group::Walk;
 use super::kernel::{element_uses, pointer, size_param, KernelContext, KernelOutput};
 use super::launch::{Grid, Launch, StripWork};
 
+mod band;
+use band::Tiles;
+
 /// How a call's index variables map onto a strip: which one indexes rows.
 struct StripRegisters {
     row_var: usize,
@@ -151,10 +154,10 @@ struct Strips<'a> {
     /// Whether triangular sums test each element's diagonal (off in rows whose part of the
     /// strip lies wholly inside the triangle).
     tested: std::cell::Cell<bool>,
-    /// A whole-row block on a triangle: the bands whose elements a per-row bit mask `live{i}`
-    /// selects — the kernel's band first (the vectors loaded), then each call's other band.
-    /// Empty elsewhere.
-    masks: Vec<Diagonals>,
+    /// A whole-row block on a band: its rows in tiles, each thread's vectors inside the band
+    /// loaded and summed as on a full matrix, the ragged columns beside its edges one element
+    /// at a time.
+    tiles: Option<Tiles>,
 }
 
 impl<'a> Strips<'a> {
@@ -189,9 +192,9 @@ impl<'a> Strips<'a> {
                 STATIC_SHARED_LIMIT / 1024
             )));
         }
-        let masks = match k.whole_rows {
-            true => row_masks(k, &layout),
-            false => Vec::new(),
+        let tiles = match k.whole_rows {
+            true => Tiles::new(k, &layout),
+            false => None,
         };
         Ok(Strips {
             k,
@@ -206,7 +209,7 @@ impl<'a> Strips<'a> {
                 Walk::Columns => "[k]",
             },
             tested: std::cell::Cell::new(true),
-            masks,
+            tiles,
         })
     }
 
@@ -247,21 +250,39 @@ impl<'a> Strips<'a> {
     }
 
     /// `{into}[g]` loaded for every matrix v (`{v}` in `into` standing for its number), from
-    /// the row starting at element `at`: only the vectors with a bit in mask `live` where
-    /// given (the others are never read).
+    /// the row starting at element `at`: only the vectors with bit g in mask `live` where given
+    /// (the others are never read). A whole row's loads are at immediate offsets from the
+    /// thread's first element, `start{v}`, kept in a register (`fuse_in_register` in
+    /// routines.cuh), which took a third of the instructions out of its loop; a strip's, whose
+    /// loops that did not shorten, index the row.
     fn matrix_loads(&self, into: &str, at: &str, live: Option<&str>, indent: &str) -> String {
-        let ty = self.k.ty();
-        let only = live.map_or(String::new(), |live| {
-            format!("if (({live} >> (g * kVector)) & ((1u << kVector) - 1)) ")
-        });
+        let (ty, n) = (self.k.ty(), &self.n);
+        let only = live.map_or(String::new(), |live| format!("if (({live} >> g) & 1u) "));
         let mut s = String::new();
         for &v in &self.uses.matrices {
+            let (from, col, n) = match self.k.whole_rows {
+                true => {
+                    let _ = writeln!(
+                        s,
+                        "{indent}const {ty}* const start{v} = fuse_in_register({} + {at} + col0 + rt * kVector);",
+                        pointer(self.k.program, v)
+                    );
+                    (
+                        format!("start{v}"),
+                        "g * kRowThreads * kVector",
+                        format!("{n} - col0 - rt * kVector"),
+                    )
+                }
+                false => (
+                    format!("{} + {at}", pointer(self.k.program, v)),
+                    "col0 + (g * kRowThreads + rt) * kVector",
+                    n.clone(),
+                ),
+            };
             let _ = writeln!(
                 s,
-                "{indent}#pragma unroll\n{indent}for (int g = 0; g < kGroups; ++g) {only}{}[g] = fuse_load_vec<{ty}, kVector, kChecked>({} + {at}, col0 + (g * kRowThreads + rt) * kVector, {});",
+                "{indent}#pragma unroll\n{indent}for (int g = 0; g < kGroups; ++g) {only}{}[g] = fuse_load_vec<{ty}, kVector, kChecked>({from}, {col}, {n});",
                 into.replace("{v}", &v.to_string()),
-                pointer(self.k.program, v),
-                self.n
             );
         }
         s
@@ -281,7 +302,8 @@ impl<'a> Strips<'a> {
     }
 
     /// The compute routines of `calls` for every element of the thread's part of the row. Row
-    /// sums add to `part{r}{row_index}`, column sums to `acc{r}[g]`.
+    /// sums add to `part{r}{row_index}`, column sums to `acc{r}[g]`. On a band, then those of
+    /// the tile's ragged columns.
     fn row_compute(&self, calls: &[fuse_core::CallId], indent: &str) -> Result<String, GenerateError> {
         let mut s = String::new();
         let _ = writeln!(
@@ -292,8 +314,13 @@ impl<'a> Strips<'a> {
             s,
             "{indent}    #pragma unroll\n{indent}    for (int e = 0; e < kVector; ++e) {{"
         );
-        // A mask holds no column past the row's end.
-        if self.masks.is_empty() {
+        // `ok`, where a call tests it (on a band's tiles, only a term that is no product).
+        let program = self.k.program;
+        let mut tests_ok = self.tiles.is_none();
+        for &c in calls.iter().filter(|&&c| program.calls[c].kind.is_reduce()) {
+            tests_ok |= self.element_tests(&program.calls[c])?.iter().any(|t| t == "ok");
+        }
+        if tests_ok {
             let _ = writeln!(
                 s,
                 "{indent}        const bool ok = !kChecked || col0 + (g * kRowThreads + rt) * kVector + e < {};",
@@ -305,6 +332,9 @@ impl<'a> Strips<'a> {
             s.push_str(&self.compute(&self.k.program.calls[c], &inner)?);
         }
         let _ = writeln!(s, "{indent}    }}\n{indent}}}");
+        if self.tiles.is_some() {
+            s.push_str(&self.ragged_compute(calls, indent)?);
+        }
         Ok(s)
     }
 
@@ -402,28 +432,38 @@ impl<'a> Strips<'a> {
             true => format!("acc{r}[g].e[e]"),
             false => format!("part{r}{}", self.row_index),
         };
-        // A whole row on a triangle: one bit of the row's mask for the call's band.
-        if let Some(i) = self.masks.iter().position(|&d| d == call_diagonals(call)) {
-            return Ok(format!(
-                "{indent}if ((live{i} >> (g * kVector + e)) & 1u) {target} += {term};  // {}\n",
+        let tests = self.element_tests(call)?;
+        Ok(match tests.is_empty() {
+            true => format!("{indent}{target} += {term};  // {}\n", call.text),
+            false => format!(
+                "{indent}if ({}) {target} += {term};  // {}\n",
+                tests.join(" && "),
                 call.text
+            ),
+        })
+    }
+
+    /// The tests element (g, e) passes before reduction `call` sums it: inside the row (`ok`)
+    /// and, on a triangle, inside the call's band, the other triangle's numbers loaded with the
+    /// strip but never summed. A band's tiles read the vectors outside the steady ones, and the
+    /// elements past the row's end, as zeros: a product by the matrix element needs no test (its
+    /// term is zero), any other term the steady bit.
+    fn element_tests(&self, call: &Call) -> Result<Vec<String>, GenerateError> {
+        let mut tests = vec!["ok".to_string()];
+        if self.tiles.is_some() {
+            if the_sum(call)?.1.has_matrix_factor() {
+                return Ok(Vec::new());
+            }
+            tests.push("((tile.steady >> g) & 1u)".to_string());
+            return Ok(tests);
+        }
+        if self.tested.get() {
+            tests.extend(inside_band(
+                call_diagonals(call),
+                "col0 + (g * kRowThreads + rt) * kVector + e - row",
             ));
         }
-        // A triangle's elements are tested by their diagonal: the other triangle's numbers are
-        // loaded with the strip but never reach a sum.
-        let diagonals = match self.tested.get() {
-            true => call_diagonals(call),
-            false => Diagonals::default(),
-        };
-        let diagonal = "col0 + (g * kRowThreads + rt) * kVector + e - row";
-        let inside: String = [(diagonals.from, ">="), (diagonals.to, "<=")]
-            .into_iter()
-            .filter_map(|(d, op)| d.map(|d| format!(" && {diagonal} {op} {d}")))
-            .collect();
-        Ok(format!(
-            "{indent}if (ok{inside}) {target} += {term};  // {}\n",
-            call.text
-        ))
+        Ok(tests)
     }
 
     /// [`kernel_band`] of this kernel.
@@ -629,7 +669,13 @@ impl<'a> Strips<'a> {
         // Once per block, before the loop: checked.
         s.push_str(&self.column_vector_loads("true", "    "));
         s.push_str(&self.column_sum_clear("    "));
-        s.push_str(&self.interior("col0 + kColumns <= ", "    "));
+        // A band's tiles load no vector past the row's end (none is steady): a row of any
+        // multiple of the vector takes the interior body.
+        let within = match self.tiles {
+            Some(_) => None,
+            None => Some("col0 + kColumns <= "),
+        };
+        s.push_str(&self.interior(within, "    "));
         if k.whole_rows {
             let _ = writeln!(s, "    int turn = 0;  // calls of fuse_block_sums");
         }
@@ -797,79 +843,86 @@ impl<'a> Strips<'a> {
     /// `v{v}`) as its body: the next row's loads, into `next{v}`, are issued before this row's
     /// block sums, so a row stays in flight across their barrier (the probes' register
     /// prefetch). A trip is two rows, the buffers' roles swapped by references in the second,
-    /// so no registers are copied.
-    /// On a triangle, each row's masks travel with its registers (`live{i}` this row's,
-    /// `next_live{i}` the next's), computed where its loads are issued.
+    /// so no registers are copied. On a band the walk goes tile by tile ([`Tiles`]), a row's
+    /// ragged elements travelling with its vectors (`ragged{v}`, `next_ragged{v}`).
     fn prefetching_row_loop(&self, row: &str) -> String {
         let (vec, n) = (self.vec(), &self.n);
-        let live = (!self.masks.is_empty()).then_some("live0");
-        let next_live = live.map(|_| "next_live0");
+        // Whether a row is left, one after it, none: on a band `rel` counts the tile's `rows`.
+        let (more, next, done) = match self.tiles {
+            Some(_) => ("rel < rows", "rel + kRowsAtOnce < rows", "rel >= rows"),
+            None => ("row < row_end", "row + kRowsAtOnce < row_end", "row >= row_end"),
+        };
+        let rel = self.tiles.as_ref().map(|_| "rel + kRowsAtOnce");
         let mut step = String::from("            const long long at = row * ");
-        let _ = writeln!(step, "{n};\n            if (row + kRowsAtOnce < row_end) {{");
-        step.push_str(&self.row_masks("next_live{i}", "row + kRowsAtOnce", "                "));
-        step.push_str(&self.matrix_loads(
-            "next{v}",
+        let _ = writeln!(step, "{n};");
+        let _ = writeln!(step, "            if ({next}) {{");
+        step.push_str(&self.row_loads(
+            ("next{v}", "next_ragged{v}"),
             &format!("at + kRowsAtOnce * {n}"),
-            next_live,
+            rel,
             "                ",
         ));
         step.push_str("            }\n");
         step.push_str(row);
         step.push_str("            row += kRowsAtOnce;\n");
+        if self.tiles.is_some() {
+            step.push_str("            rel += kRowsAtOnce;\n");
+        }
         // `this` and `other`: the buffers' names, `a` or `b`.
         let half = |this: &str, other: &str| {
-            let names = format!(
-                "{} {}{}{}",
+            let mut names = vec![
                 self.aliases("v", &format!("{this}{{v}}")),
                 self.aliases("next", &format!("{other}{{v}}")),
-                self.mask_aliases("live", this),
-                self.mask_aliases("next_live", other)
-            );
-            format!("        {{\n            {names}\n{step}        }}\n")
+            ];
+            if self.tiles.is_some() {
+                names.push(self.ragged_aliases("ragged", &format!("ragged_{this}{{v}}")));
+                names.push(self.ragged_aliases("next_ragged", &format!("ragged_{other}{{v}}")));
+            }
+            format!("        {{\n            {}\n{step}        }}\n", names.join(" "))
         };
         let mut s = String::from("        long long row = row0 + row_slot;\n");
+        // On a band, vectors outside the steady ones read as zeros.
+        let zeros = match self.tiles {
+            Some(_) => " = {}",
+            None => "",
+        };
         for &v in &self.uses.matrices {
-            let _ = writeln!(s, "        {vec} a{v}[kGroups], b{v}[kGroups];");
+            let _ = writeln!(s, "        {vec} a{v}[kGroups]{zeros}, b{v}[kGroups]{zeros};");
         }
-        for i in 0..self.masks.len() {
-            let _ = writeln!(s, "        unsigned live{i}_a = 0, live{i}_b = 0;");
+        // The first row's loads: the block's, or on a band each tile's, inside its loop.
+        let indent = match self.tiles {
+            Some(_) => "                ",
+            None => "            ",
+        };
+        let first = self.row_loads(("a{v}", "ragged_a{v}"), &format!("row * {n}"), None, indent);
+        let trips = format!(
+            "        #pragma unroll 1\n        while ({more}) {{\n{}        if ({done}) break;\n{}        }}\n",
+            half("a", "b"),
+            half("b", "a")
+        );
+        match &self.tiles {
+            Some(tiles) => s.push_str(&self.tile_loop(tiles, &first, &trips)),
+            None => {
+                let _ = write!(s, "        if (row < row_end) {{\n{first}        }}\n{trips}");
+            }
         }
-        let _ = writeln!(s, "        if (row < row_end) {{");
-        s.push_str(&self.row_masks("live{i}_a", "row", "            "));
-        s.push_str(&self.matrix_loads("a{v}", &format!("row * {n}"), live.map(|_| "live0_a"), "            "));
-        s.push_str("        }\n        #pragma unroll 1\n        while (row < row_end) {\n");
-        s.push_str(&half("a", "b"));
-        s.push_str("        if (row >= row_end) break;\n");
-        s.push_str(&half("b", "a"));
-        s.push_str("        }\n");
         s
     }
 
-    /// `{name}` (`{i}` in it standing for the mask's number) assigned every mask of row `row`:
-    /// the bits of the thread's elements in the mask's band, the band's columns of the row
-    /// computed once.
-    fn row_masks(&self, name: &str, row: &str, indent: &str) -> String {
+    /// The loads of one row at element `at` into `{vectors}[g]` for every matrix (`{v}` standing
+    /// for its number) — on a band, of the row `rel` rows into its tile (the first where
+    /// `None`): its steady vectors, and its ragged elements into `{ragged}[s]`.
+    fn row_loads(&self, (vectors, ragged): (&str, &str), at: &str, rel: Option<&str>, indent: &str) -> String {
         let mut s = String::new();
-        for (i, band) in self.masks.iter().enumerate() {
-            let lo = band
-                .from
-                .map_or("0LL".to_string(), |from| format!("{row} + ({from}LL)"));
-            let hi = band.to.map_or(self.n.clone(), |to| format!("{row} + ({to}LL) + 1"));
-            let _ = writeln!(
-                s,
-                "{indent}{} = fuse_row_mask<kVector, kRowThreads>({lo}, {hi}, {}, rt);",
-                name.replace("{i}", &i.to_string()),
-                self.n
-            );
+        if self.tiles.is_some() {
+            // Copied here, ptxas sets the loads' predicates from it at once (R2P), not one by one.
+            let _ = writeln!(s, "{indent}const unsigned steady = fuse_in_register(tile.steady);");
+        }
+        s.push_str(&self.matrix_loads(vectors, at, self.tiles.as_ref().map(|_| "steady"), indent));
+        if let Some(tiles) = &self.tiles {
+            s.push_str(&self.ragged_loads(tiles, ragged, rel, indent));
         }
         s
-    }
-
-    /// ` unsigned &{name}{i} = live{i}_{half};` for every mask: the masks of the buffer `half`.
-    fn mask_aliases(&self, name: &str, half: &str) -> String {
-        (0..self.masks.len())
-            .map(|i| format!(" unsigned &{name}{i} = live{i}_{half};"))
-            .collect()
     }
 
     /// `{name}{v}` declared for every matrix v as another name of the registers `of` (`{v}` in
@@ -892,10 +945,10 @@ impl<'a> Strips<'a> {
     }
 
     /// `interior`: whether every vector access of the block's strip is inside its row and
-    /// 16-byte aligned — the strip `{within}` the row length, rows a multiple of the vector, and
-    /// every matrix and column vector it moves aligned. The same for the whole block, so it
-    /// selects the loop body once.
-    fn interior(&self, within: &str, indent: &str) -> String {
+    /// 16-byte aligned — the strip `{within}` the row length (where given), rows a multiple of
+    /// the vector, and every matrix and column vector it moves aligned. The same for the whole
+    /// block, so it selects the loop body once.
+    fn interior(&self, within: Option<&str>, indent: &str) -> String {
         let k = self.k;
         let row_vectors = match self.row_values_in_vectors() {
             true => self.uses.row_vectors.as_slice(),
@@ -907,10 +960,9 @@ impl<'a> Strips<'a> {
             .chain(k.stored())
             .map(|v| format!(" && fuse_aligned({})", pointer(k.program, v)))
             .collect::<String>();
-        format!(
-            "{indent}const bool interior = {within}{n} && {n} % kVector == 0{aligned};\n",
-            n = self.n
-        )
+        let n = &self.n;
+        let within = within.map_or(String::new(), |within| format!("{within}{n} && "));
+        format!("{indent}const bool interior = {within}{n} % kVector == 0{aligned};\n")
     }
 
     /// The walk of 32 rows along their strips.
@@ -944,7 +996,7 @@ impl<'a> Strips<'a> {
             "    const long long strips = {};",
             k.iterations(n, "(long long)kColumns")
         );
-        s.push_str(&self.interior("((long long)blockIdx.x + 1) * strips * kColumns <= ", "    "));
+        s.push_str(&self.interior(Some("((long long)blockIdx.x + 1) * strips * kColumns <= "), "    "));
         let band = self.band();
         let block_row = format!("(long long)blockIdx.y * {ROWS_PER_STRIP_BLOCK}");
         let walk = |tested: bool| -> Result<String, GenerateError> {
@@ -1073,21 +1125,12 @@ impl<'a> Strips<'a> {
     }
 }
 
-/// The masks of a whole-row kernel on a triangle ([`Strips::masks`]): none where some call
-/// reads the whole matrix, or where a thread's part of a row has more than 32 elements.
-fn row_masks(k: &KernelContext, layout: &StripLayout) -> Vec<Diagonals> {
-    let band = kernel_band(k);
-    if band.is_full() || layout.groups * layout.vector > 32 {
-        return Vec::new();
-    }
-    let mut masks = vec![band];
-    for &c in &k.calls {
-        let b = call_diagonals(&k.program.calls[c]);
-        if !masks.contains(&b) {
-            masks.push(b);
-        }
-    }
-    masks
+/// The tests that `diagonal` (a C++ expression of an element's column − row) lies in `band`.
+fn inside_band(band: Diagonals, diagonal: &str) -> Vec<String> {
+    [(band.from, ">="), (band.to, "<=")]
+        .into_iter()
+        .filter_map(|(d, op)| d.map(|d| format!("{diagonal} {op} {d}")))
+        .collect()
 }
 
 /// The band of diagonals every call of kernel `k` stays in (all, unless each reads a triangle).
