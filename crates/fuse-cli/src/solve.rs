@@ -8,7 +8,7 @@ use std::sync::Arc;
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 
-use fuse::solvers::{self, Options, Outcome, Solution};
+use fuse::solvers::{self, Options, Outcome, Solution, Symmetry};
 use fuse::stages::fuse_core::distribute::RowBlocks;
 use fuse::stages::fuse_core::{Bindings, HostArray, Precision};
 use fuse::{CompileOptions, Element, Library, Session};
@@ -53,10 +53,11 @@ pub struct SolveArgs {
     /// Precondition with the inverse of A's diagonal (Jacobi), applied on the device.
     #[arg(long)]
     jacobi: bool,
-    /// Multiply by all of A even where it is exactly symmetric. By default a symmetric A (checked
-    /// once, in one pass) is multiplied by its upper triangle only: half the bytes a product reads.
-    #[arg(long)]
-    no_symmetry: bool,
+    /// When an exactly symmetric A (checked once, in one pass) is multiplied by its upper
+    /// triangle only, half the bytes a product reads: where it is larger than the CPU's
+    /// last-level cache (`large`), wherever it is symmetric (`always`), or never.
+    #[arg(long, value_enum, default_value = "large")]
+    symmetry: SymmetryArg,
     /// Where to run; without it, the GPU when there is one, else the CPU (with --distributed:
     /// the CPU).
     #[arg(long, value_enum)]
@@ -66,6 +67,17 @@ pub struct SolveArgs {
     /// shows the progress and writes x. Needs a fuse built with the `mpi` feature.
     #[arg(long)]
     distributed: bool,
+}
+
+/// `--symmetry`: see [`Symmetry`].
+#[derive(Clone, Copy, ValueEnum)]
+enum SymmetryArg {
+    /// Where A is larger than the last-level cache.
+    Large,
+    /// Wherever A is symmetric.
+    Always,
+    /// Never: every product reads all of A.
+    Never,
 }
 
 /// The Krylov methods.
@@ -356,7 +368,11 @@ fn solve<T: Element>(
                 Ok(())
             },
         )),
-        use_symmetry: !args.no_symmetry,
+        symmetry: match args.symmetry {
+            SymmetryArg::Large => Symmetry::Large,
+            SymmetryArg::Always => Symmetry::Always,
+            SymmetryArg::Never => Symmetry::Never,
+        },
     };
     let method = match args.method {
         Method::Cg => solvers::cg,

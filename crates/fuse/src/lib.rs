@@ -25,7 +25,7 @@ pub use session::{AnyHandle, CallArg, Forecast, Handle, InPlace, Matrix, Scalar,
 pub use fuse_core::{
     ArrayView, Bindings, DataView, HostArray, HostData, Library, Plan, Precision, Program, Sizes, Views,
 };
-pub use fuse_cpu::fused::{SimdLevel, Threads, SIMD_VAR, THREADS_VAR};
+pub use fuse_cpu::fused::{cache_bytes, SimdLevel, Threads, SIMD_VAR, THREADS_VAR};
 
 /// The cudarc that fuse's GPU memory types come from ([`Session::matrix_from_device`],
 /// [`Session::to_device`]): use this one, so that the versions agree.

@@ -77,6 +77,12 @@ pub use real::Real;
 pub use simd::{SimdLevel, SIMD_VAR};
 pub use threads::{Threads, THREADS_VAR};
 
+/// Bytes of the last-level cache a run on this CPU can count on: the CPU's, at most 16 MiB for
+/// each thread fuse runs (a VM is shown its host's whole cache, which other tenants share).
+pub fn cache_bytes() -> usize {
+    cache::Caches::here().last
+}
+
 /// A plan prepared for the CPU at fixed sizes; run it any number of times.
 #[derive(Debug, Clone)]
 pub struct FusedPlan {

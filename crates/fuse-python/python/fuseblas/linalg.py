@@ -9,8 +9,9 @@ Each iteration is recorded as BLAS calls on a :class:`fuseblas.Session` and run 
 program (BiCG's ``A·p`` and ``Aᵀ·p̃`` in one pass over A), its scalars computed on the device;
 the only number read back an iteration is the residual norm SciPy's stopping test reads (none
 between reads with ``check_every=k``). Where A is exactly symmetric on the host (checked once a
-solve, each element against its mirror's bits, in one pass), every product reads its upper
-triangle only: half the bytes; the results differ from the full products' by rounding alone.
+solve, each element against its mirror's bits, in one pass) and larger than the CPU's
+last-level cache, every product reads its upper triangle only: half the bytes; the results
+differ from the full products' by rounding alone.
 
 **What A may be.** A numpy array (or anything :func:`numpy.asarray` reads) of shape (n, n); a
 matrix value of a session already resident (:meth:`fuseblas.Session.array`: the solve runs in

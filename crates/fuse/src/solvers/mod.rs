@@ -48,7 +48,7 @@ pub use bicg::bicg;
 pub use bicgstab::bicgstab;
 pub use cg::cg;
 pub use gmres::gmres;
-pub use solution::{Breakdown, Callback, Options, Outcome, Solution};
+pub use solution::{Breakdown, Callback, Options, Outcome, Solution, Symmetry};
 
 #[cfg(test)]
 mod tests;

@@ -2,7 +2,7 @@
 //! upper triangle only, half the bytes of every product.
 
 use super::ops::{In, Ops};
-use super::solution::Options;
+use super::solution::{Options, Symmetry};
 use crate::element::Element;
 use crate::error::Result;
 use crate::session::{Matrix, Vector};
@@ -18,10 +18,19 @@ pub(super) enum Product<T: Element> {
 }
 
 impl<T: Element> Product<T> {
-    /// The products with `a`: symmetric where `options` allow it and the session finds `a`
-    /// exactly symmetric on the host (one pass over it), general otherwise.
+    /// The products with `a`: symmetric where `options` allow it for `a`'s size and the
+    /// session finds `a` exactly symmetric on the host (one pass over it), general otherwise.
     pub fn of(ops: &Ops<'_, T>, a: &Matrix<T>, options: &Options<T>) -> Result<Self> {
-        let diagonal = match options.use_symmetry {
+        let bytes = a
+            .rows()
+            .saturating_mul(a.cols())
+            .saturating_mul(std::mem::size_of::<T>());
+        let wanted = match options.symmetry {
+            Symmetry::Large => bytes > fuse_cpu::fused::cache_bytes(),
+            Symmetry::Always => true,
+            Symmetry::Never => false,
+        };
+        let diagonal = match wanted {
             true => ops.session.symmetric_diagonal(a)?,
             false => None,
         };

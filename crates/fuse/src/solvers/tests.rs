@@ -586,8 +586,8 @@ fn a_system_over_ranks_is_checked_by_its_whole_shape() {
 }
 
 /// A symmetric A is found symmetric and its products read its upper triangle only (the
-/// recorded calls say so); with one element off its mirror, or the option switched off, they
-/// read all of A.
+/// recorded calls say so); in the cache (by default), with one element off its mirror, or
+/// with the option switched off, they read all of A.
 #[test]
 fn a_symmetric_matrix_is_multiplied_by_its_upper_triangle_only() {
     use super::ops::Ops;
@@ -604,7 +604,12 @@ fn a_symmetric_matrix_is_multiplied_by_its_upper_triangle_only() {
         s.flush().unwrap();
         (product.is_symmetric(), script)
     };
-    let (symmetric, script) = products(&a, &Options::default());
+    let always = Options {
+        symmetry: Symmetry::Always,
+        ..Options::default()
+    };
+    assert!(!products(&a, &Options::default()).0, "a 37² matrix is in the cache");
+    let (symmetric, script) = products(&a, &always);
     assert!(symmetric);
     assert!(
         script.contains("trmv_upper") && script.contains("trmtv_upper") && !script.contains("gemv"),
@@ -612,9 +617,9 @@ fn a_symmetric_matrix_is_multiplied_by_its_upper_triangle_only() {
     );
     let mut off = a.clone();
     off[3 * n + 30] += 1e-12;
-    assert!(!products(&off, &Options::default()).0, "one element off its mirror");
+    assert!(!products(&off, &always).0, "one element off its mirror");
     let general = Options {
-        use_symmetry: false,
+        symmetry: Symmetry::Never,
         ..Options::default()
     };
     let (symmetric, script) = products(&a, &general);
@@ -631,16 +636,16 @@ fn each_solver_on_a_symmetric_system_follows_its_iteration_on_all_of_a() {
         let s = Session::<T>::new(backend.parse().unwrap()).unwrap();
         let am = s.matrix(n, n, a.iter().map(|&v| T::from_f64(v)).collect()).unwrap();
         let bv = s.vector(b.iter().map(|&v| T::from_f64(v)).collect()).unwrap();
-        let run = |use_symmetry: bool| {
+        let run = |symmetry: Symmetry| {
             let options = Options {
                 rtol,
                 restart: Some(7),
-                use_symmetry,
+                symmetry,
                 ..Options::default()
             };
             solver::<T>(method)(&s, &am, &bv, None, &options).unwrap()
         };
-        let (triangle, whole) = (run(true), run(false));
+        let (triangle, whole) = (run(Symmetry::Always), run(Symmetry::Never));
         let what = format!("{method} on {backend}, n = {n}, {:?}", T::PRECISION);
         assert_eq!(triangle.outcome, Outcome::Converged, "{what}");
         let slack = usize::from(T::PRECISION == Precision::F32);
