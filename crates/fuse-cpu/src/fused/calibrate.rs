@@ -388,7 +388,8 @@ fn compute_ns(
                 half.set(symbol, side / 2);
             }
             let half = run_us(&program, &half, reps)? - launch_us;
-            let whole = once / instances as f64;
+            // At least 0, so that the bounds are in order (`clamp` would panic otherwise).
+            let whole = (once / instances as f64).max(0.0);
             (2.0 * (once - 2.0 * half) / instances as f64).clamp(whole / 4.0, whole)
         }
     };
