@@ -381,15 +381,21 @@ fn part_bounds(kernel: &KernelPlan, extent: usize, per_tile: usize, threads: usi
     let parts = (tiles / MIN_PART_TILES)
         .clamp(threads, threads * PARTS_PER_THREAD)
         .clamp(1, tiles.max(1));
-    let work = |t: usize| match kernel.space {
-        Space::Vector(_) => 1,
-        Space::Matrix(_, cols) => {
-            let rows = t * per_tile..((t + 1) * per_tile).min(extent);
-            (0..kernel.passes)
-                .map(|pass| columns_read(kernel, pass, rows.clone(), cols).len())
-                .sum::<usize>()
-                .max(1)
+    let banded = kernel.calls.iter().any(|c| !c.diagonals.is_full());
+    let cols = match kernel.space {
+        Space::Matrix(_, cols) if banded => cols,
+        // Every tile the same work: no sums to build on each run of the kernel.
+        _ => {
+            let start = |p: usize| (p * tiles / parts * per_tile).min(extent);
+            return (0..parts).map(|p| (start(p), start(p + 1))).collect();
         }
+    };
+    let work = |t: usize| {
+        let rows = t * per_tile..((t + 1) * per_tile).min(extent);
+        (0..kernel.passes)
+            .map(|pass| columns_read(kernel, pass, rows.clone(), cols).len())
+            .sum::<usize>()
+            .max(1)
     };
     let mut done = vec![0usize; tiles + 1];
     for t in 0..tiles {
