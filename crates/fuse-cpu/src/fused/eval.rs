@@ -7,7 +7,7 @@
 use fuse_core::formula::{BinOp, Func};
 use fuse_core::ValueId;
 
-use super::loops::{self, Lines, Store};
+use super::loops::{self, End, Ends, Lines, Store};
 use super::memory::{Local, View};
 use super::norm::Norm;
 use super::stage::{Access, Factor, Node, Stage, Term, MAX_TERMS};
@@ -372,6 +372,16 @@ impl<'s, T: Real> RowProduct<'s, T> {
         self.matrix.lines(i, self.start, self.len)
     }
 
+    /// The ends of the tile whose first row is `r0` (see [`loops::Ends`]).
+    fn ends(&self, r0: usize, ends: &'s [End]) -> Ends<'s, T> {
+        let lines = self.lines(r0);
+        Ends {
+            data: lines.data,
+            stride: lines.stride,
+            ends,
+        }
+    }
+
     /// `c` at row `i`.
     fn coef(&self, i: usize) -> T {
         self.by_row.iter().fold(self.constant, |c, v| c * v.item(i))
@@ -499,6 +509,126 @@ pub(crate) fn shared_rows<T: Real>(
         }
         if !rows_drop {
             row_sum.add_scaled(first, chunk, dots);
+        }
+    }
+}
+
+/// The tile a triangle's ragged ends lie in: its first row and its run of columns
+/// `(start, len)`, from which the ends count.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct EndsTile {
+    pub r0: usize,
+    pub start: usize,
+    pub len: usize,
+}
+
+impl EndsTile {
+    fn seg(&self, end: &End) -> Seg {
+        Seg {
+            fixed: self.r0 + end.row,
+            start: self.start + end.at,
+            len: end.len,
+        }
+    }
+}
+
+/// [`row_sums`] on the ragged `ends` of `tile`, `sums` indexed from its first row: one
+/// dispatch for them all where the stage is one product of a matrix row.
+pub(crate) fn row_sums_ends<T: Real>(
+    stage: &Stage,
+    scope: &Scope<T>,
+    (tile, ends): (EndsTile, &[End]),
+    sums: &mut [T],
+    scratch: &mut [Vec<T>],
+) {
+    let Some(matrix) = stage.row_product(1) else {
+        for end in ends {
+            sums[end.row] += sum(stage, scope, tile.seg(end), scratch);
+        }
+        return;
+    };
+    if ends.is_empty() || scope.drops(only_term(stage)) {
+        return;
+    }
+    let product = RowProduct::new(only_term(stage), matrix, scope, (tile.start, tile.len));
+    let mut dots = [T::ZERO; CHUNK];
+    for chunk in ends.chunks(CHUNK) {
+        let dots = &mut dots[..chunk.len()];
+        loops::dot_ends(product.ends(tile.r0, chunk), product.x, dots);
+        for (end, &dot) in chunk.iter().zip(dots.iter()) {
+            sums[end.row] += product.coef(tile.r0 + end.row) * dot;
+        }
+    }
+}
+
+/// [`accumulate`] on the ragged `ends` of `tile`, `dest` its run: one dispatch for them all
+/// where the stage is one product of a matrix row.
+pub(crate) fn accumulate_ends<T: Real>(
+    stage: &Stage,
+    scope: &Scope<T>,
+    (tile, ends): (EndsTile, &[End]),
+    dest: &mut [T],
+    scratch: &mut [Vec<T>],
+) {
+    let Some(matrix) = stage.row_product(0) else {
+        for end in ends {
+            let (seg, dest) = (tile.seg(end), &mut dest[end.at..][..end.len]);
+            accumulate(
+                stage,
+                scope,
+                seg.fixed..seg.fixed + 1,
+                seg.start,
+                (dest, NextBlock::NONE),
+                scratch,
+            );
+        }
+        return;
+    };
+    if ends.is_empty() || scope.drops(only_term(stage)) {
+        return;
+    }
+    let product = RowProduct::new(only_term(stage), matrix, scope, (tile.start, tile.len));
+    let mut coefs = [T::ZERO; CHUNK];
+    for chunk in ends.chunks(CHUNK) {
+        let coefs = &mut coefs[..chunk.len()];
+        for (end, c) in chunk.iter().zip(coefs.iter_mut()) {
+            *c = product.coef(tile.r0 + end.row);
+        }
+        loops::add_ends(product.ends(tile.r0, chunk), coefs, dest);
+    }
+}
+
+/// [`shared_rows`] on the ragged `ends` of `tile`: `row_sums` indexed from its first row,
+/// `dest` its run.
+pub(crate) fn shared_rows_ends<T: Real>(
+    (row_body, column_body): (&Stage, &Stage),
+    matrix: ValueId,
+    scope: &Scope<T>,
+    (tile, ends): (EndsTile, &[End]),
+    row_sums: &mut [T],
+    dest: &mut [T],
+) {
+    let span = (tile.start, tile.len);
+    let row_sum = RowProduct::new(only_term(row_body), matrix, scope, span);
+    let column = RowProduct::new(only_term(column_body), matrix, scope, span);
+    let (rows_drop, columns_drop) = (scope.drops(only_term(row_body)), scope.drops(only_term(column_body)));
+    let (mut dots, mut coefs) = ([T::ZERO; CHUNK], [T::ZERO; CHUNK]);
+    for chunk in ends.chunks(CHUNK) {
+        let (dots, coefs) = (&mut dots[..chunk.len()], &mut coefs[..chunk.len()]);
+        for (end, c) in chunk.iter().zip(coefs.iter_mut()) {
+            *c = column.coef(tile.r0 + end.row);
+        }
+        let (row_ends, column_ends) = (row_sum.ends(tile.r0, chunk), column.ends(tile.r0, chunk));
+        match (rows_drop, columns_drop) {
+            (false, false) => loops::dot_add_ends(row_ends, row_sum.x, coefs, dest, dots),
+            (false, true) => loops::dot_ends(row_ends, row_sum.x, dots),
+            (true, false) => loops::add_ends(column_ends, coefs, dest),
+            (true, true) => return,
+        }
+        if !rows_drop {
+            for (end, &dot) in chunk.iter().zip(dots.iter()) {
+                row_sums[end.row] += row_sum.coef(tile.r0 + end.row) * dot;
+            }
         }
     }
 }

@@ -21,8 +21,8 @@ use fuse_core::{Bound, Program, Shape};
 use fuse_core::formula::Diagonals;
 
 use super::cache::Caches;
-use super::eval::{self, Loc, Locs, NextBlock, Piece, Scope, Seg};
-use super::loops::Store;
+use super::eval::{self, EndsTile, Loc, Locs, NextBlock, Piece, Scope, Seg};
+use super::loops::{End, Store};
 use super::memory::{split_rows, Local, View, ViewMut};
 use super::norm::Norm;
 use super::prepare::{KernelPlan, Op, Prepared, SharedRows, Space};
@@ -619,12 +619,17 @@ impl<'a, T: Real> Shared<'_, 'a, T> {
             start: c0,
             len: w,
         };
+        let tile = EndsTile {
+            r0: rows.start,
+            start: c0,
+            len: w,
+        };
+        let mut ends = mem::take(&mut work.ends);
         for (c, call) in self.calls_of(pass) {
             if let Some(pair) = self.kernel.shared_rows.iter().find(|p| p.holds(c)) {
                 if c == pair.runs_at() {
-                    for (part, c0, w, _) in pieces(call.diagonals, rows.clone(), c0, w, next) {
-                        self.shared_rows_tile(pair, (part, rows.start), c0, w, locals, work);
-                    }
+                    let whole = pieces(call.diagonals, rows.clone(), (c0, w), next, &mut ends);
+                    self.shared_rows_tile(pair, whole, (tile, &ends), locals, work);
                 }
                 continue;
             }
@@ -640,31 +645,36 @@ impl<'a, T: Real> Shared<'_, 'a, T> {
                 }
                 (Op::RowSums { body, .. }, _) => {
                     let scope = self.scope(locals, Piece::Scalar(T::ZERO));
-                    for (part, c0, w, next) in pieces(call.diagonals, rows.clone(), c0, w, next) {
-                        let sums = &mut work.rows[c][part.start - rows.start..];
+                    let sums = &mut work.rows[c];
+                    if let Some((part, c0, w, next)) = pieces(call.diagonals, rows.clone(), (c0, w), next, &mut ends) {
+                        let sums = &mut sums[part.start - rows.start..];
                         eval::row_sums(body, &scope, part, (c0, w), (sums, next), &mut work.scratch);
                     }
+                    eval::row_sums_ends(body, &scope, (tile, &ends), sums, &mut work.scratch);
                 }
                 (Op::ColumnSums { body, .. }, _) => {
                     let scope = self.scope(locals, Piece::Scalar(T::ZERO));
-                    for (part, c0, w, next) in pieces(call.diagonals, rows.clone(), c0, w, next) {
-                        let dest = &mut work.columns[c][c0..c0 + w];
+                    let columns = &mut work.columns[c];
+                    if let Some((part, c0, w, next)) = pieces(call.diagonals, rows.clone(), (c0, w), next, &mut ends) {
+                        let dest = &mut columns[c0..c0 + w];
                         eval::accumulate(body, &scope, part, c0, (dest, next), &mut work.scratch);
                     }
+                    let dest = &mut columns[c0..c0 + w];
+                    eval::accumulate_ends(body, &scope, (tile, &ends), dest, &mut work.scratch);
                 }
                 _ => unreachable!("BLAS-2 kernels hold nested maps and nested reductions"),
             }
         }
+        work.ends = ends;
     }
 
-    /// A row sum and a column sum run together on the tile of `rows` (from the row block's
-    /// first, `r0`) × columns `c0 .. c0 + w`.
+    /// A row sum and a column sum run together on the rectangle `whole` of a tile (rows,
+    /// first column, columns) and on its ragged `ends`.
     fn shared_rows_tile(
         &self,
         pair: &SharedRows,
-        (rows, r0): (std::ops::Range<usize>, usize),
-        c0: usize,
-        w: usize,
+        whole: Option<(std::ops::Range<usize>, usize, usize, NextBlock)>,
+        (tile, ends): (EndsTile, &[End]),
         locals: &[Local<'a, T>],
         work: &mut Work<T>,
     ) {
@@ -675,15 +685,14 @@ impl<'a, T: Real> Shared<'_, 'a, T> {
             unreachable!("a pair is a row sum and a column sum");
         };
         let scope = self.scope(locals, Piece::Scalar(T::ZERO));
-        eval::shared_rows(
-            (row_body, column_body),
-            pair.matrix,
-            &scope,
-            rows.clone(),
-            c0,
-            &mut work.rows[pair.row_sums][rows.start - r0..],
-            &mut work.columns[pair.column_sums][c0..c0 + w],
-        );
+        let (sums, columns) = (&mut work.rows[pair.row_sums], &mut work.columns[pair.column_sums]);
+        let bodies = (row_body, column_body);
+        if let Some((rows, c0, w, _)) = whole {
+            let sums = &mut sums[rows.start - tile.r0..];
+            eval::shared_rows(bodies, pair.matrix, &scope, rows, c0, sums, &mut columns[c0..c0 + w]);
+        }
+        let dest = &mut columns[tile.start..tile.start + tile.len];
+        eval::shared_rows_ends(bodies, pair.matrix, &scope, (tile, ends), sums, dest);
     }
 
     /// Row sums of `pass` on the finished row block: `outer(sum)` into the part's rows of the
@@ -796,6 +805,8 @@ struct Work<T> {
     scalars: Vec<T>,
     /// Partial norms, per call.
     norms: Vec<Norm<T>>,
+    /// The ragged ends of the tile at hand.
+    ends: Vec<End>,
 }
 
 impl<T: Real> Work<T> {
@@ -820,45 +831,47 @@ impl<T: Real> Work<T> {
                 .collect(),
             scalars: vec![T::ZERO; calls.len()],
             norms: vec![Norm::default(); calls.len()],
+            ends: Vec::new(),
         }
     }
 }
 
-/// The parts of the tile `rows` × columns `c0 .. c0 + w` a call reading `diagonals` reads, as
-/// `(rows, first column, columns, pull)`: the rectangle all its rows read, walked as a whole
-/// (pulling in `next`), then each row's ends beside it — a triangle's ragged edge, at most a
-/// tile's height of columns a row.
+/// The parts of the tile `rows` × columns `c0 .. c0 + w` a call reading `diagonals` reads: the
+/// rectangle all its rows read, walked as a whole (pulling in `next`), as `(rows, first
+/// column, columns, pull)`, and each row's ends beside it — a triangle's ragged edge, at most a
+/// tile's height of columns a row — into `ends`, in the order of the rows.
 fn pieces(
     diagonals: Diagonals,
     rows: std::ops::Range<usize>,
-    c0: usize,
-    w: usize,
+    (c0, w): (usize, usize),
     next: NextBlock,
-) -> Vec<(std::ops::Range<usize>, usize, usize, NextBlock)> {
+    ends: &mut Vec<End>,
+) -> Option<(std::ops::Range<usize>, usize, usize, NextBlock)> {
+    ends.clear();
     let tile = c0..c0 + w;
     if diagonals.is_full() {
-        return vec![(rows, c0, w, next)];
+        return Some((rows, c0, w, next));
     }
     let (first, last) = (
         diagonals.columns(rows.start, tile.clone()),
         diagonals.columns(rows.end - 1, tile.clone()),
     );
     let all = last.start..first.end.max(last.start);
-    let mut out = Vec::new();
-    if !all.is_empty() {
-        out.push((rows.clone(), all.start, all.len(), next));
-    }
-    for i in rows {
+    for i in rows.clone() {
         let read = diagonals.columns(i, tile.clone());
         let (left, right) = match all.is_empty() {
             true => (read.clone(), read.end..read.end),
             false => (read.start..all.start, all.end..read.end),
         };
-        for ends in [left, right].into_iter().filter(|r| !r.is_empty()) {
-            out.push((i..i + 1, ends.start, ends.len(), NextBlock::NONE));
+        for run in [left, right].into_iter().filter(|r| !r.is_empty()) {
+            ends.push(End {
+                row: i - rows.start,
+                at: run.start - c0,
+                len: run.len(),
+            });
         }
     }
-    out
+    (!all.is_empty()).then(|| (rows, all.start, all.len(), next))
 }
 
 #[cfg(test)]
@@ -922,6 +935,72 @@ mod tests {
             assert!(bounds.windows(2).all(|w| w[0].1 == w[1].0), "{function}: {bounds:?}");
             let rows: Vec<usize> = bounds.iter().map(|(start, end)| end - start).collect();
             assert_eq!(rows.windows(2).all(|w| w[0] == w[1]), even_rows, "{function}: {rows:?}");
+        }
+    }
+
+    /// A tile of a triangle or band is read once, exactly where each row reads: its rectangle
+    /// and its rows' ends cover every row's columns in the tile, none twice, the ends in the
+    /// rows' order (the order their column sums add up in).
+    #[test]
+    fn a_tiles_rectangle_and_ragged_ends_cover_each_rows_columns_once() {
+        let bands = [
+            Diagonals {
+                from: Some(0),
+                to: None,
+            },
+            Diagonals {
+                from: Some(1),
+                to: None,
+            },
+            Diagonals {
+                from: None,
+                to: Some(0),
+            },
+            Diagonals {
+                from: Some(-1),
+                to: Some(1),
+            },
+            Diagonals {
+                from: Some(-40),
+                to: Some(3),
+            },
+        ];
+        let mut ends = Vec::new();
+        for band in bands {
+            for (rows, c0, w) in [
+                (0..1, 0, 1),
+                (0..128, 0, 300),
+                (128..256, 0, 300),
+                (200..213, 150, 77),
+                (5..40, 100, 20),
+            ] {
+                let whole = pieces(band, rows.clone(), (c0, w), NextBlock::NONE, &mut ends);
+                assert!(
+                    ends.windows(2).all(|e| e[0].row <= e[1].row),
+                    "{band:?} {rows:?}: {ends:?}"
+                );
+                for i in rows.clone() {
+                    let mut read = vec![0; w];
+                    if let Some((part, start, len, _)) = &whole {
+                        if part.contains(&i) {
+                            (start - c0..start - c0 + len).for_each(|j| read[j] += 1);
+                        }
+                    }
+                    for end in ends.iter().filter(|e| e.row == i - rows.start) {
+                        (end.at..end.at + end.len).for_each(|j| read[j] += 1);
+                    }
+                    let want = band.columns(i, c0..c0 + w);
+                    for (j, &times) in read.iter().enumerate() {
+                        let expected = usize::from(want.contains(&(c0 + j)));
+                        assert_eq!(
+                            times,
+                            expected,
+                            "{band:?} tile {rows:?} × {c0}+{w}: row {i} column {}",
+                            c0 + j
+                        );
+                    }
+                }
+            }
         }
     }
 
