@@ -13,7 +13,6 @@ use std::sync::Arc;
 use super::edit::{prune, readers, text};
 use super::rule::Rewritten;
 use crate::library::{HigherOrderKind, Library};
-use crate::program::Rewrite;
 use crate::program::{Arg, Program, ScalarArg};
 
 /// The program with the first scalar call that a call reads inlined into every reader.
@@ -45,14 +44,7 @@ pub(super) fn apply(program: &Program, _library: &Library) -> Option<Rewritten> 
         after.insert(0, scalar.text.clone());
     }
     prune(&mut next);
-    Some(Rewritten {
-        program: next,
-        step: Rewrite {
-            rule: "inline-scalars",
-            before,
-            after,
-        },
-    })
+    Some(Rewritten::new(next, "inline-scalars", before, after))
 }
 
 #[cfg(test)]

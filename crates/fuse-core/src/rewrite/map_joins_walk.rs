@@ -19,7 +19,6 @@
 //! own); the walk's sum and what a zero scalar drops are unchanged.
 
 use crate::library::{HigherOrderKind, Library};
-use crate::program::Rewrite;
 use crate::program::{Call, CallId, Program, ValueId};
 use crate::rewrite::edit;
 use crate::rewrite::linear::{self, Part, Term};
@@ -61,14 +60,7 @@ fn join(program: &Program, library: &Library, m: CallId) -> Option<Rewritten> {
     }
     let before = vec![source.text.clone(), map.text.clone()];
     edit::prune(&mut next);
-    Some(Rewritten {
-        program: next,
-        step: Rewrite {
-            rule: NAME,
-            before,
-            after,
-        },
-    })
+    Some(Rewritten::new(next, NAME, before, after))
 }
 
 /// The one walk (nested reduce) whose result the map reads, with that result, where the

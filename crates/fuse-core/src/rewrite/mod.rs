@@ -17,6 +17,7 @@
 //!   runs a rewritten program unchanged;
 //! - a rule applies only where it reads less memory or lets the explorer do so.
 
+mod common_calls;
 mod edit;
 mod inline_scalars;
 mod linear;
@@ -33,9 +34,15 @@ pub use crate::program::Rewrite;
 /// A rule: the program after its first match, or `None` where nothing matches.
 type Rule = fn(&Program, &Library) -> Option<Rewritten>;
 
-/// The rules, tried in this order after every step: scalar calls are inlined last, where no
-/// other rule matches (those see a scalar call's result as a value like any other).
-const RULES: [Rule; 3] = [map_joins_walk::apply, split_accumulation::apply, inline_scalars::apply];
+/// The rules, tried in this order after every step: repeated calls are merged first, so that
+/// the others see each computation once; scalar calls are inlined last, where no other rule
+/// matches (those see a scalar call's result as a value like any other).
+const RULES: [Rule; 4] = [
+    common_calls::apply,
+    map_joins_walk::apply,
+    split_accumulation::apply,
+    inline_scalars::apply,
+];
 
 /// More steps than any script needs: each step removes a call or a dependency on a walk's
 /// result, so a program of `n` calls takes at most about `2n`.

@@ -9,3 +9,13 @@ pub(super) struct Rewritten {
     /// What the step changed.
     pub step: Rewrite,
 }
+
+impl Rewritten {
+    /// The program `program` after a step of `rule` that replaced the calls `before` by `after`.
+    pub(super) fn new(program: Program, rule: &'static str, before: Vec<String>, after: Vec<String>) -> Self {
+        Rewritten {
+            program,
+            step: Rewrite { rule, before, after },
+        }
+    }
+}

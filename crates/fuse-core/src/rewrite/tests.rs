@@ -165,10 +165,45 @@ fn an_accumulation_onto_another_walk_is_split_so_both_walks_fuse() {
 /// The three phrasings, each with two more of the same math: one pass over each
 /// matrix, and the same predicted time whichever way it is written.
 #[test]
+fn a_repeated_call_is_computed_once_and_a_repeated_output_is_a_copy() {
+    let p = rewritten("u", &["t1 = dgemv(A, x)", "t2 = dgemv(A, x)", "u = dadd(t1, t2)"]);
+    assert_eq!(texts(&p), ["t1 = dgemv(A, x)", "u = dadd(t1, t1)"]);
+    assert_eq!(best(&p).1, once(&["A"]));
+    let p = rewritten("u, t2", &["t1 = dgemv(A, x)", "t2 = dgemv(A, x)", "u = dadd(t1, t2)"]);
+    assert_eq!(texts(&p), ["t1 = dgemv(A, x)", "t2 = dcopy(t1)", "u = dadd(t1, t1)"]);
+    assert_eq!(p.rewrites[0].rule, "common-calls");
+    // Inlined scalars and literals are arguments like any other.
+    let calls = [
+        "al = ddiv(a, b)",
+        "be = ddiv(a, b)",
+        "u = daxpy(al, x, v)",
+        "w1 = daxpy(be, x, v)",
+        "w = dadd(u, w1)",
+    ];
+    let p = rewritten("w", &calls);
+    assert_eq!(texts(&p), ["u = daxpy(ddiv(a, b), x, v)", "w = dadd(u, u)"]);
+}
+
+#[test]
+fn calls_that_differ_or_repeated_outputs_no_call_copies_stay() {
+    for (outputs, calls) in [
+        ("t1, t2", &["t1 = dgemv(A, x)", "t2 = dgemv(A, v)"][..]),
+        ("t1, t2", &["t1 = dgemv(A, x)", "t2 = dgemv(B, x)"][..]),
+        ("t1, t2", &["t1 = dgemv(A, x)", "t2 = dgemv(a, A, x)"][..]),
+        ("s1, s2", &["s1 = ddot(x, v)", "s2 = ddot(x, v)"][..]),
+        ("m1, m2", &["m1 = dmscal(a, A)", "m2 = dmscal(a, A)"][..]),
+        ("t1, t2", &["t1 = dcopy(x)", "t2 = dcopy(x)"][..]),
+    ] {
+        let p = rewritten(outputs, calls);
+        assert_eq!(texts(&p), calls, "{:?}", p.rewrites);
+    }
+}
+
+#[test]
 fn the_same_math_phrased_three_ways_gets_the_same_plan() {
     // (outputs, phrasings, the matrices read), each phrasing a list of calls.
     type Group<'a> = (&'a str, &'a [&'a [&'a str]], &'a [&'a str]);
-    let groups: [Group; 3] = [
+    let groups: [Group; 4] = [
         (
             "y",
             &[
@@ -209,6 +244,25 @@ fn the_same_math_phrased_three_ways_gets_the_same_plan() {
                 ],
             ],
             &["U", "Y"],
+        ),
+        (
+            "q, s, s2",
+            &[
+                &[
+                    "q = dgemv(A, x)",
+                    "s = dgemtv(A, z)",
+                    "q2 = dgemv(A, x)",
+                    "s2 = daxpy(a, q2, c)",
+                ],
+                &["q = dgemv(A, x)", "s = dgemtv(A, z)", "s2 = daxpy(a, q, c)"],
+                &[
+                    "q = dgemv(A, x)",
+                    "q2 = dgemv(A, x)",
+                    "s = dgemtv(A, z)",
+                    "s2 = daxpy(a, q2, c)",
+                ],
+            ],
+            &["A"],
         ),
     ];
     for (outputs, phrasings, matrices) in groups {
