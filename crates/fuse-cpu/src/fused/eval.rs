@@ -541,13 +541,16 @@ pub(crate) fn row_sums_ends<T: Real>(
     sums: &mut [T],
     scratch: &mut [Vec<T>],
 ) {
+    if ends.is_empty() {
+        return;
+    }
     let Some(matrix) = stage.row_product(1) else {
         for end in ends {
             sums[end.row] += sum(stage, scope, tile.seg(end), scratch);
         }
         return;
     };
-    if ends.is_empty() || scope.drops(only_term(stage)) {
+    if scope.drops(only_term(stage)) {
         return;
     }
     let product = RowProduct::new(only_term(stage), matrix, scope, (tile.start, tile.len));
@@ -570,6 +573,9 @@ pub(crate) fn accumulate_ends<T: Real>(
     dest: &mut [T],
     scratch: &mut [Vec<T>],
 ) {
+    if ends.is_empty() {
+        return;
+    }
     let Some(matrix) = stage.row_product(0) else {
         for end in ends {
             let (seg, dest) = (tile.seg(end), &mut dest[end.at..][..end.len]);
@@ -584,7 +590,7 @@ pub(crate) fn accumulate_ends<T: Real>(
         }
         return;
     };
-    if ends.is_empty() || scope.drops(only_term(stage)) {
+    if scope.drops(only_term(stage)) {
         return;
     }
     let product = RowProduct::new(only_term(stage), matrix, scope, (tile.start, tile.len));
@@ -608,6 +614,9 @@ pub(crate) fn shared_rows_ends<T: Real>(
     row_sums: &mut [T],
     dest: &mut [T],
 ) {
+    if ends.is_empty() {
+        return;
+    }
     let span = (tile.start, tile.len);
     let row_sum = RowProduct::new(only_term(row_body), matrix, scope, span);
     let column = RowProduct::new(only_term(column_body), matrix, scope, span);
