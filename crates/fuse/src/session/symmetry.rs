@@ -33,7 +33,7 @@ impl Bits for f32 {
         if std::arch::is_x86_feature_detected!("avx") {
             assert!((r0.max(c0) + TILE - 1) * n + r0.max(c0) + TILE <= a.len());
             // SAFETY: AVX is there, and both tiles lie in `a` (checked above).
-            return Some(unsafe { avx::tile_mirrored_f32(a.as_ptr(), n, r0, c0) });
+            return Some(unsafe { avx::tile_mirrored_f32::<TILE>(a.as_ptr(), n, r0, c0) });
         }
         let _ = (a, n, r0, c0);
         None
@@ -50,7 +50,7 @@ impl Bits for f64 {
         if std::arch::is_x86_feature_detected!("avx") {
             assert!((r0.max(c0) + TILE - 1) * n + r0.max(c0) + TILE <= a.len());
             // SAFETY: AVX is there, and both tiles lie in `a` (checked above).
-            return Some(unsafe { avx::tile_mirrored_f64(a.as_ptr(), n, r0, c0) });
+            return Some(unsafe { avx::tile_mirrored_f64::<TILE>(a.as_ptr(), n, r0, c0) });
         }
         let _ = (a, n, r0, c0);
         None
@@ -135,16 +135,14 @@ fn mirrored_elements<T: Bits>(a: &[T], n: usize, r0: usize, c0: usize, mirror: &
 mod avx {
     use std::arch::x86_64::*;
 
-    use super::TILE;
-
     /// [`super::Bits::tile_mirrored`] for f32, in squares of 8 × 8.
     ///
     /// # Safety
     ///
-    /// The CPU has AVX; the tiles at `(r0, c0)` and `(c0, r0)`, of side [`TILE`], lie in the
-    /// `n`-wide matrix at `a`.
+    /// The CPU has AVX; `TILE` is a multiple of 8; the tiles at `(r0, c0)` and `(c0, r0)`, of
+    /// side `TILE`, lie in the `n`-wide matrix at `a`.
     #[target_feature(enable = "avx")]
-    pub(super) unsafe fn tile_mirrored_f32(a: *const f32, n: usize, r0: usize, c0: usize) -> bool {
+    pub(super) unsafe fn tile_mirrored_f32<const TILE: usize>(a: *const f32, n: usize, r0: usize, c0: usize) -> bool {
         let mut differences = _mm256_setzero_ps();
         for i in (0..TILE).step_by(8) {
             for j in (0..TILE).step_by(8) {
@@ -184,7 +182,7 @@ mod avx {
     ///
     /// As [`tile_mirrored_f32`].
     #[target_feature(enable = "avx")]
-    pub(super) unsafe fn tile_mirrored_f64(a: *const f64, n: usize, r0: usize, c0: usize) -> bool {
+    pub(super) unsafe fn tile_mirrored_f64<const TILE: usize>(a: *const f64, n: usize, r0: usize, c0: usize) -> bool {
         let mut differences = _mm256_setzero_pd();
         for i in (0..TILE).step_by(4) {
             for j in (0..TILE).step_by(4) {
