@@ -295,6 +295,55 @@ fn library_with_bands() -> Library {
 /// block for all rows (column sums stored directly) — in f64 the first and the last.
 #[test]
 fn whole_row_blocks_on_a_triangle_read_only_the_triangle() {
+    whole_row_blocks_on_a_triangle(false);
+}
+
+/// The same kernels with x — the column values of the row sums, the row values of the column
+/// sums, and through `t` the row values of the fused column sums — holding +inf and NaN at two
+/// columns, inside some rows' bands and outside others': a value outside an element's band
+/// never reaches its sum (a zero of a vector outside the band times inf is NaN), so every
+/// output is NaN or infinite exactly where the reference's is, and close elsewhere.
+#[test]
+fn whole_row_blocks_on_a_triangle_sum_no_infinite_value_outside_the_band() {
+    whole_row_blocks_on_a_triangle(true);
+}
+
+/// `got` against `want`: NaN, +inf and −inf in the same elements, the rest within `tolerance`
+/// (normwise relative error).
+fn same_non_finite_and_close(got: &[f64], want: &[f64], tolerance: f64) -> Result<(), String> {
+    let class = |v: f64| {
+        if v.is_nan() {
+            "NaN"
+        } else if v.is_infinite() {
+            if v > 0.0 {
+                "+inf"
+            } else {
+                "-inf"
+            }
+        } else {
+            "finite"
+        }
+    };
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        if class(g) != class(w) {
+            return Err(format!("element {i}: {g} against {w}"));
+        }
+    }
+    let finite = |v: &[f64]| {
+        v.iter()
+            .map(|&v| if v.is_finite() { v } else { 0.0 })
+            .collect::<Vec<_>>()
+    };
+    let error = relative_error(&finite(got), &finite(want));
+    match error < tolerance {
+        true => Ok(()),
+        false => Err(format!("error {error:e}")),
+    }
+}
+
+/// [`whole_row_blocks_on_a_triangle_read_only_the_triangle`], with x poisoned too where
+/// `poison_x` ([`whole_row_blocks_on_a_triangle_sum_no_infinite_value_outside_the_band`]).
+fn whole_row_blocks_on_a_triangle(poison_x: bool) {
     use fuse_core::explore::mapping::call_diagonals;
     let library = library_with_bands();
     let mut scripts: Vec<(Vec<String>, &str)> = Vec::new();
@@ -317,6 +366,7 @@ fn whole_row_blocks_on_a_triangle_read_only_the_triangle() {
         vec!["t = {p}trdist(A, x)".into(), "y = {p}trmtv_upper(A, t)".into()],
         "[t, y]",
     ));
+    let mut failures = Vec::new();
     let layouts = [
         (128, Serial::Iterations(1)),
         (64, Serial::Iterations(3)),
@@ -367,19 +417,37 @@ fn whole_row_blocks_on_a_triangle_read_only_the_triangle() {
                         Precision::F64 => HostArray::f64(vec![n, n], a),
                     };
                     inputs.insert("A".into(), a);
+                    if poison_x {
+                        // Two fifths and three fifths in: both sides of every band see each.
+                        let mut x = inputs["x"].to_f64();
+                        x[2 * n / 5] = f64::INFINITY;
+                        x[3 * n / 5] = f64::NAN;
+                        let x = match precision {
+                            Precision::F32 => HostArray::f32(vec![n], x.iter().map(|&v| v as f32).collect()),
+                            Precision::F64 => HostArray::f64(vec![n], x),
+                        };
+                        inputs.insert("x".into(), x);
+                    }
                     let want = evaluate(&program, &sizes, &inputs).unwrap();
                     let got = plan.run(&program, &sizes, &inputs).unwrap();
                     for output in &program.outputs {
                         let name = &program.values[*output].name;
-                        let error = relative_error(&got[name].to_f64(), &want[name].to_f64());
                         let tolerance = if precision == Precision::F32 { 1e-4 } else { 1e-12 };
-                        assert!(
-                            error < tolerance,
-                            "{calls} {precision} at {n}, {threads} threads, {serial:?}: {name} error {error:e}"
-                        );
+                        if let Err(e) = same_non_finite_and_close(&got[name].to_f64(), &want[name].to_f64(), tolerance)
+                        {
+                            failures.push(format!(
+                                "{calls} {precision} at {n}, {threads} threads, {serial:?}: {name} {e}"
+                            ));
+                        }
                     }
                 }
             }
         }
     }
+    assert!(
+        failures.is_empty(),
+        "{} failures:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
 }

@@ -201,6 +201,38 @@ fn every_triangular_product_reads_only_its_triangle_on_every_backend() {
     }
 }
 
+/// An infinite or NaN x reaches only the sums whose triangle holds it (zero times it would be
+/// NaN): every backend's output is NaN or infinite exactly where the loops' is, close elsewhere.
+#[test]
+fn an_infinite_or_nan_x_reaches_only_its_triangles_sums_on_every_backend() {
+    for (name, upper, transposed, unit) in TRIANGULAR {
+        let s = script("A: [n, n], x: [n]", &format!("  - out = d{name}(A, x)\n"));
+        for n in [2, 37, 130] {
+            let mut inputs = random(&s, n, n);
+            let a = poisoned(data(&inputs, "A"), n, upper, unit);
+            let mut x = data(&inputs, "x");
+            (x[2 * n / 5], x[3 * n / 5]) = (f64::INFINITY, f64::NAN);
+            let want = triangular(&a, &x, n, (upper, transposed, unit));
+            inputs.insert("A".into(), HostArray::f64(vec![n, n], a));
+            inputs.insert("x".into(), HostArray::f64(vec![n], x));
+            for backend in backends() {
+                let got = run(&backend, &s, (n, n), &inputs);
+                let what = format!("{backend} {name} at {n}");
+                for (k, (g, w)) in got.iter().zip(&want).enumerate() {
+                    let same = (g.is_nan() && w.is_nan()) || (w.is_infinite() && g == w);
+                    assert!(w.is_finite() || same, "{what}: element {k} is {g}, not {w}");
+                }
+                let finite = |v: &[f64]| {
+                    v.iter()
+                        .map(|v| if v.is_finite() { *v } else { 0.0 })
+                        .collect::<Vec<_>>()
+                };
+                assert_close(&finite(&got), &finite(&want), n as f64, &what);
+            }
+        }
+    }
+}
+
 #[test]
 fn triangular_products_fused_on_one_triangle_match_loops_on_every_backend() {
     // y = U·(Uᵀ·x), and q = U·p with s = Uᵀ·r (BiCGK on a triangle), next to a full gemv.

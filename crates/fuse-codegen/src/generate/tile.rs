@@ -232,13 +232,25 @@ impl<'a> Strips<'a> {
             let _ = writeln!(s, "{indent}{} c{v}[kGroups];", self.vec());
             let _ = writeln!(
                 s,
-                "{indent}#pragma unroll\n{indent}for (int g = 0; g < kGroups; ++g) c{v}[g] = fuse_load_vec<{}, kVector, {checked}>({}, col0 + (g * kRowThreads + rt) * kVector, {});",
-                self.k.ty(),
-                pointer(self.k.program, v),
-                self.n
+                "{indent}#pragma unroll\n{indent}for (int g = 0; g < kGroups; ++g) c{v}[g] = {};",
+                self.column_vector_load_checked(v, checked)
             );
         }
         s
+    }
+
+    /// The load of group g of column sub-vector `v` for the strip at `col0`, checked.
+    fn column_vector_load(&self, v: ValueId) -> String {
+        self.column_vector_load_checked(v, "true")
+    }
+
+    fn column_vector_load_checked(&self, v: ValueId, checked: &str) -> String {
+        format!(
+            "fuse_load_vec<{}, kVector, {checked}>({}, col0 + (g * kRowThreads + rt) * kVector, {})",
+            self.k.ty(),
+            pointer(self.k.program, v),
+            self.n
+        )
     }
 
     /// Clears the column-sum accumulators `acc{r}[g]`.
@@ -447,7 +459,8 @@ impl<'a> Strips<'a> {
     /// and, on a triangle, inside the call's band, the other triangle's numbers loaded with the
     /// strip but never summed. A band's tiles read the vectors outside the steady ones, and the
     /// elements past the row's end, as zeros: a product by the matrix element needs no test (its
-    /// term is zero), any other term the steady bit.
+    /// term is zero, or NaN by an infinite x or row value, which [`Strips::tile_loop`] keeps
+    /// out once a tile), any other term the steady bit.
     fn element_tests(&self, call: &Call) -> Result<Vec<String>, GenerateError> {
         let mut tests = vec!["ok".to_string()];
         if self.tiles.is_some() {

@@ -8,16 +8,21 @@
 //! ```text
 //! for each tile of kTile rows (the whole block where its ragged columns fit one slot a thread):
 //!     its steady vectors (a bit each) and ragged columns (kSlots a thread);
-//!     the vectors no longer steady zeroed, its first row loaded
+//!     the vectors no longer steady zeroed, their column values too (those steady again reloaded),
+//!     the column sums kept (where the tile is not the block), its first row loaded
 //!     for each row (two a trip, the next row's loads in flight across this one's block sums):
 //!         steady vectors: predicated loads, the compute routines as on a full matrix
 //!         ragged columns: one element a slot, loaded and summed inside its band
+//!     column sums of the vectors not steady put back (to zero where the tile is the block)
 //!     ragged column sums: through shared memory to the threads that hold those columns
+//! the column values whole again, for the formulas finishing the column sums
 //! ```
 //! The hot loop is the full product's plus a predicate a vector and a few instructions a slot;
-//! no element of a steady vector is tested, none outside the band is loaded. (A zero times an
-//! infinite or NaN x or row value is NaN: such a value reaches the sums of rows or columns its
-//! band does not, as on a full matrix with zeros there.)
+//! no element of a steady vector is tested, none outside the band is loaded. A zero times an
+//! infinite or NaN x or row value is NaN, so a vector not steady keeps none of its zero terms:
+//! its x is zero too (a row sum's term 0·0), its column sums are put back at the tile's end —
+//! once a tile, nothing a row — and an infinite or NaN value reaches only the sums its band
+//! does, as in the reference.
 
 use std::fmt::Write;
 
@@ -41,6 +46,8 @@ pub(super) struct Tiles {
     /// Ragged columns a tile at most, and the slots a thread has for them.
     columns: u64,
     slots: u64,
+    /// Whether a tile is the whole block (its column sums start from zero).
+    whole_block: bool,
 }
 
 impl Tiles {
@@ -65,11 +72,12 @@ impl Tiles {
         // The whole block where its ragged columns take one slot a thread; else a serial
         // iteration's 32 rows, each tile's first row loaded with no row in flight.
         let threads = layout.row_threads as u64;
-        let rows = match k.block_rows() {
-            Some(rows) if columns(rows) <= threads => rows,
-            _ => ROWS_PER_STRIP_BLOCK as u64,
+        let (rows, whole_block) = match k.block_rows() {
+            Some(rows) if columns(rows) <= threads => (rows, true),
+            _ => (ROWS_PER_STRIP_BLOCK as u64, false),
         };
         Some(Tiles {
+            whole_block,
             union,
             inner,
             rows,
@@ -223,12 +231,20 @@ impl Strips<'_> {
     }
 
     /// The walk over the block's tiles with `trips` (the walk down one tile's `rows` rows,
-    /// counted by `rel`) as its body: each tile found, its vectors no longer steady zeroed, the column
-    /// values of its ragged columns and its first row (`first_row`: the loads) loaded, and its
-    /// ragged column sums handed on at its end.
+    /// counted by `rel`) as its body: each tile found, its vectors no longer steady zeroed with
+    /// their column values, the column values of its ragged columns and its first row
+    /// (`first_row`: the loads) loaded; at its end the column sums of the vectors not steady put
+    /// back and its ragged column sums handed on; after the walk the column values reloaded.
     pub(super) fn tile_loop(&self, tiles: &Tiles, first_row: &str, trips: &str) -> String {
         let (k, ty, n) = (self.k, self.k.ty(), &self.n);
         let mut s = self.tile_declarations(tiles);
+        let held = !self.uses.column_vectors.is_empty();
+        if held {
+            let _ = writeln!(
+                s,
+                "        unsigned held = ~0u;  // the vectors whose column values hold x, not zeros"
+            );
+        }
         let _ = writeln!(
             s,
             "        #pragma unroll 1\n        for (long long first = row0; first < row_end; first += kTile) {{"
@@ -252,6 +268,34 @@ impl Strips<'_> {
             zero.join(" ")
         );
         let _ = writeln!(s, "            }}");
+        // A zero of A times an infinite or NaN x is NaN: the column values of the vectors not
+        // steady are zeros too, and reloaded where steady again.
+        if held {
+            let _ = writeln!(
+                s,
+                "            #pragma unroll\n            for (int g = 0; g < kGroups; ++g) {{"
+            );
+            for &v in &self.uses.column_vectors {
+                let _ = writeln!(
+                    s,
+                    "                if (!((tile.steady >> g) & 1u)) c{v}[g] = {{}};\n                else if (!((held >> g) & 1u)) c{v}[g] = {};",
+                    self.column_vector_load(v)
+                );
+            }
+            let _ = writeln!(s, "            }}\n            held = tile.steady;");
+        }
+        // And times an infinite or NaN row value: the column sums of the vectors not steady
+        // are put back at the tile's end, none of its terms theirs (their ragged columns' are
+        // added after) — to zero where the tile is the block, else to a copy (registers).
+        if !tiles.whole_block {
+            for &r in &self.column_sums {
+                let _ = writeln!(
+                    s,
+                    "            {} tile_start{r}[kGroups];\n            #pragma unroll\n            for (int g = 0; g < kGroups; ++g) tile_start{r}[g] = acc{r}[g];",
+                    self.vec()
+                );
+            }
+        }
         for &v in &self.uses.column_vectors {
             let _ = writeln!(s, "            {ty} ragged_c{v}[kSlots];");
             let _ = writeln!(
@@ -273,8 +317,26 @@ impl Strips<'_> {
         for line in trips.lines() {
             let _ = writeln!(s, "    {line}");
         }
+        for &r in &self.column_sums {
+            let _ = writeln!(
+                s,
+                "            #pragma unroll\n            for (int g = 0; g < kGroups; ++g) if (!((tile.steady >> g) & 1u)) acc{r}[g] = {};",
+                match tiles.whole_block {
+                    true => "{}".to_string(),
+                    false => format!("tile_start{r}[g]"),
+                }
+            );
+        }
         s.push_str(&self.ragged_column_sums());
         s.push_str("        }\n");
+        // The column values whole again, for the formulas finishing the column sums.
+        for &v in &self.uses.column_vectors {
+            let _ = writeln!(
+                s,
+                "        #pragma unroll\n        for (int g = 0; g < kGroups; ++g) if (!((held >> g) & 1u)) c{v}[g] = {};",
+                self.column_vector_load(v)
+            );
+        }
         s
     }
 
