@@ -314,8 +314,8 @@ fn triangle_script(calls: &[&str], f64: bool) -> String {
 /// alone predicated, the ragged columns beside the diagonal one element a thread — they take
 /// 7.6–13.0 alone, 12.5–17.0 for ATAX and 14.4–18.8 for BiCGK, against 4.3–16.2 for the full
 /// products (whose loads lost their address arithmetic too); with an infinite x or row value
-/// kept out of the sums outside its band, once a tile (2026-12-02), 7.8–13.0, 12.9–17.1 and
-/// 14.8–18.8.
+/// kept out of the sums outside its band, once a tile (2026-12-02), 7.8–12.6, 12.6–17.3 and
+/// 14.9–18.8.
 const WHOLE_ROW_TRIANGLE_LIMIT: f64 = 20.0;
 
 /// Whole-row blocks on a triangle — each triangular product alone, and triangular ATAX and

@@ -8,7 +8,8 @@
 //! ```text
 //! for each tile of kTile rows (the whole block where its ragged columns fit one slot a thread):
 //!     its steady vectors (a bit each) and ragged columns (kSlots a thread);
-//!     the vectors no longer steady zeroed, their column values too (those steady again reloaded),
+//!     the vectors not steady zeroed, their column values too (the steady ones' reloaded where
+//!     the block has several tiles: fewer registers than tracking which hold x),
 //!     the column sums kept (where the tile is not the block), its first row loaded
 //!     for each row (two a trip, the next row's loads in flight across this one's block sums):
 //!         steady vectors: predicated loads, the compute routines as on a full matrix
@@ -231,20 +232,14 @@ impl Strips<'_> {
     }
 
     /// The walk over the block's tiles with `trips` (the walk down one tile's `rows` rows,
-    /// counted by `rel`) as its body: each tile found, its vectors no longer steady zeroed with
+    /// counted by `rel`) as its body: each tile found, its vectors not steady zeroed with
     /// their column values, the column values of its ragged columns and its first row
     /// (`first_row`: the loads) loaded; at its end the column sums of the vectors not steady put
     /// back and its ragged column sums handed on; after the walk the column values reloaded.
     pub(super) fn tile_loop(&self, tiles: &Tiles, first_row: &str, trips: &str) -> String {
         let (k, ty, n) = (self.k, self.k.ty(), &self.n);
         let mut s = self.tile_declarations(tiles);
-        let held = !self.uses.column_vectors.is_empty();
-        if held {
-            let _ = writeln!(
-                s,
-                "        unsigned held = ~0u;  // the vectors whose column values hold x, not zeros"
-            );
-        }
+        let column_values = !self.uses.column_vectors.is_empty();
         let _ = writeln!(
             s,
             "        #pragma unroll 1\n        for (long long first = row0; first < row_end; first += kTile) {{"
@@ -269,20 +264,25 @@ impl Strips<'_> {
         );
         let _ = writeln!(s, "            }}");
         // A zero of A times an infinite or NaN x is NaN: the column values of the vectors not
-        // steady are zeros too, and reloaded where steady again.
-        if held {
+        // steady are zeros too, those of the steady ones reloaded (a load a vector a tile; keeping
+        // a mask of the vectors still holding x took 30–40 more registers).
+        if column_values {
             let _ = writeln!(
                 s,
                 "            #pragma unroll\n            for (int g = 0; g < kGroups; ++g) {{"
             );
             for &v in &self.uses.column_vectors {
+                // (A block of one tile has all of x at its start.)
+                let reload = match tiles.whole_block {
+                    true => String::new(),
+                    false => format!("\n                else c{v}[g] = {};", self.column_vector_load(v)),
+                };
                 let _ = writeln!(
                     s,
-                    "                if (!((tile.steady >> g) & 1u)) c{v}[g] = {{}};\n                else if (!((held >> g) & 1u)) c{v}[g] = {};",
-                    self.column_vector_load(v)
+                    "                if (!((tile.steady >> g) & 1u)) c{v}[g] = {{}};{reload}"
                 );
             }
-            let _ = writeln!(s, "            }}\n            held = tile.steady;");
+            let _ = writeln!(s, "            }}");
         }
         // And times an infinite or NaN row value: the column sums of the vectors not steady
         // are put back at the tile's end, none of its terms theirs (their ragged columns' are
@@ -333,7 +333,7 @@ impl Strips<'_> {
         for &v in &self.uses.column_vectors {
             let _ = writeln!(
                 s,
-                "        #pragma unroll\n        for (int g = 0; g < kGroups; ++g) if (!((held >> g) & 1u)) c{v}[g] = {};",
+                "        #pragma unroll\n        for (int g = 0; g < kGroups; ++g) c{v}[g] = {};",
                 self.column_vector_load(v)
             );
         }
