@@ -21,6 +21,9 @@ numpy through `torch.from_numpy`, no copy), at its default thread count.
 
 Run it with OpenBLAS's own kernel choice, as a user's numpy runs:
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python3 benches/cpu-peers.py > raw.txt
+As an AVX2-only CPU runs, on one with AVX-512: both sides held to AVX2 (the first line then
+names OpenBLAS's `Haswell` kernels):
+    env -u OPENBLAS_L2_SIZE OPENBLAS_CORETYPE=Haswell FUSE_SIMD=avx2 python3 benches/cpu-peers.py
 
 f64 runs the same scripts with `precision: f64` and the d-prefixed functions (written to a
 temporary folder), against numpy in float64. The BLAS-1 sequences (vadd, waxpby, axpydot,
