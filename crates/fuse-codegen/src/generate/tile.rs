@@ -233,18 +233,15 @@ impl<'a> Strips<'a> {
             let _ = writeln!(
                 s,
                 "{indent}#pragma unroll\n{indent}for (int g = 0; g < kGroups; ++g) c{v}[g] = {};",
-                self.column_vector_load_checked(v, checked)
+                self.column_vector_load(v, checked)
             );
         }
         s
     }
 
-    /// The load of group g of column sub-vector `v` for the strip at `col0`, checked.
-    fn column_vector_load(&self, v: ValueId) -> String {
-        self.column_vector_load_checked(v, "true")
-    }
-
-    fn column_vector_load_checked(&self, v: ValueId, checked: &str) -> String {
+    /// The load of group g of column sub-vector `v` for the strip at `col0`, bounds-checked as
+    /// `checked` (a C++ boolean) says.
+    fn column_vector_load(&self, v: ValueId, checked: &str) -> String {
         format!(
             "fuse_load_vec<{}, kVector, {checked}>({}, col0 + (g * kRowThreads + rt) * kVector, {})",
             self.k.ty(),

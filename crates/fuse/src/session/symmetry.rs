@@ -18,9 +18,13 @@ pub(super) trait Bits: Copy + Send + Sync {
     /// The element's bits.
     fn bits(self) -> Self::Word;
     /// Whether the whole tile of side [`TILE`] at rows `r0..`, columns `c0..` of the `n`-wide
-    /// `a` is the transpose of its mirror, compared in vectors; `None` where this CPU has no
-    /// vector code for it (the caller compares element by element).
-    fn tile_mirrored(a: &[Self], n: usize, r0: usize, c0: usize) -> Option<bool>;
+    /// matrix at `a` is the transpose of its mirror, compared in AVX vectors.
+    ///
+    /// # Safety
+    ///
+    /// The CPU has AVX; both tiles lie in the matrix.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn tile_mirrored(a: *const Self, n: usize, r0: usize, c0: usize) -> bool;
 }
 
 impl Bits for f32 {
@@ -28,15 +32,9 @@ impl Bits for f32 {
     fn bits(self) -> u32 {
         self.to_bits()
     }
-    fn tile_mirrored(a: &[f32], n: usize, r0: usize, c0: usize) -> Option<bool> {
-        #[cfg(target_arch = "x86_64")]
-        if std::arch::is_x86_feature_detected!("avx") {
-            assert!((r0.max(c0) + TILE - 1) * n + r0.max(c0) + TILE <= a.len());
-            // SAFETY: AVX is there, and both tiles lie in `a` (checked above).
-            return Some(unsafe { avx::tile_mirrored_f32::<TILE>(a.as_ptr(), n, r0, c0) });
-        }
-        let _ = (a, n, r0, c0);
-        None
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn tile_mirrored(a: *const f32, n: usize, r0: usize, c0: usize) -> bool {
+        avx::tile_mirrored_f32::<TILE>(a, n, r0, c0)
     }
 }
 
@@ -45,15 +43,9 @@ impl Bits for f64 {
     fn bits(self) -> u64 {
         self.to_bits()
     }
-    fn tile_mirrored(a: &[f64], n: usize, r0: usize, c0: usize) -> Option<bool> {
-        #[cfg(target_arch = "x86_64")]
-        if std::arch::is_x86_feature_detected!("avx") {
-            assert!((r0.max(c0) + TILE - 1) * n + r0.max(c0) + TILE <= a.len());
-            // SAFETY: AVX is there, and both tiles lie in `a` (checked above).
-            return Some(unsafe { avx::tile_mirrored_f64::<TILE>(a.as_ptr(), n, r0, c0) });
-        }
-        let _ = (a, n, r0, c0);
-        None
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn tile_mirrored(a: *const f64, n: usize, r0: usize, c0: usize) -> bool {
+        avx::tile_mirrored_f64::<TILE>(a, n, r0, c0)
     }
 }
 
@@ -100,11 +92,13 @@ pub(super) fn symmetric_diagonal<T: Bits>(a: &[T], n: usize) -> Option<Vec<T>> {
 /// `c0..`, columns `r0..` (on the diagonal, the tile against itself): in vectors where the
 /// tile is whole and the CPU has them, else element by element ([`mirrored_elements`]).
 fn mirrored<T: Bits>(a: &[T], n: usize, (r0, c0): (usize, usize), mirror: &mut Vec<T::Word>) -> bool {
-    let whole = r0.max(c0) + TILE <= n;
-    match whole.then(|| T::tile_mirrored(a, n, r0, c0)).flatten() {
-        Some(same) => same,
-        None => mirrored_elements(a, n, r0, c0, mirror),
+    #[cfg(target_arch = "x86_64")]
+    if r0.max(c0) + TILE <= n && std::arch::is_x86_feature_detected!("avx") {
+        assert!((r0.max(c0) + TILE - 1) * n + r0.max(c0) + TILE <= a.len());
+        // SAFETY: AVX is there, and both tiles lie in `a` (checked above).
+        return unsafe { T::tile_mirrored(a.as_ptr(), n, r0, c0) };
     }
+    mirrored_elements(a, n, r0, c0, mirror)
 }
 
 /// [`mirrored`] element by element: the mirror tile is read along its rows into a transposed

@@ -275,7 +275,10 @@ impl Strips<'_> {
                 // (A block of one tile has all of x at its start.)
                 let reload = match tiles.whole_block {
                     true => String::new(),
-                    false => format!("\n                else c{v}[g] = {};", self.column_vector_load(v)),
+                    false => format!(
+                        "\n                else c{v}[g] = {};",
+                        self.column_vector_load(v, "true")
+                    ),
                 };
                 let _ = writeln!(
                     s,
@@ -334,7 +337,7 @@ impl Strips<'_> {
             let _ = writeln!(
                 s,
                 "        #pragma unroll\n        for (int g = 0; g < kGroups; ++g) c{v}[g] = {};",
-                self.column_vector_load(v)
+                self.column_vector_load(v, "true")
             );
         }
         s
