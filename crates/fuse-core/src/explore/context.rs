@@ -3,7 +3,9 @@
 
 use std::ops::RangeInclusive;
 
-use crate::explore::mapping::{call_mapping, Axis, CallMapping, Role, StripLayout, ELEMENT_SIDE, MAX_ROW_THREADS};
+use crate::explore::mapping::{
+    call_mapping, reads_only_along, Axis, CallMapping, Role, StripLayout, ELEMENT_SIDE, MAX_ROW_THREADS,
+};
 use crate::explore::vocabulary::Vocabulary;
 use crate::program::{Arg, CallId, Program, ValueId};
 use crate::shape::{Shape, Sizes};
@@ -147,13 +149,16 @@ impl<'p> Context<'p> {
     /// Whether `consumer` may read reduce `producer`'s result in the kernel that computes it:
     /// the target has a row barrier (or, on a GPU, a block can hold a whole row of the matrix),
     /// `producer` sums along the columns (one number per row, complete once a block has walked
-    /// its rows) and `consumer` reads that number only in the rows it is computed for. ATAX's
-    /// `t = A·x; y = Aᵀ·t` is then one pass over A.
+    /// its rows) and `consumer` reads that number only in the rows it is computed for — every
+    /// element it reads of it indexed by the row, not also by the column (a unit triangle's
+    /// `t[i] + Σ_{j<i} A[i,j]·t[j]` reads other rows' sums). ATAX's `t = A·x; y = Aᵀ·t` is
+    /// then one pass over A.
     pub fn reads_finished_row_sums(&self, producer: CallId, consumer: CallId) -> bool {
         let value = self.program.calls[producer].result;
         (self.row_barrier || self.whole_rows_fit(producer))
             && self.mappings[producer].reduced == Some(Axis::Columns)
             && self.mappings[consumer].space == self.mappings[producer].space
             && self.role(consumer, value) == Role::RowVector
+            && reads_only_along(&self.program.calls[consumer], value, Axis::Rows)
     }
 }

@@ -10,7 +10,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::formula::{Diagonals, Expr};
-use crate::program::{Arg, Call, Program};
+use crate::program::{Arg, Call, Program, ValueId};
 use crate::shape::{Shape, Sizes};
 use crate::Precision;
 
@@ -385,6 +385,27 @@ pub fn call_diagonals(call: &Call) -> Diagonals {
 }
 
 /// The index list of the first element of parameter `param` in `expr`.
+/// Whether every element `call` reads of `value` is indexed along `axis` of its matrix only
+/// (`t[i]` in `sum(i, A[i,j] * t[i])`, not also `t[j]` as a unit triangle's `t[i] +
+/// sum(j in 0..i, A[i,j] * t[j])` reads it).
+pub fn reads_only_along(call: &Call, value: ValueId, axis: Axis) -> bool {
+    let axes = index_axes(call);
+    let along = |index: &[usize]| index.iter().all(|&ix| axes[ix] == Some(axis));
+    (call.args.iter().enumerate())
+        .filter(|(_, a)| **a == Arg::Value(value))
+        .all(|(k, _)| indexed_only(&call.form.formula.body, k, &along))
+}
+
+/// Whether every element of parameter `param` in `expr` has an index `along` accepts.
+fn indexed_only(expr: &Expr, param: usize, along: &impl Fn(&[usize]) -> bool) -> bool {
+    match expr {
+        Expr::Element { param: p, index } => *p != param || along(index),
+        Expr::Number(_) | Expr::Scalar(_) => true,
+        Expr::Neg(e) | Expr::Call(_, e) | Expr::Reduce { body: e, .. } => indexed_only(e, param, along),
+        Expr::Binary(_, a, b) => indexed_only(a, param, along) && indexed_only(b, param, along),
+    }
+}
+
 fn first_index(expr: &Expr, param: usize) -> Option<&[usize]> {
     match expr {
         Expr::Element { param: p, index } if *p == param => Some(index),

@@ -366,6 +366,15 @@ mod tests {
         // A column sum needs every row, and a BLAS-1 reduce every block: barriers still.
         assert_eq!(rows(2, 3).unwrap_err().rule, Rule::GlobalBarrier);
         assert_eq!(rows(4, 5).unwrap_err().rule, Rule::GlobalBarrier);
+        // Only where every element read is of its own row: a unit triangle's `t[i] +
+        // Σ_{j<i} S[i,j]·t[j]` also reads the rows before.
+        let unit = program(
+            "S: [n, n], x: [n]",
+            "  - t = strmv_lower(S, x)\n  - z = strmv_lower_unit(S, t)\n",
+            "z",
+        );
+        let barrier = pair(&Context::new(&unit, &unit.sizes).with_row_barrier(true), 0, 1);
+        assert_eq!(barrier.unwrap_err().rule, Rule::GlobalBarrier);
     }
 
     #[test]
