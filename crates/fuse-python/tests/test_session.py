@@ -98,6 +98,12 @@ def test_a_session_copies_what_it_is_given():
     assert np.array_equal(np.asarray(y), np.full(5, 2.0))
     assert s.array([1, 2, 3]).dtype == "float64"
     assert s.array(np.arange(6, dtype=np.float32).reshape(2, 3)[:, ::2]).shape == [2, 2]
+    # Copied in logical (row-major) order whatever the layout: C order as one slice, Fortran
+    # order and strided views element by element.
+    A = np.arange(35, dtype=np.float64).reshape(5, 7)
+    ones = s.array(np.ones(7))
+    for layout in (A, np.asfortranarray(A), np.arange(70.0).reshape(10, 7)[::2]):
+        assert np.array_equal(np.asarray(s.gemv(s.array(layout), ones)), layout.sum(axis=1))
 
 
 @pytest.mark.parametrize("backend", backends())
