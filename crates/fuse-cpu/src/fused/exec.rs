@@ -281,8 +281,10 @@ impl KernelRun<'_> {
 /// walked again from cache; from the last-level cache they only cost their instructions
 /// (ATAX on two threads, f32: at 4096², 1.58 ms a run → 1.37 pulling; at 2048², in cache,
 /// 236–263 µs → 282–291), and there the blocks are larger ([`cached_block_bytes`]). All the
-/// sizes follow `caches`; a walk out of cache prefetches its next step only where
-/// `prefetch_ahead` (this CPU's measurement) says so.
+/// sizes follow `caches`. Both kinds of prefetching in software — a walk's next step, a row
+/// block's next block — run only where `prefetch_ahead` (this CPU's measurement) says so: on
+/// a Zen 5 whose table measured it off, pulling made ATAX at 8192² 5 % slower (f32, six
+/// alternating pairs: 6.6–6.9 ms a run without, 6.9–7.7 with; f64 13.2–14.2 against 14.1–15.0).
 fn tile<T>(kernel: &KernelPlan, caches: &Caches, prefetch_ahead: bool) -> Tile {
     let size = mem::size_of::<T>();
     let stream = kernel.bytes > (caches.last / STREAM_SHARE) as u64;
@@ -296,7 +298,7 @@ fn tile<T>(kernel: &KernelPlan, caches: &Caches, prefetch_ahead: bool) -> Tile {
         },
         Space::Matrix(all, cols) => {
             let out_of_cache = all.saturating_mul(cols).saturating_mul(size) > caches.last;
-            let pull = kernel.passes > 1 && out_of_cache;
+            let pull = prefetch_ahead && kernel.passes > 1 && out_of_cache;
             let (run, rows) = match kernel.walks {
                 1 => (even_runs(cols, walk_run_bytes(caches) / size), WALK_ROWS),
                 _ => {
@@ -1069,6 +1071,7 @@ mod tests {
     /// Only row blocks walked again in a later pass pull in the next, and only where the space
     /// is too large to be in cache still; there, a matrix walked once in steps of rows of its
     /// own (GESUMMV's two products, not BiCGK's one loop for two sums) prefetches the next step's.
+    /// Neither where this CPU's table says prefetching in software does not pay.
     #[test]
     fn row_blocks_walked_in_two_passes_out_of_cache_pull_in_the_next() {
         let side = (Caches::here().last / 4).isqrt() + 1;
@@ -1088,6 +1091,11 @@ mod tests {
                 let text = layout::<f32>(&kernel, 2, true);
                 assert_eq!(text.contains("pulling"), tile.pull, "{name} at {rows} × {cols}");
                 assert_eq!(text.contains("prefetching"), tile.step_ahead, "{name}: {text}");
+                let text = layout::<f32>(&kernel, 2, false);
+                assert!(
+                    !text.contains("pulling") && !text.contains("prefetching"),
+                    "{name}: {text}"
+                );
             }
         }
     }
