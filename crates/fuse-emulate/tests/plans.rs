@@ -136,6 +136,50 @@ fn strip_layouts_match_the_reference_at_odd_column_counts() {
     }
 }
 
+/// Strips over calls on one triangle whose bands differ — a diagonal one call reads and the
+/// other (a unit diagonal's) must not sum — in one kernel, both walks, fixed and whole: the
+/// rows (or strips) that skip the diagonal tests are those inside every call's band, not their
+/// union's. At n = 128k + 1 the last strip of 128 columns holds one column, whose diagonal row
+/// was taken as inside, and `strmtv_upper_unit` summed it (found by random scripts).
+#[test]
+fn strips_over_calls_of_different_bands_test_each_calls_diagonals() {
+    let library = Library::builtin().unwrap();
+    let pairs = [
+        ("t = {p}trmtv_upper(A, x)", "y = {p}trmtv_upper_unit(A, u)"),
+        ("t = {p}trmv_upper(A, x)", "y = {p}trmv_upper_unit(A, u)"),
+        ("t = {p}trmtv_lower(A, x)", "y = {p}trmtv_lower_unit(A, u)"),
+        ("t = {p}trmv_lower_unit(A, x)", "y = {p}trmv_lower(A, u)"),
+    ];
+    for (precision, p) in [(Precision::F32, "s"), (Precision::F64, "d")] {
+        for (first, second) in pairs {
+            let text = format!(
+                "name: pair\nprecision: {precision}\nsizes: {{n: 64}}\ninputs: {{A: [n, n], x: [n], u: [n]}}\noutputs: [t, y]\ncalls:\n  - {}\n  - {}\n",
+                first.replace("{p}", p),
+                second.replace("{p}", p)
+            );
+            let program = fuse_core::script::parse("pair.yaml", &text, &library).unwrap();
+            let mut plans = Vec::new();
+            for walk in [Walk::Rows, Walk::Columns] {
+                for serial in [Serial::Whole, Serial::Iterations(2)] {
+                    plans.push(vec![KernelGroup {
+                        calls: vec![0, 1],
+                        block: 256,
+                        width: 4,
+                        whole_rows: false,
+                        serial_iterations: serial,
+                        walk,
+                    }]);
+                }
+            }
+            check(
+                &program,
+                &plans,
+                &[(1, 1), (33, 33), (129, 129), (257, 257), (130, 130)],
+            );
+        }
+    }
+}
+
 /// Whole-row blocks (each row spread over the block, the next row loading while this one is
 /// summed): ATAX and BiCGK as one kernel — ATAX's `Aᵀ·t` reads each row sum while its row is
 /// still in registers — and GEMVER call by call, one block down, several, or blocks of a few
@@ -185,12 +229,14 @@ fn whole_row_blocks_match_the_reference() {
     }
 }
 
+/// Random scripts of eight calls, at an odd size and at 300 × 257, one column past two strips
+/// of 128 (where `strips_over_calls_of_different_bands_test_each_calls_diagonals` was found).
 #[test]
 fn random_scripts_match_the_reference() {
     let library = Library::builtin().unwrap();
-    for seed in 0..6 {
-        let program = fuse_core::testing::random_program(&library, seed, 5).unwrap();
-        check(&program, &top_plans(&program, 2), &[(45, 67)]);
+    for seed in 0..12 {
+        let program = fuse_core::testing::random_program(&library, seed, 8).unwrap();
+        check(&program, &top_plans(&program, 2), &[(45, 67), (300, 257)]);
     }
 }
 

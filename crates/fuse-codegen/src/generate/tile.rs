@@ -481,6 +481,16 @@ impl<'a> Strips<'a> {
         kernel_band(self.k)
     }
 
+    /// The band inside every call's band: where the sums may skip their diagonal tests. The
+    /// kernel's band, their union, is only where some call reads (`strmtv_upper` reads a
+    /// diagonal `strmtv_upper_unit` must not sum).
+    fn inside_band(&self) -> Diagonals {
+        (self.k.calls.iter())
+            .map(|&c| call_diagonals(&self.k.program.calls[c]))
+            .reduce(Diagonals::intersection)
+            .unwrap_or_default()
+    }
+
     /// Row sums of one row: a warp sum, then one atomic — or, when `direct`, the finished
     /// value stored — by lane 0, where `inside` holds (`None`: always). All lanes of the warp
     /// must run it.
@@ -714,17 +724,17 @@ impl<'a> Strips<'a> {
             };
             match band.is_full() {
                 true => s.push_str(&body(true)?),
-                false => s.push_str(&self.band_row_loops(band, &body(true)?, &body(false)?)),
+                false => s.push_str(&self.band_row_loops(self.inside_band(), &body(true)?, &body(false)?)),
             }
         }
         s.push_str(&self.column_sum_stores(k.grid_serial().is_none(), "    ")?);
         Ok(s)
     }
 
-    /// The walk down the rows of a strip crossing the kernel's `band`: the rows whose part of the
-    /// strip lies wholly inside it (from a multiple of 32 to a multiple of 32) by `inside`, whose
-    /// sums test no diagonal, the rows before and after by `tested`; each loop walks its own
-    /// rows (`row0 .. row_end` shadowed).
+    /// The walk down the rows of a strip crossing the kernel's band: the rows whose part of the
+    /// strip lies wholly inside `band` — every call's ([`Self::inside_band`]) — (from a multiple
+    /// of 32 to a multiple of 32) by `inside`, whose sums test no diagonal, the rows before and
+    /// after by `tested`; each loop walks its own rows (`row0 .. row_end` shadowed).
     fn band_row_loops(&self, band: Diagonals, tested: &str, inside: &str) -> String {
         let mut s = String::new();
         // Inside: column − row ≥ from for the strip's first column, ≤ to for its last.
@@ -1020,7 +1030,7 @@ impl<'a> Strips<'a> {
                 let _ = writeln!(s, "    const long long strip_begin = 0, strip_end = strips;");
                 s.push_str(&walk(true)?);
             }
-            false => s.push_str(&self.band_strip_loops(&block_row, band, &walk(true)?, &walk(false)?)),
+            false => s.push_str(&self.band_strip_loops(&block_row, self.inside_band(), &walk(true)?, &walk(false)?)),
         }
         let _ = writeln!(s, "    #pragma unroll\n    for (int k = 0; k < kRows; ++k) {{");
         let _ = writeln!(s, "        const long long row = row_first + k * kWarps;");
@@ -1087,9 +1097,9 @@ impl<'a> Strips<'a> {
         Ok(strips)
     }
 
-    /// The walk along the strips of a block's rows crossing the kernel's `band`: the strips
-    /// wholly inside it for all the block's rows by `inside`, whose sums test no diagonal, the
-    /// strips before and after by `tested`.
+    /// The walk along the strips of a block's rows crossing the kernel's band: the strips
+    /// wholly inside `band` — every call's ([`Self::inside_band`]) — for all the block's rows by
+    /// `inside`, whose sums test no diagonal, the strips before and after by `tested`.
     fn band_strip_loops(&self, block_row: &str, band: Diagonals, tested: &str, inside: &str) -> String {
         let mut s = String::new();
         let last = ROWS_PER_STRIP_BLOCK - 1;
