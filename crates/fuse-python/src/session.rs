@@ -352,8 +352,8 @@ impl Session {
         // only where the host can give the memory.
         let readonly = array.readonly();
         let what = || format!("a session's copy of a {} array of shape {dims:?}", T::DTYPE);
-        // A C-contiguous array copies as one slice (a memcpy: an element walk took ten times
-        // as long); `as_slice` alone also takes a Fortran-ordered one, in the wrong order.
+        // A C-contiguous array copies as one slice (a memcpy: an element walk took several
+        // times as long); `as_slice` alone also takes a Fortran-ordered one, in the wrong order.
         let slice = array.is_c_contiguous().then(|| readonly.as_slice().ok()).flatten();
         let data = match slice {
             Some(slice) => fuse::try_collect(slice.iter().copied(), what),

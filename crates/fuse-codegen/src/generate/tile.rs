@@ -485,10 +485,7 @@ impl<'a> Strips<'a> {
     /// kernel's band, their union, is only where some call reads (`strmtv_upper` reads a
     /// diagonal `strmtv_upper_unit` must not sum).
     fn inside_band(&self) -> Diagonals {
-        (self.k.calls.iter())
-            .map(|&c| call_diagonals(&self.k.program.calls[c]))
-            .reduce(Diagonals::intersection)
-            .unwrap_or_default()
+        calls_band(self.k, Diagonals::intersection)
     }
 
     /// Row sums of one row: a warp sum, then one atomic — or, when `direct`, the finished
@@ -1155,9 +1152,14 @@ fn inside_band(band: Diagonals, diagonal: &str) -> Vec<String> {
 
 /// The band of diagonals every call of kernel `k` stays in (all, unless each reads a triangle).
 fn kernel_band(k: &KernelContext) -> Diagonals {
+    calls_band(k, Diagonals::union)
+}
+
+/// The bands of kernel `k`'s calls, combined by `combine` (their union or intersection).
+fn calls_band(k: &KernelContext, combine: fn(Diagonals, Diagonals) -> Diagonals) -> Diagonals {
     (k.calls.iter())
         .map(|&c| call_diagonals(&k.program.calls[c]))
-        .reduce(Diagonals::union)
+        .reduce(combine)
         .unwrap_or_default()
 }
 
