@@ -119,6 +119,22 @@ calls:
     }
 }
 
+/// Random scripts of twelve calls in f64, at sizes one past the tiles', strips' and vectors'
+/// boundaries (a sweep of 3000 such scripts, after the two fixes their tests name, found nothing).
+#[test]
+fn random_f64_scripts_match_the_reference_at_boundary_sizes() {
+    let (library, cpu) = (library(), cpu_table());
+    for seed in 100..130 {
+        let text = fuse_core::testing::random_script(&library, seed, 12).replace(" = s", " = d");
+        let program = script::parse("random.yaml", &format!("precision: f64\n{text}"), &library).unwrap();
+        check(
+            &program,
+            &plans(&program, &cpu, 2),
+            &[(300, 257), (129, 385), (1025, 129)],
+        );
+    }
+}
+
 /// A row sum is read in its own kernel only where every element read is of its own row: a
 /// unit triangle's `y[i] = t[i] + Σ_{j<i} S[i,j]·t[j]` (or `j > i`) also reads other rows'
 /// sums, which a row block does not hold (its tile buffer) or has not finished yet. Such a
