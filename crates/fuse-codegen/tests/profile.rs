@@ -390,7 +390,6 @@ fn triangular_whole_row_kernels_load_only_each_rows_stored_range() {
                     hot.per_wide_load(),
                     twin_hot.per_wide_load()
                 );
-                eprintln!("{at}");
                 if hot.per_wide_load() > WHOLE_ROW_TRIANGLE_LIMIT {
                     failures.push(format!(
                         "{at}: over {WHOLE_ROW_TRIANGLE_LIMIT} instructions per 128-bit load"

@@ -484,7 +484,7 @@ impl<'a> Strips<'a> {
     /// The band inside every call's band: where the sums may skip their diagonal tests. The
     /// kernel's band, their union, is only where some call reads (`strmtv_upper` reads a
     /// diagonal `strmtv_upper_unit` must not sum).
-    fn inside_band(&self) -> Diagonals {
+    fn common_band(&self) -> Diagonals {
         calls_band(self.k, Diagonals::intersection)
     }
 
@@ -721,7 +721,7 @@ impl<'a> Strips<'a> {
             };
             match band.is_full() {
                 true => s.push_str(&body(true)?),
-                false => s.push_str(&self.band_row_loops(self.inside_band(), &body(true)?, &body(false)?)),
+                false => s.push_str(&self.band_row_loops(self.common_band(), &body(true)?, &body(false)?)),
             }
         }
         s.push_str(&self.column_sum_stores(k.grid_serial().is_none(), "    ")?);
@@ -729,7 +729,7 @@ impl<'a> Strips<'a> {
     }
 
     /// The walk down the rows of a strip crossing the kernel's band: the rows whose part of the
-    /// strip lies wholly inside `band` — every call's ([`Self::inside_band`]) — (from a multiple
+    /// strip lies wholly inside `band` — every call's ([`Self::common_band`]) — (from a multiple
     /// of 32 to a multiple of 32) by `inside`, whose sums test no diagonal, the rows before and
     /// after by `tested`; each loop walks its own rows (`row0 .. row_end` shadowed).
     fn band_row_loops(&self, band: Diagonals, tested: &str, inside: &str) -> String {
@@ -1027,7 +1027,7 @@ impl<'a> Strips<'a> {
                 let _ = writeln!(s, "    const long long strip_begin = 0, strip_end = strips;");
                 s.push_str(&walk(true)?);
             }
-            false => s.push_str(&self.band_strip_loops(&block_row, self.inside_band(), &walk(true)?, &walk(false)?)),
+            false => s.push_str(&self.band_strip_loops(&block_row, self.common_band(), &walk(true)?, &walk(false)?)),
         }
         let _ = writeln!(s, "    #pragma unroll\n    for (int k = 0; k < kRows; ++k) {{");
         let _ = writeln!(s, "        const long long row = row_first + k * kWarps;");
@@ -1095,7 +1095,7 @@ impl<'a> Strips<'a> {
     }
 
     /// The walk along the strips of a block's rows crossing the kernel's band: the strips
-    /// wholly inside `band` — every call's ([`Self::inside_band`]) — for all the block's rows by
+    /// wholly inside `band` — every call's ([`Self::common_band`]) — for all the block's rows by
     /// `inside`, whose sums test no diagonal, the strips before and after by `tested`.
     fn band_strip_loops(&self, block_row: &str, band: Diagonals, tested: &str, inside: &str) -> String {
         let mut s = String::new();

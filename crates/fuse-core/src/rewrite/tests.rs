@@ -162,8 +162,6 @@ fn an_accumulation_onto_another_walk_is_split_so_both_walks_fuse() {
     assert_eq!(best(&p).1, once(&["U", "Y"]));
 }
 
-/// The three phrasings, each with two more of the same math: one pass over each
-/// matrix, and the same predicted time whichever way it is written.
 #[test]
 fn a_repeated_call_is_computed_once_and_a_repeated_output_is_a_copy() {
     let p = rewritten("u", &["t1 = dgemv(A, x)", "t2 = dgemv(A, x)", "u = dadd(t1, t2)"]);
@@ -199,6 +197,8 @@ fn calls_that_differ_or_repeated_outputs_no_call_copies_stay() {
     }
 }
 
+/// The three phrasings, each with two more of the same math: one pass over each
+/// matrix, and the same predicted time whichever way it is written.
 #[test]
 fn the_same_math_phrased_three_ways_gets_the_same_plan() {
     // (outputs, phrasings, the matrices read), each phrasing a list of calls.
