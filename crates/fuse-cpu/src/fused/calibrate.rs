@@ -199,8 +199,8 @@ const PREFETCH_MAX_ROWS: usize = 16384;
 const PREFETCH_MARGIN: f64 = 0.02;
 
 /// Whether walks out of cache run as fast prefetching each step's next rows in software as
-/// without — which also decides whether row blocks walked in passes pull in the next block
-/// (the same prefetching, of the next block's rows): GESUMMV (two matrices walked in one
+/// without (row blocks walked in passes pull in some of the next block on every CPU, since
+/// memory idles while they are walked again from cache): GESUMMV (two matrices walked in one
 /// kernel, where the choice shows most — 5–7 % slower with it on the 2-vCPU Xeon of
 /// 2026-11-28, up to 8 % faster on the EPYC it was tuned on) on matrices of `rows` rows (each
 /// at least twice the cache a run counts on, to walk them out of cache), the two ways in

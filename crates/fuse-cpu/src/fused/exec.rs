@@ -273,18 +273,17 @@ impl KernelRun<'_> {
 /// gone through by several calls, or in several passes ([`KernelPlan::walks`]) — it fits the
 /// tile's bytes, so that it stays in cache between the walks (with several passes, the whole
 /// row block rather than one run of it). A tile walked once has [`WALK_ROWS`] rows and runs of
-/// [`walk_run_bytes`]. No tile is larger than the space, whose buffers (scratch, row sums,
-/// tiles kept on chip) each part allocates on every run.
+/// [`walk_run_bytes`], as do the row blocks walked in passes out of cache: their first walk
+/// streams from memory like any other (ATAX at 8192² f32 in AVX2, measured as for
+/// [`PULLED_ROWS`]: 1.57 in two runs of 4096 columns, 1.68 in one of 8192, 1.77 so and
+/// pulling; in cache, at 2048², runs of half the L1d stay: 1.17 against 1.15 in whole rows).
+/// No tile is larger than the space, whose buffers
+/// (scratch, row sums, tiles kept on chip) each part allocates on every run.
 ///
-/// Row blocks walked in several passes pull in the next block as they go where the space is
-/// larger than the last-level cache: from memory, the pulls keep it busy while a block is
-/// walked again from cache; from the last-level cache they only cost their instructions
-/// (ATAX on two threads, f32: at 4096², 1.58 ms a run → 1.37 pulling; at 2048², in cache,
-/// 236–263 µs → 282–291), and there the blocks are larger ([`cached_block_bytes`]). All the
-/// sizes follow `caches`. Both kinds of prefetching in software — a walk's next step, a row
-/// block's next block — run only where `prefetch_ahead` (this CPU's measurement) says so: on
-/// a Zen 5 whose table measured it off, pulling made ATAX at 8192² 5 % slower (f32, six
-/// alternating pairs: 6.6–6.9 ms a run without, 6.9–7.7 with; f64 13.2–14.2 against 14.1–15.0).
+/// Row blocks walked in several passes pull in some of the next block where the space is
+/// larger than the last-level cache ([`pulled_share`]), and are then smaller, to leave room
+/// for it. All the sizes follow `caches`. Prefetching each step's next rows in software runs
+/// only where `prefetch_ahead` (this CPU's measurement) says so.
 fn tile<T>(kernel: &KernelPlan, caches: &Caches, prefetch_ahead: bool) -> Tile {
     let size = mem::size_of::<T>();
     let stream = kernel.bytes > (caches.last / STREAM_SHARE) as u64;
@@ -298,11 +297,16 @@ fn tile<T>(kernel: &KernelPlan, caches: &Caches, prefetch_ahead: bool) -> Tile {
         },
         Space::Matrix(all, cols) => {
             let out_of_cache = all.saturating_mul(cols).saturating_mul(size) > caches.last;
-            let pull = prefetch_ahead && kernel.passes > 1 && out_of_cache;
+            let pull = kernel.passes > 1 && out_of_cache;
             let (run, rows) = match kernel.walks {
                 1 => (even_runs(cols, walk_run_bytes(caches) / size), WALK_ROWS),
                 _ => {
-                    let run = even_runs(cols, run_bytes(caches) / size);
+                    let run_bytes = if pull {
+                        walk_run_bytes(caches)
+                    } else {
+                        run_bytes(caches)
+                    };
+                    let run = even_runs(cols, run_bytes / size);
                     let kept = if kernel.passes > 1 { cols.max(1) } else { run };
                     let bytes = match kernel.passes > 1 && !pull {
                         true => cached_block_bytes(caches),
@@ -326,6 +330,19 @@ fn tile<T>(kernel: &KernelPlan, caches: &Caches, prefetch_ahead: bool) -> Tile {
         }
     }
 }
+
+/// Of each step's rows, how many counterparts in the next row block the walks after the
+/// first over a block pull into cache between them: a quarter. The first walk reads the block
+/// from memory and the hardware's prefetchers keep up with it; the later walks read it from
+/// cache while memory would idle, and a few of the next block's rows keep it busy. More is
+/// worse: the pulls then compete with the block read again, and the next block's first walk
+/// restarts the prefetchers on the rest anyway. ATAX on two threads (one process, the plans
+/// in turn, medians of each round's unfused time over the fused; Zen 5, L2 1 MiB, L3 32
+/// MiB; runs of whole rows): at 8192² f32 in AVX2, 1.57 without pulling, 1.67 with two rows
+/// of eight, 1.54 with three, 1.52 with four; f64 1.60, 1.62, 1.54, 1.49; f32 in AVX-512
+/// 1.72 → 1.80; at 4096² f32, 1.76 → 1.83. Half of each step's rows pulled in by each walk,
+/// as before, gave 1.74 where none gave 1.72 (runs of 4096 columns).
+const PULLED_ROWS: usize = loops::ROWS / 4;
 
 /// The run length that splits `cols` into runs of at most `most` elements, all but the last
 /// the same length, a multiple of [`RUN_ALIGN`]: 8192 f64 in runs of at most 6144 (an L1d of
@@ -353,7 +370,7 @@ pub(crate) fn layout<T>(kernel: &KernelPlan, threads: usize, prefetch_ahead: boo
         n => format!(", each tile walked {n} times (row sums finished in earlier walks)"),
     };
     let pulls = match (tile.pull, tile.step_ahead) {
-        (true, _) => ", each walk pulling its share of the next row block into cache",
+        (true, _) => ", the walks after the first pulling some of the next row block into cache",
         (_, true) => ", each step prefetching the rows of the next",
         _ => "",
     };
@@ -521,9 +538,9 @@ impl<'a, T: Real> Shared<'_, 'a, T> {
     }
 
     /// What the walk of `pass` over the row block from row `r0` pulls in of the next block
-    /// where the tile pulls: an equal share of every step's rows in each pass; nothing outside
-    /// the part's rows, `start .. end`. Going backward the next block is the one before, and
-    /// whole (only a part's last block may be short).
+    /// where the tile pulls: [`PULLED_ROWS`] of every step's rows, shared between the walks
+    /// after the first; nothing outside the part's rows, `start .. end`. Going backward the
+    /// next block is the one before, and whole (only a part's last block may be short).
     fn next_block(&self, pass: usize, (start, end): (usize, usize), r0: usize) -> NextBlock {
         let (passes, rows) = (self.kernel.passes, self.tile.rows);
         let last = match self.kernel.backward {
@@ -533,10 +550,10 @@ impl<'a, T: Real> Shared<'_, 'a, T> {
         if self.tile.step_ahead {
             return STEP_AHEAD;
         }
-        if !self.tile.pull || last {
+        if !self.tile.pull || last || pass == 0 {
             return NextBlock::NONE;
         }
-        let share = |p: usize| p * loops::ROWS / passes;
+        let share = |p: usize| (p - 1) * PULLED_ROWS / (passes - 1);
         NextBlock {
             rows: if self.kernel.backward {
                 -(rows as isize)
@@ -1009,7 +1026,7 @@ mod tests {
     /// Tiles and runs follow the caches: the development machine's (L1d 32 KiB, L2 1 MiB) give
     /// the sizes measured there; a second level twice as large holds tiles of twice the rows,
     /// a first level half again as large longer runs; and a 2-vCPU machine shown a 480 MiB
-    /// cache walks a 256 MiB ATAX as out of cache, pulling in the next row block.
+    /// cache walks a 256 MiB ATAX as out of cache, in whole rows, pulling in the next row block.
     #[test]
     fn tiles_and_runs_are_shaped_by_the_caches() {
         let epyc = Caches::new(32 << 10, 1 << 20, 32 << 20, 2);
@@ -1034,8 +1051,18 @@ mod tests {
             tile::<f32>(&atax, &xeon, true).pull,
             "256 MiB is out of a 2-vCPU share of 480 MiB"
         );
-        atax.space = Space::Matrix(2048, 2048);
+        assert_eq!(
+            tile::<f32>(&atax, &xeon, false).cols,
+            8192,
+            "read from memory: whole rows"
+        );
+        atax.space = Space::Matrix(512, 8192);
         assert!(!tile::<f32>(&atax, &xeon, true).pull, "16 MiB is in it");
+        assert_eq!(
+            tile::<f32>(&atax, &xeon, true).cols,
+            4096,
+            "in cache: runs of 24 KiB at most"
+        );
         let mut gesummv = first_calls_in_one_kernel("gesummv", 2);
         gesummv.space = Space::Matrix(8192, 8192);
         assert!(tile::<f32>(&gesummv, &xeon, true).step_ahead);
@@ -1070,8 +1097,8 @@ mod tests {
 
     /// Only row blocks walked again in a later pass pull in the next, and only where the space
     /// is too large to be in cache still; there, a matrix walked once in steps of rows of its
-    /// own (GESUMMV's two products, not BiCGK's one loop for two sums) prefetches the next step's.
-    /// Neither where this CPU's table says prefetching in software does not pay.
+    /// own (GESUMMV's two products, not BiCGK's one loop for two sums) prefetches the next step's,
+    /// but not where this CPU's table says that prefetching does not pay.
     #[test]
     fn row_blocks_walked_in_two_passes_out_of_cache_pull_in_the_next() {
         let side = (Caches::here().last / 4).isqrt() + 1;
@@ -1092,10 +1119,8 @@ mod tests {
                 assert_eq!(text.contains("pulling"), tile.pull, "{name} at {rows} × {cols}");
                 assert_eq!(text.contains("prefetching"), tile.step_ahead, "{name}: {text}");
                 let text = layout::<f32>(&kernel, 2, false);
-                assert!(
-                    !text.contains("pulling") && !text.contains("prefetching"),
-                    "{name}: {text}"
-                );
+                assert_eq!(text.contains("pulling"), tile.pull, "{name}: {text}");
+                assert!(!text.contains("prefetching"), "{name}: {text}");
             }
         }
     }

@@ -111,9 +111,8 @@ impl<'a, T> Lines<'a, T> {
 /// The rows of the next row block that a walk over the current one pulls into the cache as it
 /// goes. Where a block of whole rows is walked twice (ATAX: its row sums, then its column sums
 /// once they are finished), the second walk reads the cache and memory would idle through it;
-/// each walk pulls in its share of the next block instead, so that memory stays busy (ATAX at
-/// 8192² f64 on two threads, a stand-alone loop: 17.8 ms a run, 16.3 with half the next block
-/// pulled in by each walk, 15.8 for one walk of `A·x`).
+/// it pulls in a few of the next block's rows instead, so that memory stays busy (how many:
+/// `exec::PULLED_ROWS`).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Ahead {
     /// Elements from a row to its counterpart in the next block (before it, going backward).
