@@ -1125,6 +1125,51 @@ mod tests {
         }
     }
 
+    /// ATAX's row blocks walked twice out of cache — in whole-L1d runs, the second walk pulling
+    /// in some of the next block — give the reference's results, on rows of odd length (one run
+    /// of f32, two of f64 with this machine's L1d of 32 or 48 KiB) and a last block of fewer
+    /// rows than the others, in both precisions and on one thread and two.
+    #[test]
+    fn row_blocks_walked_in_passes_out_of_cache_match_the_reference() {
+        for precision in [Precision::F32, Precision::F64] {
+            let program = sequence("atax", precision);
+            let cols = 7001;
+            let rows = (Caches::here().last / (cols * precision.bytes() as usize) + 13) | 1;
+            let sizes = sizes_mn(&program, rows, cols);
+            let mut plan = unfused_plan(&program, &sizes);
+            let calls = plan.kernels.drain(..).flat_map(|k| k.calls).collect::<Vec<_>>();
+            plan.kernels = vec![fuse_core::Kernel {
+                calls,
+                ..unfused_plan(&program, &sizes).kernels[0].clone()
+            }];
+            let mut inputs = Bindings::new();
+            fill_random_inputs(&program, &sizes, 5, &mut inputs);
+            let want = evaluate(&program, &sizes, &inputs).unwrap();
+            for threads in [1, 2] {
+                let fused = FusedPlan::new(program.clone(), &sizes, &plan)
+                    .unwrap()
+                    .with_threads(crate::fused::Threads::new(threads).unwrap());
+                let kernel = &fused.prepared.kernels[0];
+                assert_eq!(kernel.passes, 2);
+                let pulls = match precision {
+                    Precision::F32 => tile::<f32>(kernel, &Caches::here(), false).pull,
+                    Precision::F64 => tile::<f64>(kernel, &Caches::here(), false).pull,
+                };
+                assert!(pulls, "{precision} at {sizes}");
+                let got = fused.run(&inputs).unwrap();
+                let error = relative_error(&got["y"].to_f64(), &want["y"].to_f64());
+                let tolerance = match precision {
+                    Precision::F32 => 1e-4,
+                    Precision::F64 => 1e-12,
+                };
+                assert!(
+                    error < tolerance,
+                    "{precision} at {sizes} on {threads}: y off by {error:e}"
+                );
+            }
+        }
+    }
+
     /// Where a kernel's bytes are more than a share of the last-level cache, the results none of
     /// its calls reads again are stored past the caches (MADD's `C`, waxpby's `w`, the `B1` of
     /// GEMVER's first unfused kernel) and match the reference, on rows of odd length (off the
