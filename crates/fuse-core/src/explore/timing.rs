@@ -171,10 +171,10 @@ pub struct Model {
     /// kernel's estimated instructions are timed; absent: not counted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub warp_instructions_per_us: Option<f64>,
-    /// CPU: whether a walk through a matrix out of cache prefetches in software — each step's
-    /// next rows, or a row block walked in passes its next block — as measured on the CPU (it
-    /// helps where the hardware's prefetchers lag, and costs a few per cent where they keep up);
-    /// absent: it does.
+    /// CPU: whether a walk through a matrix out of cache prefetches each step's next rows in
+    /// software, as measured on the CPU (it helps where the hardware's prefetchers lag, and costs
+    /// a few per cent where they keep up); absent: it does. Row blocks walked in passes pull in
+    /// some of their next block whatever it says.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prefetch_ahead: Option<bool>,
 }

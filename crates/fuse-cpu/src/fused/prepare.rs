@@ -135,9 +135,8 @@ pub(crate) struct Prepared {
     pub slot_lens: Vec<usize>,
     /// The row length of each value that is a matrix (1 for the others), by value.
     pub row_lens: Vec<usize>,
-    /// Whether walks through a matrix out of cache prefetch in software: each step's next rows,
-    /// a row block walked in passes its next block (what this CPU's timing table measured; see
-    /// `Model::prefetch_ahead`).
+    /// Whether walks through a matrix out of cache prefetch each step's next rows in software
+    /// (what this CPU's timing table measured; see `Model::prefetch_ahead`).
     pub prefetch_ahead: bool,
 }
 
