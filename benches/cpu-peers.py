@@ -57,7 +57,7 @@ SEQUENCES = {
     "bicgk": (lambda d: (d["A"] @ d["p"], d["A"].T @ d["r"])),
     "atax": (lambda d: d["A"].T @ (d["A"] @ d["x"])),
     "gesummv": (lambda d: d["alpha"] * (d["A"] @ d["x"]) + d["beta"] * (d["B"] @ d["x"])),
-    "sgemvt": (lambda d: (d["beta"] * (d["A"].T @ d["y"]) + d["z"], d["alpha"] * (d["A"] @ d["x"]))),
+    "sgemvt": (lambda d: sgemvt(d)),
     "gemver": (lambda d: gemver(d)),
     "sgemtv": (lambda d: d["beta"] * (d["A"].T @ d["y"]) + d["z"]),
     "madd": (lambda d: d["A"] + d["B"]),
@@ -76,7 +76,7 @@ TORCH_SEQUENCES = {
     "bicgk": (lambda d: (torch.mv(d["A"], d["p"]), torch.mv(d["A"].T, d["r"]))),
     "atax": (lambda d: torch.mv(d["A"].T, torch.mv(d["A"], d["x"]))),
     "gesummv": (lambda d: torch.addmv(torch.mv(d["B"], d["x"]), d["A"], d["x"], beta=d["beta"], alpha=d["alpha"])),
-    "sgemvt": (lambda d: (torch.addmv(d["z"], d["A"].T, d["y"], alpha=d["beta"]), torch.mv(d["A"], d["x"]) * d["alpha"])),
+    "sgemvt": (lambda d: torch_sgemvt(d)),
     "gemver": (lambda d: torch_gemver(d)),
     "sgemtv": (lambda d: torch.addmv(d["z"], d["A"].T, d["y"], alpha=d["beta"])),
     "madd": (lambda d: d["A"] + d["B"]),
@@ -102,6 +102,17 @@ calls:
 # Seconds of quiet before fuse is timed, so that numpy's BLAS threads have gone to sleep.
 QUIET_S = 0.3
 VECTORS = {"x": "n", "y": "m", "p": "n", "r": "m", "z": "n", "u1": "m", "v1": "n", "u2": "m", "v2": "n"}
+
+
+def sgemvt(d):
+    """SGEMVT as scripts/sgemvt.yaml chains it: `w` from the `x` just computed."""
+    x = d["beta"] * (d["A"].T @ d["y"]) + d["z"]
+    return x, d["alpha"] * (d["A"] @ x)
+
+
+def torch_sgemvt(d):
+    x = torch.addmv(d["z"], d["A"].T, d["y"], alpha=d["beta"])
+    return x, torch.mv(d["A"], x) * d["alpha"]
 
 
 def gemver(d):
