@@ -242,10 +242,18 @@ def _number(what: str, value: object, expected: str = "a real number") -> float:
     raise InputError(f"{what}: {value} {_does_not_fit(np.dtype(np.float64))}")
 
 
+# The numbers a scalar input takes without the checks for arrays and DLPack objects.
+_PLAIN_NUMBERS = frozenset({float, int, np.float32, np.float64})
+# The largest finite value of each dtype: a number no larger in magnitude converts finite.
+_LARGEST = {np.dtype(t): float(np.finfo(t).max) for t in (np.float32, np.float64)}
+
+
 def _scalar(what: str, value: object, dtype: np.dtype) -> np.ndarray:
     """``value`` (see :func:`_number`) as a 0-d array of ``dtype``, which it must fit: rounded
     as a literal is, never made infinite."""
     number = _number(what, value)
+    if abs(number) <= _LARGEST[dtype]:  # the common case, without errstate's microseconds
+        return np.array(number, dtype=dtype)
     with np.errstate(over="ignore"):
         converted = np.array(number, dtype=dtype)
     if math.isfinite(number) and not np.isfinite(converted):
@@ -335,6 +343,8 @@ class Program:
         if type(value) is np.ndarray and value.dtype == dtype and value.flags.c_contiguous:
             return value  # read in place
         what = f"input `{name}`"
+        if type(value) in _PLAIN_NUMBERS and name in self._scalars:
+            return _scalar(what, value, dtype)
         device = _dlpack_device(value)
         if device is not None and device[0] == 2:
             return value  # a CUDA array: read in place by the native half, through DLPack
