@@ -159,8 +159,9 @@ struct Shared<'s, 'a, T> {
 struct Tile {
     rows: usize,
     cols: usize,
-    /// Whether the walks over a row block pull in the next one (see [`NextBlock`]).
-    pull: bool,
+    /// Of each step's [`loops::ROWS`] rows, how many counterparts in the next row block the
+    /// walks after the first pull in (see [`NextBlock`], [`pulled_rows`]); 0: none.
+    pulled: usize,
     /// Whether a walk through a matrix out of cache, walked once, prefetches each step's next
     /// rows as it goes ([`STEP_AHEAD`]).
     step_ahead: bool,
@@ -275,12 +276,12 @@ impl KernelRun<'_> {
 /// row block rather than one run of it). A tile walked once has [`WALK_ROWS`] rows and runs of
 /// [`walk_run_bytes`], as do the row blocks walked in passes out of cache: their first walk
 /// streams from memory like any other (ATAX at 8192² f32 in AVX2, measured as for
-/// [`PULLED_ROWS`]: 1.57 in two runs of 4096 columns, 1.68 in one of 8192, 1.77 so and
+/// [`PULLED_SHARE`]: 1.57 in two runs of 4096 columns, 1.68 in one of 8192, 1.77 so and
 /// pulling; in cache, at 2048², runs of half the L1d stay: 1.17 against 1.15 in whole rows).
 /// No tile is larger than the space, whose buffers (scratch, row sums, tiles kept on chip)
 /// each part allocates on every run.
 ///
-/// Row blocks walked in several passes pull in some of the next block ([`PULLED_ROWS`]) where
+/// Row blocks walked in several passes pull in some of the next block ([`PULLED_SHARE`]) where
 /// the space is larger than the last-level cache, and are then smaller, to leave room for it;
 /// from the last-level cache the pulls would only cost their instructions (ATAX on two
 /// threads at 2048² f32: 236–263 µs a run → 282–291 pulling), and there the blocks are larger
@@ -293,7 +294,7 @@ fn tile<T>(kernel: &KernelPlan, caches: &Caches, prefetch_ahead: bool) -> Tile {
         Space::Vector(len) => Tile {
             rows: 1,
             cols: (run_bytes(caches) / size).min(len).max(1),
-            pull: false,
+            pulled: 0,
             step_ahead: false,
             stream,
         },
@@ -318,10 +319,14 @@ fn tile<T>(kernel: &KernelPlan, caches: &Caches, prefetch_ahead: bool) -> Tile {
                     (run, (bytes / (kept * size)).clamp(loops::ROWS, MAX_TILE_ROWS))
                 }
             };
+            let rows = (rows / loops::ROWS * loops::ROWS).min(all.next_multiple_of(loops::ROWS).max(loops::ROWS));
             Tile {
-                rows: (rows / loops::ROWS * loops::ROWS).min(all.next_multiple_of(loops::ROWS).max(loops::ROWS)),
+                rows,
                 cols: run,
-                pull,
+                pulled: match pull {
+                    true => pulled_rows(caches, rows * cols * size),
+                    false => 0,
+                },
                 step_ahead: prefetch_ahead
                     && out_of_cache
                     && kernel.walks == 1
@@ -334,17 +339,28 @@ fn tile<T>(kernel: &KernelPlan, caches: &Caches, prefetch_ahead: bool) -> Tile {
 }
 
 /// Of each step's rows, how many counterparts in the next row block the walks after the
-/// first over a block pull into cache between them: a quarter. The first walk reads the block
-/// from memory and the hardware's prefetchers keep up with it; the later walks read it from
-/// cache while memory would idle, and a few of the next block's rows keep it busy. More is
-/// worse: the pulls then compete with the block read again, and the next block's first walk
-/// restarts the prefetchers on the rest anyway. ATAX on two threads (one process, the plans
-/// in turn, medians of each round's unfused time over the fused; Zen 5, L2 1 MiB, L3 32
-/// MiB; runs of whole rows): at 8192² f32 in AVX2, 1.57 without pulling, 1.67 with two rows
-/// of eight, 1.54 with three, 1.52 with four; f64 1.60, 1.62, 1.54, 1.49; f32 in AVX-512
-/// 1.72 → 1.80; at 4096² f32, 1.76 → 1.83. Half of each step's rows pulled in by each walk,
-/// as before, gave 1.74 where none gave 1.72 (runs of 4096 columns).
-const PULLED_ROWS: usize = loops::ROWS / 4;
+/// first over a block pull into cache between them: as many as make [`PULLED_SHARE`] of the
+/// second-level cache, one at least. The first walk reads the block from memory and the
+/// hardware's prefetchers keep up with it; the later walks read it from cache while memory
+/// would idle, and a few of the next block's rows keep it busy. More is worse: the pulls then
+/// compete with the block read again, and the next block's first walk restarts the
+/// prefetchers on the rest anyway.
+fn pulled_rows(caches: &Caches, block_bytes: usize) -> usize {
+    (loops::ROWS * (caches.second / PULLED_SHARE) / block_bytes.max(1)).clamp(1, loops::ROWS)
+}
+
+/// The share of the second-level cache that the walks after the first over a row block pull
+/// in of the next ([`pulled_rows`]): a sixteenth, the best of the counts measured on two CPUs
+/// with blocks of 256 KiB. ATAX on two threads, the plans in turn, medians of each round's
+/// unfused time over the fused. Zen 5 (L2 1 MiB, L3 32 MiB; runs of whole rows, blocks of 8
+/// rows): at 8192² f32 in AVX2 (256 KiB blocks), 1.57 pulling none, 1.67 two rows of eight
+/// (64 KiB), 1.54 three, 1.52 four; f32 in AVX-512 1.72 → 1.80; at 4096² f32, 1.76 → 1.83; f64
+/// (512 KiB blocks, of which a sixteenth of the L2 is one row) 1.60 none, 1.62 two, 1.54 three,
+/// 1.49 four. Xeon (L2 2 MiB; fuse bench, builds alternating, µs a run): at 8192² f32 in AVX2,
+/// 9004–9693 pulling two rows of eight, 8310–9036 four (128 KiB; four the faster in each of
+/// seven pairs); in AVX-512 9008–9367 → 8938–9087 (four pairs); at 4096² f32 (16-row blocks)
+/// 1644–1885 → 1539–1741; at 8192² f64 (512 KiB) two rows and four the same, 19.0–19.6 ms.
+const PULLED_SHARE: usize = 16;
 
 /// The run length that splits `cols` into runs of at most `most` elements, all but the last
 /// the same length, a multiple of [`RUN_ALIGN`]: 8192 f64 in runs of at most 6144 (an L1d of
@@ -371,10 +387,13 @@ pub(crate) fn layout<T>(kernel: &KernelPlan, threads: usize, prefetch_ahead: boo
         2 => ", each tile walked twice (its row sums finished in the first walk)".to_string(),
         n => format!(", each tile walked {n} times (row sums finished in earlier walks)"),
     };
-    let pulls = match (tile.pull, tile.step_ahead) {
-        (true, _) => ", the walks after the first pulling some of the next row block into cache",
-        (_, true) => ", each step prefetching the rows of the next",
-        _ => "",
+    let pulls = match (tile.pulled, tile.step_ahead) {
+        (0, true) => ", each step prefetching the rows of the next".to_string(),
+        (0, false) => String::new(),
+        (n, _) => format!(
+            ", the walks after the first pulling {n} of each step's {} rows of the next row block into cache",
+            loops::ROWS
+        ),
     };
     let backward = match kernel.backward {
         true => ", from the last rows (those the pass before left in cache)",
@@ -540,7 +559,7 @@ impl<'a, T: Real> Shared<'_, 'a, T> {
     }
 
     /// What the walk of `pass` over the row block from row `r0` pulls in of the next block
-    /// where the tile pulls: [`PULLED_ROWS`] of every step's rows, shared between the walks
+    /// where the tile pulls: its [`Tile::pulled`] of every step's rows, shared between the walks
     /// after the first; nothing outside the part's rows, `start .. end`. Going backward the
     /// next block is the one before, and whole (only a part's last block may be short).
     fn next_block(&self, pass: usize, (start, end): (usize, usize), r0: usize) -> NextBlock {
@@ -552,10 +571,10 @@ impl<'a, T: Real> Shared<'_, 'a, T> {
         if self.tile.step_ahead {
             return STEP_AHEAD;
         }
-        if !self.tile.pull || last || pass == 0 {
+        if self.tile.pulled == 0 || last || pass == 0 {
             return NextBlock::NONE;
         }
-        let share = |p: usize| (p - 1) * PULLED_ROWS / (passes - 1);
+        let share = |p: usize| (p - 1) * self.tile.pulled / (passes - 1);
         NextBlock {
             rows: if self.kernel.backward {
                 -(rows as isize)
@@ -1028,7 +1047,8 @@ mod tests {
     /// Tiles and runs follow the caches: the development machine's (L1d 32 KiB, L2 1 MiB) give
     /// the sizes measured there; a second level twice as large holds tiles of twice the rows,
     /// a first level half again as large longer runs; and a 2-vCPU machine shown a 480 MiB
-    /// cache walks a 256 MiB ATAX as out of cache, in whole rows, pulling in the next row block.
+    /// cache walks a 256 MiB ATAX as out of cache, in whole rows, pulling in the next row block
+    /// (a sixteenth of the L2 of it).
     #[test]
     fn tiles_and_runs_are_shaped_by_the_caches() {
         let epyc = Caches::new(32 << 10, 1 << 20, 32 << 20, 2);
@@ -1049,17 +1069,20 @@ mod tests {
         );
         let mut atax = first_calls_in_one_kernel("atax", 2);
         atax.space = Space::Matrix(8192, 8192);
-        assert!(
-            tile::<f32>(&atax, &xeon, true).pull,
-            "256 MiB is out of a 2-vCPU share of 480 MiB"
+        assert_eq!(
+            tile::<f32>(&atax, &xeon, true).pulled,
+            4,
+            "256 MiB is out of a 2-vCPU share of 480 MiB: 128 KiB of the next 8-row block pulled"
         );
+        assert_eq!(tile::<f32>(&atax, &epyc, true).pulled, 2, "64 KiB of the next 256 KiB");
+        assert_eq!(tile::<f64>(&atax, &epyc, true).pulled, 1, "one row at least");
         assert_eq!(
             tile::<f32>(&atax, &xeon, false).cols,
             8192,
             "read from memory: whole rows"
         );
         atax.space = Space::Matrix(512, 8192);
-        assert!(!tile::<f32>(&atax, &xeon, true).pull, "16 MiB is in it");
+        assert_eq!(tile::<f32>(&atax, &xeon, true).pulled, 0, "16 MiB is in it");
         assert_eq!(
             tile::<f32>(&atax, &xeon, true).cols,
             4096,
@@ -1115,13 +1138,13 @@ mod tests {
             for (rows, cols, large) in [(side, side, true), (side / 2, side, false), (8, 1000, false)] {
                 kernel.space = Space::Matrix(rows, cols);
                 let tile = tile::<f32>(&kernel, &Caches::here(), true);
-                assert_eq!(tile.pull, large && passes > 1, "{name} at {rows} × {cols}");
+                assert_eq!(tile.pulled > 0, large && passes > 1, "{name} at {rows} × {cols}");
                 assert_eq!(tile.step_ahead, large && ahead, "{name} at {rows} × {cols}");
                 let text = layout::<f32>(&kernel, 2, true);
-                assert_eq!(text.contains("pulling"), tile.pull, "{name} at {rows} × {cols}");
+                assert_eq!(text.contains("pulling"), tile.pulled > 0, "{name} at {rows} × {cols}");
                 assert_eq!(text.contains("prefetching"), tile.step_ahead, "{name}: {text}");
                 let text = layout::<f32>(&kernel, 2, false);
-                assert_eq!(text.contains("pulling"), tile.pull, "{name}: {text}");
+                assert_eq!(text.contains("pulling"), tile.pulled > 0, "{name}: {text}");
                 assert!(!text.contains("prefetching"), "{name}: {text}");
             }
         }
@@ -1154,10 +1177,10 @@ mod tests {
                 let kernel = &fused.prepared.kernels[0];
                 assert_eq!(kernel.passes, 2);
                 let pulls = match precision {
-                    Precision::F32 => tile::<f32>(kernel, &Caches::here(), false).pull,
-                    Precision::F64 => tile::<f64>(kernel, &Caches::here(), false).pull,
+                    Precision::F32 => tile::<f32>(kernel, &Caches::here(), false).pulled,
+                    Precision::F64 => tile::<f64>(kernel, &Caches::here(), false).pulled,
                 };
-                assert!(pulls, "{precision} at {sizes}");
+                assert!(pulls > 0, "{precision} at {sizes}");
                 let got = fused.run(&inputs).unwrap();
                 let error = relative_error(&got["y"].to_f64(), &want["y"].to_f64());
                 let tolerance = match precision {

@@ -112,7 +112,7 @@ impl<'a, T> Lines<'a, T> {
 /// goes. Where a block of whole rows is walked twice (ATAX: its row sums, then its column sums
 /// once they are finished), the second walk reads the cache and memory would idle through it;
 /// it pulls in a few of the next block's rows instead, so that memory stays busy (how many:
-/// `exec::PULLED_ROWS`).
+/// `exec::pulled_rows`).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Ahead {
     /// Elements from a row to its counterpart in the next block (before it, going backward).
