@@ -35,6 +35,8 @@ pub(crate) struct Caches {
     /// The last-level cache a run can count on: the CPU's, at most [`LAST_LEVEL_PER_THREAD`]
     /// for each thread fuse runs.
     pub(crate) last: usize,
+    /// The last-level cache the CPU shows.
+    pub(crate) shown: usize,
 }
 
 impl Caches {
@@ -54,9 +56,24 @@ impl Caches {
             first,
             second,
             last: usable.max(second),
+            shown: last,
         }
     }
+
+    /// Whether a kernel of `bytes` is beyond the cache a run counts on, but no more than
+    /// [`PARTLY_CACHED_SHARE`] of the cache the CPU shows, so that a run after other work may
+    /// still find part of its data there.
+    pub(crate) fn partly_cached(&self, bytes: u64) -> bool {
+        bytes > self.last as u64 && bytes <= (self.shown / PARTLY_CACHED_SHARE) as u64
+    }
 }
+
+/// The share of the last-level cache a CPU shows that a kernel beyond the cache a run counts on
+/// may be and still find part of its data there after other work: a half. On the 2-vCPU Xeon
+/// shown 480 MiB (benches/results/cpu-peers-2026-12-04b-xeon), walks of up to 128 MiB ran
+/// faster or alike prefetching each step's next rows in software, where walks of 256 MiB,
+/// out of the cache as any other machine's, ran slower.
+const PARTLY_CACHED_SHARE: usize = 2;
 
 /// Bytes of the largest data cache of the CPU, read once.
 pub(crate) fn last_level_bytes() -> usize {
@@ -139,6 +156,18 @@ mod tests {
             4 << 20,
             "never below L2"
         );
+    }
+
+    /// Beyond the cache a run counts on, part of a kernel's data may still be in a larger cache
+    /// that the CPU shows; only where the CPU shows one.
+    #[test]
+    fn kernels_beyond_a_runs_cache_are_partly_cached_only_in_a_larger_one() {
+        let xeon = Caches::new(48 << 10, 2 << 20, 480 << 20, 2);
+        assert!(!xeon.partly_cached(32 << 20), "the cache a run counts on");
+        assert!(xeon.partly_cached(64 << 20) && xeon.partly_cached(128 << 20));
+        assert!(!xeon.partly_cached(256 << 20), "more than half of 480 MiB");
+        let epyc = Caches::new(32 << 10, 1 << 20, 32 << 20, 2);
+        assert!(!(1..=512).any(|mib| epyc.partly_cached(mib << 20)));
     }
 
     #[test]

@@ -99,15 +99,21 @@ pub fn calibrate(library: &Library, budget: Budget, progress: &mut dyn FnMut(Ste
     let mut routines = Vec::new();
     let mut notes = Vec::new();
     step(3, "prefetching ahead");
-    let bytes = (2 * Caches::here().last).max(PREFETCH_MIN_BYTES);
-    let rows = (bytes / (PREFETCH_COLS * 4)).min(PREFETCH_MAX_ROWS);
-    let prefetch_ahead = match prefetch_ahead(library, rows, budget.routine_reps.clamp(3, PREFETCH_REPS)) {
-        Ok(ahead) => Some(ahead),
-        Err(e) => {
-            notes.push(format!("prefetching ahead not measured: {e}"));
-            None
+    let caches = Caches::here();
+    let mut prefetch = |matrix_bytes: usize, what: &str| {
+        let rows = (matrix_bytes / (PREFETCH_COLS * 4)).min(PREFETCH_MAX_ROWS);
+        match prefetch_ahead(library, rows, budget.routine_reps.clamp(3, PREFETCH_REPS)) {
+            Ok(ahead) => Some(ahead),
+            Err(e) => {
+                notes.push(format!("prefetching ahead {what} not measured: {e}"));
+                None
+            }
         }
     };
+    // Past what may be partly in cache, where a machine has that much.
+    let far_bytes = (2 * caches.last).max(PREFETCH_MIN_BYTES).max(caches.shown / 4);
+    let prefetch_ahead = prefetch(far_bytes, "out of cache");
+    let prefetch_near = near_matrix_bytes(&caches).and_then(|bytes| prefetch(bytes, "partly in cache"));
     for (k, (f, precision)) in functions.iter().enumerate() {
         let name = format!("{}{}", precision.prefix(), f.name);
         if budget.seconds.is_some_and(|s| start.elapsed().as_secs_f64() > s) {
@@ -137,6 +143,7 @@ pub fn calibrate(library: &Library, budget: Budget, progress: &mut dyn FnMut(Ste
             atomic_cost: 1.0,
             warp_instructions_per_us: None,
             prefetch_ahead,
+            prefetch_near,
         },
         routines,
         origin: String::new(),
@@ -152,7 +159,8 @@ pub fn to_yaml(table: &TimingTable, budget: Budget) -> String {
          # {}: copy bandwidth {:.1} GB/s (bytes read + written by a parallel streaming copy of {} MiB arrays),\n\
          # arithmetic peak {:.0} / {:.0} GFLOP/s (f32 / f64), a parallel section {:.1} µs, and the compute\n\
          # time of each library function on data in cache (ns per 32-element or 32×32 instance);\n\
-         # `prefetch_ahead`: whether walks out of cache ran faster prefetching rows in software.\n\
+         # `prefetch_ahead`: whether walks out of cache ran faster prefetching rows in software;\n\
+         # `prefetch_near`: the same for walks part of whose data a larger cache the CPU shows still held.\n\
          # `sms` is the number of threads the backend runs on; `cpu` the key of the CPUs it is used on.\n{body}",
         budget.by,
         table.device.name,
@@ -195,6 +203,14 @@ const PREFETCH_MIN_BYTES: usize = 128 << 20;
 /// Rows of them at most: 256 MiB a matrix, so that a machine with a vast cache still measures
 /// in a second.
 const PREFETCH_MAX_ROWS: usize = 16384;
+/// Bytes of each of the prefetching measurement's two matrices where part of a kernel's data
+/// may still be in a larger cache than a run counts on ([`Caches::partly_cached`]): one and a
+/// half times that cache each, so that each is out of it and the two together in the range;
+/// none where the range is narrower than that.
+fn near_matrix_bytes(caches: &Caches) -> Option<usize> {
+    let bytes = caches.last + caches.last / 2;
+    caches.partly_cached(2 * bytes as u64).then_some(bytes)
+}
 /// How much slower prefetching ahead may run before it is switched off: less is noise.
 const PREFETCH_MARGIN: f64 = 0.02;
 
@@ -549,6 +565,22 @@ mod tests {
     fn prefetching_ahead_is_measured_on_one_gesummv_kernel() {
         let library = Library::builtin().unwrap();
         prefetch_ahead(&library, 64, 3).unwrap();
+    }
+
+    /// Only a CPU that shows a cache well beyond what a run counts on measures prefetching
+    /// into it: the Xeon's 2 vCPUs shown 480 MiB, on two matrices of 48 MiB; not the EPYC's 32.
+    #[test]
+    fn prefetching_partly_in_cache_is_measured_where_the_cache_shown_is_larger() {
+        assert_eq!(
+            near_matrix_bytes(&Caches::new(48 << 10, 2 << 20, 480 << 20, 2)),
+            Some(48 << 20)
+        );
+        assert_eq!(near_matrix_bytes(&Caches::new(32 << 10, 1 << 20, 32 << 20, 2)), None);
+        assert_eq!(
+            near_matrix_bytes(&Caches::new(32 << 10, 1 << 20, 96 << 20, 2)),
+            None,
+            "48 MiB half"
+        );
     }
 
     #[test]

@@ -23,6 +23,7 @@ use fuse_core::formula::Diagonals;
 use super::cache::Caches;
 use super::eval::{self, EndsTile, Loc, Locs, NextBlock, Piece, Scope, Seg};
 use super::loops::{End, Store};
+use super::measured::Prefetch;
 use super::memory::{split_rows, Local, View, ViewMut};
 use super::norm::Norm;
 use super::prepare::{KernelPlan, Op, Prepared, SharedRows, Space};
@@ -194,7 +195,7 @@ impl KernelRun<'_> {
             kernel: self.kernel,
             locs: &locs,
             dests: &dests,
-            tile: tile::<T>(self.kernel, &Caches::here(), self.prepared.prefetch_ahead),
+            tile: tile::<T>(self.kernel, &Caches::here(), self.prepared.prefetch),
             threads: self.threads,
         };
         let partials = shared.run_parts(&mut parted);
@@ -286,8 +287,9 @@ impl KernelRun<'_> {
 /// from the last-level cache the pulls would only cost their instructions (ATAX on two
 /// threads at 2048² f32: 236–263 µs a run → 282–291 pulling), and there the blocks are larger
 /// ([`cached_block_bytes`]). All the sizes follow `caches`. Prefetching each step's next rows
-/// in software runs only where `prefetch_ahead` (this CPU's measurement) says so.
-fn tile<T>(kernel: &KernelPlan, caches: &Caches, prefetch_ahead: bool) -> Tile {
+/// in software runs only where `prefetch` (this CPU's measurement) says so for a kernel of its
+/// bytes: part of them still in a larger cache the CPU shows, or none.
+fn tile<T>(kernel: &KernelPlan, caches: &Caches, prefetch: Prefetch) -> Tile {
     let size = mem::size_of::<T>();
     let stream = kernel.bytes > (caches.last / STREAM_SHARE) as u64;
     match kernel.space {
@@ -327,8 +329,10 @@ fn tile<T>(kernel: &KernelPlan, caches: &Caches, prefetch_ahead: bool) -> Tile {
                     true => pulled_rows(caches, rows * cols * size),
                     false => 0,
                 },
-                step_ahead: prefetch_ahead
-                    && out_of_cache
+                step_ahead: match caches.partly_cached(kernel.bytes) {
+                    true => prefetch.near,
+                    false => prefetch.far,
+                } && out_of_cache
                     && kernel.walks == 1
                     && !kernel.backward
                     && kernel.shared_rows.is_empty(),
@@ -371,8 +375,8 @@ fn even_runs(cols: usize, most: usize) -> usize {
 }
 
 /// How `kernel` runs, in one line: threads, parts, tiles and walks over each tile.
-pub(crate) fn layout<T>(kernel: &KernelPlan, threads: usize, prefetch_ahead: bool) -> String {
-    let tile = tile::<T>(kernel, &Caches::here(), prefetch_ahead);
+pub(crate) fn layout<T>(kernel: &KernelPlan, threads: usize, prefetch: Prefetch) -> String {
+    let tile = tile::<T>(kernel, &Caches::here(), prefetch);
     let (extent, per_tile, tiles) = match kernel.space {
         Space::Vector(len) => (len, tile.cols, format!("chunks of {} elements", tile.cols.min(len))),
         Space::Matrix(rows, _) => (
@@ -936,7 +940,7 @@ mod tests {
         ] {
             let kernel = first_calls_in_one_kernel(name, calls);
             assert_eq!(kernel.walks, want, "{name}");
-            let rows = tile::<f32>(&kernel, &Caches::here(), true).rows;
+            let rows = tile::<f32>(&kernel, &Caches::here(), Prefetch::both(true)).rows;
             assert_eq!(rows == WALK_ROWS, want == 1, "{name}: tiles of {rows} rows");
         }
     }
@@ -1057,7 +1061,7 @@ mod tests {
         let mut gemver = first_calls_in_one_kernel("gemver", 3);
         gemver.space = Space::Matrix(8192, 8192);
         let shape = |caches: &Caches| {
-            let tile = tile::<f32>(&gemver, caches, true);
+            let tile = tile::<f32>(&gemver, caches, Prefetch::both(true));
             (tile.rows, tile.cols)
         };
         assert_eq!(shape(&epyc), (8, 4096), "16 KiB runs of 8 rows in 128 KiB");
@@ -1070,45 +1074,68 @@ mod tests {
         let mut atax = first_calls_in_one_kernel("atax", 2);
         atax.space = Space::Matrix(8192, 8192);
         assert_eq!(
-            tile::<f32>(&atax, &xeon, true).pulled,
+            tile::<f32>(&atax, &xeon, Prefetch::both(true)).pulled,
             4,
             "256 MiB is out of a 2-vCPU share of 480 MiB: 128 KiB of the next 8-row block pulled"
         );
-        assert_eq!(tile::<f32>(&atax, &epyc, true).pulled, 2, "64 KiB of the next 256 KiB");
-        assert_eq!(tile::<f64>(&atax, &epyc, true).pulled, 1, "one row at least");
         assert_eq!(
-            tile::<f32>(&atax, &xeon, false).cols,
+            tile::<f32>(&atax, &epyc, Prefetch::both(true)).pulled,
+            2,
+            "64 KiB of the next 256 KiB"
+        );
+        assert_eq!(
+            tile::<f64>(&atax, &epyc, Prefetch::both(true)).pulled,
+            1,
+            "one row at least"
+        );
+        assert_eq!(
+            tile::<f32>(&atax, &xeon, Prefetch::both(false)).cols,
             8192,
             "read from memory: whole rows"
         );
         atax.space = Space::Matrix(512, 8192);
-        assert_eq!(tile::<f32>(&atax, &xeon, true).pulled, 0, "16 MiB is in it");
         assert_eq!(
-            tile::<f32>(&atax, &xeon, true).cols,
+            tile::<f32>(&atax, &xeon, Prefetch::both(true)).pulled,
+            0,
+            "16 MiB is in it"
+        );
+        assert_eq!(
+            tile::<f32>(&atax, &xeon, Prefetch::both(true)).cols,
             4096,
             "in cache: runs of 24 KiB at most"
         );
         let mut gesummv = first_calls_in_one_kernel("gesummv", 2);
         gesummv.space = Space::Matrix(8192, 8192);
-        assert!(tile::<f32>(&gesummv, &xeon, true).step_ahead);
+        assert!(tile::<f32>(&gesummv, &xeon, Prefetch::both(true)).step_ahead);
         assert!(
-            !tile::<f32>(&gesummv, &xeon, false).step_ahead,
+            !tile::<f32>(&gesummv, &xeon, Prefetch::both(false)).step_ahead,
             "as this CPU's table measured"
         );
-        assert!(!layout::<f32>(&gesummv, 2, false).contains("prefetching"));
+        assert!(!layout::<f32>(&gesummv, 2, Prefetch::both(false)).contains("prefetching"));
+        // Where part of them may be in the 480 MiB the Xeon shows, as its table measured there.
+        let near = Prefetch { near: true, far: false };
+        for (side, ahead) in [(4096, true), (8192, false)] {
+            gesummv.space = Space::Matrix(side, side);
+            gesummv.bytes = 2 * (side * side * 4) as u64;
+            assert_eq!(tile::<f32>(&gesummv, &xeon, near).step_ahead, ahead, "{side}²");
+        }
         let mut sgemv = first_calls_in_one_kernel("gesummv", 2);
         sgemv.space = Space::Matrix(8192, 8192);
         assert_eq!(
-            tile::<f32>(&sgemv, &epyc, true).cols,
+            tile::<f32>(&sgemv, &epyc, Prefetch::both(true)).cols,
             8192,
             "runs of 32 KiB: whole rows"
         );
         assert_eq!(
-            tile::<f64>(&sgemv, &xeon, true).cols,
+            tile::<f64>(&sgemv, &xeon, Prefetch::both(true)).cols,
             4096,
             "two even runs of at most 48 KiB"
         );
-        assert_eq!(tile::<f32>(&sgemv, &xeon, true).cols, 8192, "whole rows of 32 KiB");
+        assert_eq!(
+            tile::<f32>(&sgemv, &xeon, Prefetch::both(true)).cols,
+            8192,
+            "whole rows of 32 KiB"
+        );
     }
 
     #[test]
@@ -1137,13 +1164,13 @@ mod tests {
             assert_eq!(kernel.passes, passes, "{name}");
             for (rows, cols, large) in [(side, side, true), (side / 2, side, false), (8, 1000, false)] {
                 kernel.space = Space::Matrix(rows, cols);
-                let tile = tile::<f32>(&kernel, &Caches::here(), true);
+                let tile = tile::<f32>(&kernel, &Caches::here(), Prefetch::both(true));
                 assert_eq!(tile.pulled > 0, large && passes > 1, "{name} at {rows} × {cols}");
                 assert_eq!(tile.step_ahead, large && ahead, "{name} at {rows} × {cols}");
-                let text = layout::<f32>(&kernel, 2, true);
+                let text = layout::<f32>(&kernel, 2, Prefetch::both(true));
                 assert_eq!(text.contains("pulling"), tile.pulled > 0, "{name} at {rows} × {cols}");
                 assert_eq!(text.contains("prefetching"), tile.step_ahead, "{name}: {text}");
-                let text = layout::<f32>(&kernel, 2, false);
+                let text = layout::<f32>(&kernel, 2, Prefetch::both(false));
                 assert_eq!(text.contains("pulling"), tile.pulled > 0, "{name}: {text}");
                 assert!(!text.contains("prefetching"), "{name}: {text}");
             }
@@ -1177,8 +1204,8 @@ mod tests {
                 let kernel = &fused.prepared.kernels[0];
                 assert_eq!(kernel.passes, 2);
                 let pulls = match precision {
-                    Precision::F32 => tile::<f32>(kernel, &Caches::here(), false).pulled,
-                    Precision::F64 => tile::<f64>(kernel, &Caches::here(), false).pulled,
+                    Precision::F32 => tile::<f32>(kernel, &Caches::here(), Prefetch::both(false)).pulled,
+                    Precision::F64 => tile::<f64>(kernel, &Caches::here(), Prefetch::both(false)).pulled,
                 };
                 assert!(pulls > 0, "{precision} at {sizes}");
                 let got = fused.run(&inputs).unwrap();
@@ -1217,7 +1244,7 @@ mod tests {
             let first = &fused.prepared.kernels[0];
             assert_eq!(first.streamable.len(), 1, "{name}");
             assert!(
-                layout::<f32>(first, 2, true).contains("past the caches"),
+                layout::<f32>(first, 2, Prefetch::both(true)).contains("past the caches"),
                 "{name} at {sizes}"
             );
             let mut inputs = Bindings::new();

@@ -1,6 +1,6 @@
 //! Where the timing table measured on this CPU is (named by [`ENV`], else installed in the
 //! cache for the CPU's key, where [`CALIBRATE_ENV`] allows), and what the kernels themselves
-//! take from it: whether walks out of cache prefetch in software ([`prefetch_ahead`]). A leaf
+//! take from it: whether walks out of cache prefetch in software ([`prefetch`]). A leaf
 //! below both the kernels and the table selection ([`super::timings`]), which calibrates.
 
 use std::path::Path;
@@ -47,12 +47,39 @@ pub(crate) fn file_stem(key: &CpuKey) -> String {
     )
 }
 
+/// Whether walks through a matrix beyond the cache a run counts on prefetch each step's next
+/// rows in software: where part of a kernel's data may still be in a larger cache the CPU shows
+/// ([`Caches::partly_cached`](super::cache::Caches::partly_cached)), and where it is out of
+/// every cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Prefetch {
+    pub(crate) near: bool,
+    pub(crate) far: bool,
+}
+
+impl Prefetch {
+    /// The same choice for both.
+    pub(crate) const fn both(ahead: bool) -> Prefetch {
+        Prefetch {
+            near: ahead,
+            far: ahead,
+        }
+    }
+}
+
 /// Whether walks out of cache prefetch each step's next rows in software on this CPU: as the
 /// table measured here says, read once a process; yes where none says otherwise (the shipped
-/// tables and the estimate say nothing, and the kernels were tuned with it on).
-pub(crate) fn prefetch_ahead() -> bool {
-    static AHEAD: OnceLock<bool> = OnceLock::new();
-    *AHEAD.get_or_init(|| measured_here().and_then(|t| t.model.prefetch_ahead).unwrap_or(true))
+/// tables and the estimate say nothing, and the kernels were tuned with it on), and near as
+/// far where the table measured only far (where the CPU shows no larger cache, or an older
+/// table).
+pub(crate) fn prefetch() -> Prefetch {
+    static PREFETCH: OnceLock<Prefetch> = OnceLock::new();
+    *PREFETCH.get_or_init(|| {
+        let model = measured_here().map(|t| t.model);
+        let far = model.as_ref().and_then(|m| m.prefetch_ahead).unwrap_or(true);
+        let near = model.as_ref().and_then(|m| m.prefetch_near).unwrap_or(far);
+        Prefetch { near, far }
+    })
 }
 
 /// The table named by [`ENV`], else the one installed for this CPU, if either reads.

@@ -125,7 +125,7 @@ impl FusedPlan {
         let program = program.into();
         SimdLevel::shared()?;
         let mut prepared = prepare::prepare(&program, sizes, plan)?;
-        prepared.prefetch_ahead = measured::prefetch_ahead();
+        prepared.prefetch = measured::prefetch();
         Ok(FusedPlan {
             prepared,
             inline: program.compulsory_bytes(sizes) < INLINE_BYTES,
@@ -145,7 +145,7 @@ impl FusedPlan {
     /// The same plan with its walks out of cache prefetching each step's next rows in software
     /// or not, whatever this CPU's timing table says (what calibration compares).
     pub fn with_prefetch_ahead(mut self, ahead: bool) -> Self {
-        self.prepared.prefetch_ahead = ahead;
+        self.prepared.prefetch = measured::Prefetch::both(ahead);
         self
     }
 
@@ -311,8 +311,8 @@ impl Layout for FusedPlan {
         let kernel = &self.prepared.kernels[index];
         let threads = self.threads.count();
         match self.program.precision {
-            Precision::F32 => exec::layout::<f32>(kernel, threads, self.prepared.prefetch_ahead),
-            Precision::F64 => exec::layout::<f64>(kernel, threads, self.prepared.prefetch_ahead),
+            Precision::F32 => exec::layout::<f32>(kernel, threads, self.prepared.prefetch),
+            Precision::F64 => exec::layout::<f64>(kernel, threads, self.prepared.prefetch),
         }
     }
 

@@ -18,6 +18,7 @@ use fuse_core::formula::{Diagonals, Expr, ReduceOp};
 use fuse_core::{Arg, CallId, HigherOrderKind, Plan, Program, Shape, Sizes, ValueId};
 
 use super::error::CpuError;
+use super::measured::Prefetch;
 use super::stage::{Role, Stage};
 
 /// What a call computes, as the executor runs it.
@@ -136,8 +137,8 @@ pub(crate) struct Prepared {
     /// The row length of each value that is a matrix (1 for the others), by value.
     pub row_lens: Vec<usize>,
     /// Whether walks through a matrix out of cache prefetch each step's next rows in software
-    /// (what this CPU's timing table measured; see `Model::prefetch_ahead`).
-    pub prefetch_ahead: bool,
+    /// (what this CPU's timing table measured; see `Model::prefetch_ahead`, `prefetch_near`).
+    pub prefetch: Prefetch,
 }
 
 /// Checks `plan` against `program` and lowers it.
@@ -181,7 +182,7 @@ pub(crate) fn prepare(program: &Program, sizes: &Sizes, plan: &Plan) -> Result<P
         slots,
         slot_lens,
         row_lens,
-        prefetch_ahead: true,
+        prefetch: Prefetch::both(true),
     })
 }
 
