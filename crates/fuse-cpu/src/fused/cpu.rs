@@ -42,12 +42,13 @@ pub(crate) fn f32_lanes(isa: &str) -> u32 {
 /// `key` in words.
 pub fn describe(key: &CpuKey) -> String {
     format!(
-        "{}, L1d {}, L2 {}, LLC {}, {} threads",
+        "{}, L1d {}, L2 {}, LLC {}, {} thread{}",
         key.isa,
         size(key.l1d_bytes),
         size(key.l2_bytes),
         size(key.llc_bytes),
-        key.threads
+        key.threads,
+        if key.threads == 1 { "" } else { "s" }
     )
 }
 
@@ -69,4 +70,28 @@ pub fn cpu_model() -> String {
             (key.trim() == "model name").then(|| value.trim().to_string())
         })
         .unwrap_or_else(|| "unknown CPU".to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_key_in_words_names_its_caches_and_threads() {
+        let key = |threads| CpuKey {
+            isa: "avx2+fma".to_string(),
+            l1d_bytes: 48 << 10,
+            l2_bytes: 2 << 20,
+            llc_bytes: 480 << 20,
+            threads,
+        };
+        assert_eq!(
+            describe(&key(1)),
+            "avx2+fma, L1d 48 KiB, L2 2 MiB, LLC 480 MiB, 1 thread"
+        );
+        assert_eq!(
+            describe(&key(2)),
+            "avx2+fma, L1d 48 KiB, L2 2 MiB, LLC 480 MiB, 2 threads"
+        );
+    }
 }
