@@ -120,10 +120,21 @@ fn run_cuda(args: &CalibrateArgs, library: &Library) -> Result<(), Failure> {
     let device = gpu::open(args.device)?;
     let options = CalibrateOptions::default();
     let bar = progress_bar(0);
+    let started = std::time::Instant::now();
     let calibration = gpu_calibrate::calibrate(&device, library, &options, &mut |step| {
         bar.set_length(step.total as u64);
         bar.set_position(step.done as u64);
         bar.set_message(step.what.to_string());
+        if bar.is_hidden() {
+            // Minutes of work with no terminal (a log): a line per step says where it is.
+            let seconds = started.elapsed().as_secs();
+            eprintln!(
+                "calibrating {} of {}: {} ({seconds} s)",
+                step.done + 1,
+                step.total,
+                step.what
+            );
+        }
     })
     .map_err(failure)?;
     bar.finish_and_clear();
