@@ -5,9 +5,10 @@
 # usage: bash scripts/gpu-check.sh [STAGE...]
 #
 # Stages, in order, with the seconds each is budgeted (about twice what each took on the H100 run
-# of 2026-11-22, bench grown by its new sizes and profiles):
+# of 2026-11-22, bench grown by its new sizes and profiles; selftest and calibrate by what they
+# took on the H200 run of 2026-12-04, where calibrate had not finished after 269 s):
 #   env        15  GPU, driver, libraries and tools found                       (nvidia-smi, fuse devices)
-#   selftest   30  the emulation test matrix on the GPU: 11 sequences, top-5 plans (+ unfused in
+#   selftest   50  the emulation test matrix on the GPU: 11 sequences, top-5 plans (+ unfused in
 #                  f64), sizes 67×45 1×300 300×1 257×513, outputs poisoned, f32 and f64
 #   bench     150  fuse bench --backend cuda: BLAS-2 at 2048², 4096², 8192² and 16384², BLAS-1 at 2²⁶
 #                  (JSON), and the profile of each BLAS-2 plan at 8192² (`fuse compile`: load
@@ -15,9 +16,6 @@
 #                  by the shipped table of this GPU where there is one, else the analytic estimate
 #   ncu       120  Nsight Compute on the same plans at 8192² / 2²⁶ (the profile that explains misses)
 #   peers     200  scripts/peers.py: PyTorch eager, torch.compile, JAX jit at the same sizes
-#   calibrate 110  fuse calibrate: the timing table of this GPU (installed for the later stages and
-#                  copied to library/timings/<gpu>.yaml, to be committed as the shipped table)
-#   tune      120  fuse tune --top 10 at every bench size: prediction accuracy (paper Table 4)
 #   sanitize   60  compute-sanitizer memcheck and racecheck on the plan chosen for 8192² / 2²⁶,
 #                  run at small odd sizes
 #   solver    120  the BiCG example (target/release/examples/bicg, data resident on the GPU) at
@@ -27,8 +25,8 @@
 #                  (bytes crossing to and from the device per iteration: scalars only)
 #   python    120  fuseblas on the GPU: the wheel carried in target/wheels (pip wheel
 #                  ./crates/fuse-python -w target/wheels, a release build: tests/run leaves
-#                  its dev build there, which is tested but not timed) installed in a venv beside this
-#                  Python's PyTorch, its DLPack tests (PyTorch CUDA tensors read in place,
+#                  its dev build there, which is tested but not timed) installed beside this
+#                  Python's PyTorch (on PYTHONPATH), its DLPack tests (PyTorch CUDA tensors read in place,
 #                  outputs taken back without a copy) under FUSE_TEST_CUDA=1, and
 #                  benches/python-peers.py --device cuda (fuseblas from Python against PyTorch
 #                  eager, torch.compile and jax.jit at 2048² and 8192²), the BiCG example
@@ -36,15 +34,21 @@
 #                  bicg, bicgstab and gmres against cupyx.scipy.sparse.linalg (cg, gmres) and
 #                  PyTorch loops (cg, bicg) at 2048² and 8192² f64, ms and bytes to the host
 #                  an iteration
+#   tune      120  fuse tune --top 10 at every bench size: prediction accuracy (paper Table 4) of
+#                  the table the plans are ranked by (shipped, calibrated earlier, or analytic)
+#   calibrate 400  fuse calibrate: the timing table of this GPU (installed for later runs and
+#                  copied to library/timings/<gpu>.yaml, to be committed as the shipped table)
 # and, after every stage, the report: benches/results/<gpu>-<date>.md (scripts/report.py).
 #
 # Without arguments it runs every stage not done yet, in this order — the numbers the open
-# issues ask for first — skipping any whose budget no longer fits in the call's time
+# issues ask for first, the slow calibration last — skipping any whose budget no longer fits in the call's time
 # (GPU_CHECK_BUDGET seconds, default 540: one 10-minute call of the device tool, inside a lease of
 # 15 minutes), so the same command run again continues with what is left. `--plan` prints which
 # stages each call runs where every stage takes its whole budget (they usually take half):
 #
-#   call 1: env selftest bench ncu peers      call 2: calibrate tune sanitize solver python
+#   call 1: env selftest bench ncu peers      call 2: sanitize solver python tune      call 3: calibrate
+#
+# (on the H200 the first call's stages took half their budgets and left time for the second's)
 #
 # Raw output goes to benches/results/<gpu>-<date>/ (one log or JSON per stage; the fuse caches
 # live there too, so a later call finds the calibrated table and tuned plans), and under $OUT, when
@@ -60,8 +64,8 @@ BICG=${BICG:-target/release/examples/bicg}
 PYTHON=${PYTHON:-python3}
 BUDGET=${GPU_CHECK_BUDGET:-540}
 START=$SECONDS
-ALL_STAGES=(env selftest bench ncu peers calibrate tune sanitize solver python)
-declare -A COST=([env]=15 [selftest]=30 [bench]=150 [ncu]=120 [peers]=200 [calibrate]=110 [tune]=120 [sanitize]=60 [solver]=120 [python]=120)
+ALL_STAGES=(env selftest bench ncu peers sanitize solver python tune calibrate)
+declare -A COST=([env]=15 [selftest]=50 [bench]=150 [ncu]=120 [peers]=200 [calibrate]=400 [tune]=120 [sanitize]=60 [solver]=120 [python]=120)
 # BiCG solver sizes and precisions (the resident-data stage).
 SOLVER_SIZES=(8192:f64 16384:f32)
 BLAS2=(atax bicgk sgemv sgemvt gemver gesummv madd)

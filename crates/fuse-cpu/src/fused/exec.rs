@@ -92,6 +92,17 @@ const MAX_TILE_ROWS: usize = 64;
 /// operands resolved, the row sums finished), which tall tiles spread (SGEMV at 1024² f32 on
 /// one thread: 67–68 µs a run in tiles of 32 rows, 62.5 in tiles of 128).
 const WALK_ROWS: usize = 128;
+/// Rows of a tile walked once backward ([`KernelPlan::backward`]) over a matrix in the
+/// last-level cache: a quarter of the second-level cache of them, 16 rows at least. Tiles are
+/// walked from the last, but each from its first rows: in tiles of [`WALK_ROWS`] the first one
+/// walked is as large as the L2 (rows of 16 KiB), and reading its oldest rows first evicts the
+/// rest before they are read, so the walk finds nothing of the pass before in the L2. SGEMVT's
+/// second pass on the 2-vCPU Xeon in AVX2, `fuse bench` µs, tiles of 128 rows against smaller:
+/// f64 2048² (32 MiB) 1118–1176 against 1075–1114 in 32 rows (seven rounds). Out of that cache
+/// (f64 and f32 at 4096², 8192²) smaller tiles were no faster, or 1–4 % slower.
+fn backward_walk_rows(caches: &Caches, row_bytes: usize) -> usize {
+    (caches.second / 4 / row_bytes.max(1)).clamp(2 * loops::ROWS, WALK_ROWS)
+}
 /// Parts per thread at most: a little slack for threads slowed by something else.
 const PARTS_PER_THREAD: usize = 4;
 /// Tiles (or chunks) of a part at least, beyond one part per thread: each part costs its
@@ -304,7 +315,13 @@ fn tile<T>(kernel: &KernelPlan, caches: &Caches, prefetch: Prefetch) -> Tile {
             let out_of_cache = all.saturating_mul(cols).saturating_mul(size) > caches.last;
             let pull = kernel.passes > 1 && out_of_cache;
             let (run, rows) = match kernel.walks {
-                1 => (even_runs(cols, walk_run_bytes(caches) / size), WALK_ROWS),
+                1 => {
+                    let rows = match kernel.backward && !out_of_cache {
+                        true => backward_walk_rows(caches, cols * size),
+                        false => WALK_ROWS,
+                    };
+                    (even_runs(cols, walk_run_bytes(caches) / size), rows)
+                }
                 _ => {
                     let run_bytes = if pull {
                         walk_run_bytes(caches)
@@ -1136,6 +1153,35 @@ mod tests {
             8192,
             "whole rows of 32 KiB"
         );
+    }
+
+    /// A walk backward over a matrix in the last-level cache goes in tiles of a quarter of the
+    /// L2, so that it starts on what the walk before left in the L2; out of that cache, and
+    /// forward, in tiles of `WALK_ROWS`.
+    #[test]
+    fn backward_walks_in_cache_go_in_tiles_of_a_quarter_of_the_l2() {
+        let xeon = Caches::new(48 << 10, 2 << 20, 480 << 20, 2);
+        let rows = |backward: bool, side: usize, size: usize| {
+            let mut sgemv = first_calls_in_one_kernel("sgemv", 1);
+            (sgemv.space, sgemv.backward) = (Space::Matrix(side, side), backward);
+            match size {
+                4 => tile::<f32>(&sgemv, &xeon, Prefetch::both(false)).rows,
+                _ => tile::<f64>(&sgemv, &xeon, Prefetch::both(false)).rows,
+            }
+        };
+        assert_eq!(
+            rows(true, 2048, 8),
+            32,
+            "32 MiB is in the 2-thread share: 512 KiB tiles"
+        );
+        assert_eq!(rows(true, 2048, 4), 64, "rows of 8 KiB");
+        assert_eq!(
+            rows(true, 512, 4),
+            WALK_ROWS,
+            "rows of 2 KiB: no taller than a walk's tile"
+        );
+        assert_eq!(rows(true, 4096, 8), WALK_ROWS, "128 MiB is out of it");
+        assert_eq!(rows(false, 2048, 8), WALK_ROWS, "forward");
     }
 
     #[test]
