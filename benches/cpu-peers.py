@@ -27,7 +27,7 @@ names OpenBLAS's `Haswell` kernels):
 
 f64 runs the same scripts with `precision: f64` and the d-prefixed functions (written to a
 temporary folder), against numpy in float64. The BLAS-1 sequences (vadd, waxpby, axpydot,
-sscal) at size N run on vectors of N² elements, as many as the matrices of the others.
+sscal, normalize) at size N run on vectors of N² elements, as many as the matrices of the others.
 """
 import argparse
 import json
@@ -66,9 +66,10 @@ SEQUENCES = {
     "axpydot": (lambda d: axpydot(d, lambda z, u: z @ u)),
     "sscal": (lambda d: d["alpha"] * d["x"]),
     "bicgstab": (lambda d: bicgstab(d)),
+    "normalize": (lambda d: d["x"] / np.linalg.norm(d["x"])),
 }
 # The BLAS-1 sequences: at "size" N they run on vectors of N² elements, as many as a matrix.
-BLAS1 = ("vadd", "waxpby", "axpydot", "sscal")
+BLAS1 = ("vadd", "waxpby", "axpydot", "sscal", "normalize")
 BLAS1_VECTORS = "uvwxyz"
 # The same in PyTorch, as its users write them (`addmv`/`addr` where they fit).
 TORCH_SEQUENCES = {
@@ -85,6 +86,7 @@ TORCH_SEQUENCES = {
     "axpydot": (lambda d: axpydot(d, torch.dot)),
     "sscal": (lambda d: d["alpha"] * d["x"]),
     "bicgstab": (lambda d: bicgstab(d)),
+    "normalize": (lambda d: d["x"] / torch.linalg.vector_norm(d["x"])),
 }
 # Sequences of one square matrix, sized by `n` alone.
 SQUARE = ("bicgstab",)
