@@ -62,6 +62,19 @@ fn cached_block_bytes(caches: &Caches) -> usize {
     caches.second / 4
 }
 
+/// Rows of a tile walked once backward ([`KernelPlan::backward`]) over a matrix in the
+/// last-level cache: [`cached_block_bytes`] of them, as a block walked in several passes, 16
+/// rows at least. Tiles are walked from the last, but each from its first rows: in tiles of
+/// [`WALK_ROWS`] the first one walked is as large as the L2 (rows of 16 KiB), and reading its
+/// oldest rows first evicts the rest before they are read, so the walk finds nothing of the
+/// pass before in the L2. SGEMVT's
+/// second pass on the 2-vCPU Xeon in AVX2, `fuse bench` µs, tiles of 128 rows against smaller:
+/// f64 2048² (32 MiB) 1118–1176 against 1075–1114 in 32 rows (seven rounds). Out of that cache
+/// (f64 and f32 at 4096², 8192²) smaller tiles were no faster, or 1–4 % slower.
+fn backward_walk_rows(caches: &Caches, row_bytes: usize) -> usize {
+    (cached_block_bytes(caches) / row_bytes.max(1)).clamp(2 * loops::ROWS, WALK_ROWS)
+}
+
 /// A kernel whose bytes are more than this share of the last-level cache stores the results
 /// it does not read again past the caches ([`loops::Store::Streamed`]): from so far up, a run
 /// after other work finds little of them in cache, and its stores then cost a read and a write
@@ -92,17 +105,6 @@ const MAX_TILE_ROWS: usize = 64;
 /// operands resolved, the row sums finished), which tall tiles spread (SGEMV at 1024² f32 on
 /// one thread: 67–68 µs a run in tiles of 32 rows, 62.5 in tiles of 128).
 const WALK_ROWS: usize = 128;
-/// Rows of a tile walked once backward ([`KernelPlan::backward`]) over a matrix in the
-/// last-level cache: a quarter of the second-level cache of them, 16 rows at least. Tiles are
-/// walked from the last, but each from its first rows: in tiles of [`WALK_ROWS`] the first one
-/// walked is as large as the L2 (rows of 16 KiB), and reading its oldest rows first evicts the
-/// rest before they are read, so the walk finds nothing of the pass before in the L2. SGEMVT's
-/// second pass on the 2-vCPU Xeon in AVX2, `fuse bench` µs, tiles of 128 rows against smaller:
-/// f64 2048² (32 MiB) 1118–1176 against 1075–1114 in 32 rows (seven rounds). Out of that cache
-/// (f64 and f32 at 4096², 8192²) smaller tiles were no faster, or 1–4 % slower.
-fn backward_walk_rows(caches: &Caches, row_bytes: usize) -> usize {
-    (caches.second / 4 / row_bytes.max(1)).clamp(2 * loops::ROWS, WALK_ROWS)
-}
 /// Parts per thread at most: a little slack for threads slowed by something else.
 const PARTS_PER_THREAD: usize = 4;
 /// Tiles (or chunks) of a part at least, beyond one part per thread: each part costs its
